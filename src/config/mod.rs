@@ -1,0 +1,204 @@
+//! Configuration: one TOML file, read into the serde mirror ([`file`]), then converted and
+//! validated into the typed [`Config`] ([`validate`]). Nothing downstream of this module sees
+//! a string that encodes a choice; every error names the TOML path it is about.
+
+pub mod file;
+pub mod units;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use validate::MAX_NAME_LEN;
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub upstreams: BTreeMap<String, UpstreamConfig>,
+    pub routes: Vec<RouteConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub threads: usize,
+    pub pid_file: String,
+    pub upgrade_sock: String,
+    pub grace_period: Duration,
+    pub graceful_shutdown_timeout: Duration,
+    pub upstream_keepalive_pool_size: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamConfig {
+    pub name: String,
+    /// `ip:port` or `host:port`; names are resolved when a snapshot is built (at start and
+    /// at every reload), not by `turnstile check`.
+    pub servers: Vec<String>,
+    pub health_check: Option<HealthCheckConfig>,
+    pub keepalive_timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HealthCheckConfig {
+    pub path: String,
+    pub host: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub unhealthy_threshold: usize,
+    pub healthy_threshold: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteConfig {
+    pub name: String,
+    /// Always starts with `/`. Matches the path itself and anything below it
+    /// (`/orders` matches `/orders`, `/orders/7`, not `/ordersx`).
+    pub path_prefix: String,
+    /// Lower-case host name without port; `None` matches any host.
+    pub host: Option<String>,
+    /// `None` allows every method.
+    pub methods: Option<Vec<http::Method>>,
+    pub upstream: String,
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
+    pub write_timeout: Duration,
+}
+
+/// Defaults, in one place so the docs (`conf/gateway.toml`) and the code agree.
+pub mod defaults {
+    use std::time::Duration;
+    pub const LISTEN: &str = "0.0.0.0:8080";
+    pub const PID_FILE: &str = "/tmp/turnstile.pid";
+    pub const UPGRADE_SOCK: &str = "/tmp/turnstile_upgrade.sock";
+    pub const GRACE_PERIOD: Duration = Duration::from_secs(10);
+    pub const GRACEFUL_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+    pub const UPSTREAM_KEEPALIVE_POOL_SIZE: usize = 128;
+    pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
+    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+    pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
+    pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+    pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+    pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
+    pub const HEALTH_HOST: &str = "localhost";
+    pub const UNHEALTHY_THRESHOLD: usize = 2;
+    pub const HEALTHY_THRESHOLD: usize = 1;
+    pub fn threads() -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+}
+
+/// One problem found in a configuration, located by its TOML path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Dotted TOML path, e.g. `routes[1].upstream`; `.` for the document itself.
+    pub path: String,
+    pub message: String,
+    /// 1-based line and column when the problem could be located in the text.
+    pub location: Option<(usize, usize)>,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)?;
+        if let Some((line, column)) = self.location {
+            write!(f, " (line {line}, column {column})")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}", display_problems(.0))]
+    Invalid(Vec<Problem>),
+}
+
+fn display_problems(problems: &[Problem]) -> String {
+    let lines: Vec<String> = problems.iter().map(Problem::to_string).collect();
+    lines.join("\n")
+}
+
+impl ConfigError {
+    pub fn problems(&self) -> &[Problem] {
+        match self {
+            ConfigError::Invalid(p) => p,
+            ConfigError::Read { .. } => &[],
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(&text)
+    }
+
+    /// Parses and validates configuration text.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let file = parse_file(text).map_err(|p| ConfigError::Invalid(vec![p]))?;
+        Config::try_from(file).map_err(ConfigError::Invalid)
+    }
+}
+
+/// TOML text → serde mirror, with the failing path and position on error.
+fn parse_file(text: &str) -> Result<file::FileConfig, Problem> {
+    let de = toml::de::Deserializer::parse(text).map_err(|e| toml_problem(text, ".", &e))?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        toml_problem(text, &path, e.inner())
+    })
+}
+
+fn toml_problem(text: &str, path: &str, e: &toml::de::Error) -> Problem {
+    Problem {
+        path: path.to_owned(),
+        message: e.message().trim().to_owned(),
+        location: e.span().map(|span| line_column(text, span.start)),
+    }
+}
+
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_column_is_one_based() {
+        assert_eq!(line_column("a\nbc\n", 0), (1, 1));
+        assert_eq!(line_column("a\nbc\n", 3), (2, 2));
+    }
+
+    #[test]
+    fn syntax_errors_have_a_location() {
+        let err = Config::parse("[server\nlisten = 1").unwrap_err();
+        let p = &err.problems()[0];
+        assert_eq!(p.path, ".");
+        assert!(p.location.is_some(), "{p}");
+    }
+
+    #[test]
+    fn type_errors_name_the_path() {
+        let err = Config::parse("[server]\nthreads = \"two\"\n").unwrap_err();
+        assert_eq!(err.problems()[0].path, "server.threads", "{err}");
+    }
+}

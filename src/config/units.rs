@@ -1,0 +1,207 @@
+//! Human-friendly units used in the TOML file: durations (`"250ms"`, `"1m"`) and rates
+//! (`"50/s"`, `"1000/h"`). They deserialize straight into typed values, so a bad value is
+//! reported by serde with its TOML path and never survives loading as a string.
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+use std::fmt;
+use std::time::Duration;
+
+/// A duration written as `<integer><unit>` with unit `ms`, `s`, `m`, `h` or `d`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HumanDuration(pub Duration);
+
+impl HumanDuration {
+    pub const EXPECTED: &'static str =
+        "a duration like \"250ms\", \"2s\", \"1m\", \"1h\" or \"1d\"";
+
+    pub fn parse(text: &str) -> Option<Duration> {
+        let text = text.trim();
+        let split = text.find(|c: char| !c.is_ascii_digit())?;
+        let (digits, unit) = text.split_at(split);
+        if digits.is_empty() {
+            return None;
+        }
+        let n: u64 = digits.parse().ok()?;
+        let millis_per_unit: u64 = match unit {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return None,
+        };
+        n.checked_mul(millis_per_unit).map(Duration::from_millis)
+    }
+}
+
+impl fmt::Display for HumanDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", format_duration(self.0))
+    }
+}
+
+/// Renders a duration in the largest unit that represents it exactly (`60000ms` → `"1m"`).
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, per) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms >= per && ms % per == 0 {
+            return format!("{}{unit}", ms / per);
+        }
+    }
+    format!("{ms}ms")
+}
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = HumanDuration;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(HumanDuration::EXPECTED)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<HumanDuration, E> {
+                HumanDuration::parse(v).map(HumanDuration).ok_or_else(|| {
+                    E::custom(format_args!(
+                        "invalid duration {v:?}: expected {}",
+                        HumanDuration::EXPECTED
+                    ))
+                })
+            }
+        }
+        deserializer.deserialize_str(V)
+    }
+}
+
+/// A rate written as `<amount>/<period>`: `"50/s"`, `"100/m"`, `"5000/h"`, `"10/d"`, or with
+/// an explicit period duration such as `"30/10s"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Rate {
+    pub amount: u64,
+    pub period: Duration,
+}
+
+impl Rate {
+    pub const EXPECTED: &'static str =
+        "a rate like \"50/s\", \"100/m\", \"5000/h\" or \"30/10s\" (a positive amount per period)";
+
+    pub fn parse(text: &str) -> Option<Rate> {
+        let (amount, period) = text.trim().split_once('/')?;
+        let amount: u64 = amount.trim().parse().ok()?;
+        let period = period.trim();
+        let period = match period {
+            "ms" | "s" | "m" | "h" | "d" => HumanDuration::parse(&format!("1{period}"))?,
+            _ => HumanDuration::parse(period)?,
+        };
+        if amount == 0 || period.is_zero() {
+            return None;
+        }
+        Some(Rate { amount, period })
+    }
+
+    /// Units per millisecond, as a float (for token refill math).
+    pub fn per_ms(&self) -> f64 {
+        self.amount as f64 / self.period.as_millis() as f64
+    }
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let period = format_duration(self.period);
+        let period = period
+            .strip_prefix('1')
+            .filter(|p| !p.starts_with(|c: char| c.is_ascii_digit()));
+        match period {
+            Some(unit) => write!(f, "{}/{unit}", self.amount),
+            None => write!(f, "{}/{}", self.amount, format_duration(self.period)),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Rate {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Rate;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(Rate::EXPECTED)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Rate, E> {
+                Rate::parse(v).ok_or_else(|| {
+                    E::custom(format_args!(
+                        "invalid rate {v:?}: expected {}",
+                        Rate::EXPECTED
+                    ))
+                })
+            }
+        }
+        deserializer.deserialize_str(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(
+            HumanDuration::parse("250ms"),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(HumanDuration::parse("2s"), Some(Duration::from_secs(2)));
+        assert_eq!(HumanDuration::parse("1m"), Some(Duration::from_secs(60)));
+        assert_eq!(HumanDuration::parse("1h"), Some(Duration::from_secs(3600)));
+        assert_eq!(HumanDuration::parse("1d"), Some(Duration::from_secs(86400)));
+        assert_eq!(HumanDuration::parse("0s"), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn bad_durations_are_rejected() {
+        for bad in [
+            "",
+            "s",
+            "10",
+            "1.5s",
+            "-1s",
+            "1 sec",
+            "1w",
+            "99999999999999999999d",
+        ] {
+            assert_eq!(HumanDuration::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn durations_format_in_the_largest_exact_unit() {
+        assert_eq!(format_duration(Duration::from_millis(60_000)), "1m");
+        assert_eq!(format_duration(Duration::from_millis(1_500)), "1500ms");
+        assert_eq!(format_duration(Duration::from_secs(7200)), "2h");
+    }
+
+    #[test]
+    fn rates_parse() {
+        let r = Rate::parse("50/s").unwrap();
+        assert_eq!((r.amount, r.period), (50, Duration::from_secs(1)));
+        let r = Rate::parse("30/10s").unwrap();
+        assert_eq!((r.amount, r.period), (30, Duration::from_secs(10)));
+        assert_eq!(
+            Rate::parse("100/m").unwrap().period,
+            Duration::from_secs(60)
+        );
+        assert_eq!(Rate::parse("50/s").unwrap().to_string(), "50/s");
+        assert_eq!(Rate::parse("30/10s").unwrap().to_string(), "30/10s");
+    }
+
+    #[test]
+    fn bad_rates_are_rejected() {
+        for bad in ["", "50", "0/s", "50/0s", "/s", "50/x", "-1/s", "a/s", "50/"] {
+            assert_eq!(Rate::parse(bad), None, "{bad:?}");
+        }
+    }
+}
