@@ -1,0 +1,126 @@
+//! `application/problem+json` bodies (RFC 9457) for every response the gateway itself
+//! writes: unknown route, bad request, upstream failures, and (later) limiter rejections.
+
+use serde::Serialize;
+
+pub const CONTENT_TYPE: &str = "application/problem+json";
+
+/// Problem type URIs are identifiers under this base (documented in the README); they need
+/// not be dereferenceable.
+pub const TYPE_BASE: &str = "https://turnstile.dev/problems/";
+
+/// The kinds of problems the gateway reports, each with its status and fixed wording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    BadRequest,
+    RouteNotFound,
+    MethodNotAllowed,
+    NoHealthyUpstream,
+    UpstreamUnavailable,
+    UpstreamTimeout,
+    Internal,
+    /// Any other status the gateway has to answer with (e.g. one Pingora chose).
+    Other(u16),
+}
+
+impl Kind {
+    pub fn from_status(status: u16) -> Kind {
+        match status {
+            400 => Kind::BadRequest,
+            404 => Kind::RouteNotFound,
+            405 => Kind::MethodNotAllowed,
+            502 => Kind::UpstreamUnavailable,
+            504 => Kind::UpstreamTimeout,
+            500 => Kind::Internal,
+            other => Kind::Other(other),
+        }
+    }
+
+    pub fn status(self) -> u16 {
+        match self {
+            Kind::BadRequest => 400,
+            Kind::RouteNotFound => 404,
+            Kind::MethodNotAllowed => 405,
+            Kind::NoHealthyUpstream | Kind::UpstreamUnavailable => 502,
+            Kind::UpstreamTimeout => 504,
+            Kind::Internal => 500,
+            Kind::Other(status) => status,
+        }
+    }
+
+    pub fn slug(self) -> &'static str {
+        match self {
+            Kind::BadRequest => "bad-request",
+            Kind::RouteNotFound => "route-not-found",
+            Kind::MethodNotAllowed => "method-not-allowed",
+            Kind::NoHealthyUpstream => "no-healthy-upstream",
+            Kind::UpstreamUnavailable => "upstream-unavailable",
+            Kind::UpstreamTimeout => "upstream-timeout",
+            Kind::Internal => "internal-error",
+            Kind::Other(_) => "http-error",
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Kind::BadRequest => "Bad Request",
+            Kind::RouteNotFound => "Not Found",
+            Kind::MethodNotAllowed => "Method Not Allowed",
+            Kind::NoHealthyUpstream | Kind::UpstreamUnavailable => "Bad Gateway",
+            Kind::UpstreamTimeout => "Gateway Timeout",
+            Kind::Internal => "Internal Server Error",
+            Kind::Other(status) => http::StatusCode::from_u16(status)
+                .ok()
+                .and_then(|s| s.canonical_reason())
+                .unwrap_or("Error"),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    #[serde(rename = "type")]
+    type_uri: String,
+    title: &'a str,
+    status: u16,
+    detail: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_id: Option<&'a str>,
+}
+
+/// Renders a problem body. `detail` is a human sentence; `request_id` lets a client quote
+/// the request to an operator.
+pub fn render(kind: Kind, detail: &str, request_id: Option<&str>) -> Vec<u8> {
+    let body = Body {
+        type_uri: format!("{TYPE_BASE}{}", kind.slug()),
+        title: kind.title(),
+        status: kind.status(),
+        detail,
+        request_id,
+    };
+    serde_json::to_vec(&body).expect("problem bodies serialize")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_rfc9457_members() {
+        let body = render(Kind::RouteNotFound, "no route for GET /x", Some("abc"));
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["type"], "https://turnstile.dev/problems/route-not-found");
+        assert_eq!(v["title"], "Not Found");
+        assert_eq!(v["status"], 404);
+        assert_eq!(v["detail"], "no route for GET /x");
+        assert_eq!(v["request_id"], "abc");
+    }
+
+    #[test]
+    fn details_are_escaped() {
+        let body = render(Kind::BadRequest, "bad \"quote\"\n", None);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["detail"], "bad \"quote\"\n");
+        assert!(v.get("request_id").is_none());
+    }
+}

@@ -1,0 +1,62 @@
+//! `X-Request-Id`: kept when the client sent a sane one, generated otherwise.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+pub const HEADER: &str = "x-request-id";
+/// Longest client-supplied id passed on unchanged.
+pub const MAX_LEN: usize = 128;
+
+/// An incoming id is kept if it is 1..=128 visible ASCII characters; anything else (empty,
+/// huge, control characters, non-ASCII) is replaced by a generated one.
+pub fn is_acceptable(value: &[u8]) -> bool {
+    !value.is_empty() && value.len() <= MAX_LEN && value.iter().all(|b| (0x21..=0x7e).contains(b))
+}
+
+/// A new 32-hex-digit id: a random per-process prefix, then a counter scrambled by a
+/// bijective mix, so ids are unique within a process and unlikely to collide across them.
+pub fn generate() -> String {
+    static PREFIX: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let prefix = *PREFIX.get_or_init(|| {
+        let mut h = RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish()
+    });
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix:016x}{:016x}", splitmix64(n ^ prefix))
+}
+
+/// A bijection on u64 (distinct inputs give distinct outputs).
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn generated_ids_are_unique_and_acceptable() {
+        let ids: HashSet<String> = (0..10_000).map(|_| generate()).collect();
+        assert_eq!(ids.len(), 10_000);
+        assert!(ids
+            .iter()
+            .all(|id| id.len() == 32 && is_acceptable(id.as_bytes())));
+    }
+
+    #[test]
+    fn odd_incoming_ids_are_refused() {
+        assert!(is_acceptable(b"abc-123"));
+        assert!(!is_acceptable(b""));
+        assert!(!is_acceptable(b"has space"));
+        assert!(!is_acceptable("caf\u{e9}".as_bytes()));
+        assert!(!is_acceptable(&[b'a'; MAX_LEN + 1]));
+    }
+}
