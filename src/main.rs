@@ -1,0 +1,90 @@
+//! `turnstile --config FILE` runs the gateway; `turnstile check FILE` validates a config.
+//! Pingora's own flags (`--daemon`, `--upgrade`, `--test`, `--conf`) are accepted as well.
+
+use clap::{Parser, Subcommand};
+use pingora::server::configuration::Opt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use turnstile::config::Config;
+
+#[derive(Parser)]
+#[command(
+    name = "turnstile",
+    version,
+    about = "API gateway with exact, distributed rate limiting"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// The turnstile TOML configuration file.
+    #[arg(long, value_name = "FILE", default_value = "conf/gateway.toml")]
+    config: PathBuf,
+    #[command(flatten)]
+    pingora: Opt,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate a configuration file and exit (0 when valid).
+    Check {
+        /// The TOML file to check.
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Check { file }) => check(&file),
+        None => run(cli),
+    }
+}
+
+fn check(file: &std::path::Path) -> ExitCode {
+    match Config::load(file) {
+        Ok(config) => {
+            println!(
+                "{}: ok ({} routes, {} upstreams)",
+                file.display(),
+                config.routes.len(),
+                config.upstreams.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            report_invalid(file, &e);
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn report_invalid(file: &std::path::Path, e: &turnstile::config::ConfigError) {
+    eprintln!("error: invalid configuration {}:", file.display());
+    for line in e.to_string().lines() {
+        eprintln!("  {line}");
+    }
+}
+
+fn run(cli: Cli) -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let config = match Config::load(&cli.config) {
+        Ok(config) => config,
+        Err(e) => {
+            report_invalid(&cli.config, &e);
+            return ExitCode::from(2);
+        }
+    };
+    match turnstile::server::build(config, cli.pingora) {
+        Ok(server) => server.run_forever(),
+        Err(e) => match e.downcast_ref::<turnstile::config::ConfigError>() {
+            Some(invalid) => {
+                report_invalid(&cli.config, invalid);
+                ExitCode::from(2)
+            }
+            None => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

@@ -1,0 +1,333 @@
+//! The Pingora glue: the only module that touches a `Session`. Each hook reads what it needs
+//! from the request, calls plain functions over plain data, and writes the outcome back.
+//!
+//! Request path (DESIGN.md §2), as wired here:
+//! `new_ctx` loads the live snapshot once → `request_filter`: request id, path check, route
+//! match (404/405) → `upstream_peer`: round-robin pick of a healthy server (502 when none) →
+//! `upstream_request_filter`: `X-Forwarded-For`, `X-Request-Id` → upstream →
+//! `response_filter`: `X-Request-Id` on the response → `fail_to_proxy`: problem+json for
+//! upstream failures (502/504).
+
+use crate::problem::{self, Kind};
+use crate::request_id;
+use crate::router::{check_request_path, RouteMatch};
+use crate::snapshot::{Route, Snapshot, SnapshotHandle};
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HOST};
+use pingora::prelude::*;
+use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use pingora::{Error, ErrorSource, ErrorType};
+use std::sync::Arc;
+
+/// Error type used when every server of a route's pool is unhealthy.
+const NO_HEALTHY_UPSTREAM: ErrorType = ErrorType::Custom("no healthy upstream");
+
+pub struct Gateway {
+    snapshots: SnapshotHandle,
+}
+
+impl Gateway {
+    pub fn new(snapshots: SnapshotHandle) -> Gateway {
+        Gateway { snapshots }
+    }
+}
+
+/// Per-request state. Holds the snapshot the request started with.
+pub struct RequestCtx {
+    snapshot: Arc<Snapshot>,
+    route: Option<usize>,
+    request_id: HeaderValue,
+    upstream_tries: usize,
+}
+
+impl RequestCtx {
+    fn route(&self) -> Option<&Route> {
+        self.route.map(|i| &self.snapshot.routes[i])
+    }
+}
+
+#[async_trait]
+impl ProxyHttp for Gateway {
+    type CTX = RequestCtx;
+
+    fn new_ctx(&self) -> RequestCtx {
+        RequestCtx {
+            snapshot: self.snapshots.load_full(),
+            route: None,
+            request_id: HeaderValue::from_static(""),
+            upstream_tries: 0,
+        }
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        let req = session.req_header();
+        ctx.request_id = match req.headers.get(request_id::HEADER) {
+            Some(v) if request_id::is_acceptable(v.as_bytes()) => v.clone(),
+            _ => {
+                HeaderValue::from_str(&request_id::generate()).expect("generated ids are ASCII hex")
+            }
+        };
+        let path = req.uri.path();
+        if let Err(bad) = check_request_path(path) {
+            respond_problem(session, ctx, Kind::BadRequest, bad.detail(), None).await?;
+            return Ok(true);
+        }
+        let host = req
+            .uri
+            .host()
+            .or_else(|| req.headers.get(HOST).and_then(|h| h.to_str().ok()));
+        match ctx.snapshot.router.find(host, &req.method, path) {
+            RouteMatch::Found(i) => ctx.route = Some(i),
+            RouteMatch::MethodNotAllowed(allow) => {
+                let detail = format!("{} is not allowed here; allowed: {allow}", req.method);
+                let allow = HeaderValue::from_str(&allow).ok();
+                respond_problem(session, ctx, Kind::MethodNotAllowed, &detail, allow).await?;
+                return Ok(true);
+            }
+            RouteMatch::NotFound => {
+                let detail = format!("no route matches {} {}", req.method, path);
+                respond_problem(session, ctx, Kind::RouteNotFound, &detail, None).await?;
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<Box<HttpPeer>> {
+        ctx.upstream_tries += 1;
+        let route = ctx
+            .route()
+            .expect("request_filter sets the route before proxying");
+        let Some(addr) = route.pool.select() else {
+            return Err(Error::explain(
+                NO_HEALTHY_UPSTREAM,
+                format!(
+                    "every server of upstream {:?} is failing its health check",
+                    route.pool.config.name
+                ),
+            ));
+        };
+        let mut peer = HttpPeer::new(addr, false, String::new());
+        let options = &mut peer.options;
+        options.connection_timeout = Some(route.config.connect_timeout);
+        options.read_timeout = Some(route.config.read_timeout);
+        options.write_timeout = Some(route.config.write_timeout);
+        options.idle_timeout = Some(route.pool.config.keepalive_timeout);
+        Ok(Box::new(peer))
+    }
+
+    /// A connect failure is retried on the next server of the pool (the request has not been
+    /// sent yet, so this is safe for every method), at most once per server.
+    fn fail_to_connect(
+        &self,
+        _session: &mut Session,
+        _peer: &HttpPeer,
+        ctx: &mut RequestCtx,
+        mut e: Box<Error>,
+    ) -> Box<Error> {
+        if let Some(route) = ctx.route() {
+            if ctx.upstream_tries < route.pool.len() {
+                e.set_retry(true);
+            }
+        }
+        e
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        session: &mut Session,
+        upstream_request: &mut RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if let Some(peer_ip) = session
+            .client_addr()
+            .and_then(PeerAddr::as_inet)
+            .map(|a| a.ip())
+        {
+            let forwarded = forwarded_for(
+                upstream_request
+                    .headers
+                    .get_all("x-forwarded-for")
+                    .iter()
+                    .map(HeaderValue::as_bytes),
+                peer_ip,
+            );
+            upstream_request.insert_header("x-forwarded-for", forwarded)?;
+        }
+        upstream_request.insert_header(request_id::HEADER, ctx.request_id.clone())?;
+        Ok(())
+    }
+
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        upstream_response: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        upstream_response.insert_header(request_id::HEADER, ctx.request_id.clone())?;
+        Ok(())
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        ctx: &mut RequestCtx,
+    ) -> FailToProxy {
+        let Some(kind) = classify(e) else {
+            // The client is gone or sent garbage we cannot answer on; nothing to write.
+            return FailToProxy {
+                error_code: 0,
+                can_reuse_downstream: false,
+            };
+        };
+        let detail = describe(kind, e, ctx);
+        if session.response_written().is_none() {
+            session.set_keepalive(None);
+            if let Err(write_err) = respond_problem(session, ctx, kind, &detail, None).await {
+                log::debug!("could not write {} response: {write_err}", kind.status());
+            }
+        }
+        FailToProxy {
+            error_code: kind.status(),
+            can_reuse_downstream: false,
+        }
+    }
+}
+
+/// Maps a proxying error to the problem reported to the client; `None` when the downstream
+/// connection is dead and nothing can be written.
+pub fn classify(e: &Error) -> Option<Kind> {
+    use ErrorType::*;
+    let etype = e.etype();
+    if *etype == NO_HEALTHY_UPSTREAM {
+        return Some(Kind::NoHealthyUpstream);
+    }
+    if let HTTPStatus(code) = etype {
+        return Some(Kind::from_status(*code));
+    }
+    match e.esource() {
+        ErrorSource::Upstream => Some(match etype {
+            ConnectTimedout | ReadTimedout | WriteTimedout | TLSHandshakeTimedout => {
+                Kind::UpstreamTimeout
+            }
+            _ => Kind::UpstreamUnavailable,
+        }),
+        ErrorSource::Downstream => match etype {
+            ReadError | WriteError | ConnectionClosed => None,
+            ReadTimedout | WriteTimedout => None,
+            _ => Some(Kind::BadRequest),
+        },
+        ErrorSource::Internal | ErrorSource::Unset => Some(match etype {
+            ConnectTimedout => Kind::UpstreamTimeout,
+            ConnectRefused | ConnectNoRoute | ConnectError | SocketError => {
+                Kind::UpstreamUnavailable
+            }
+            _ => Kind::Internal,
+        }),
+    }
+}
+
+fn describe(kind: Kind, e: &Error, ctx: &RequestCtx) -> String {
+    let upstream = ctx.route().map_or("", |r| r.pool.config.name.as_str());
+    match kind {
+        Kind::NoHealthyUpstream => format!("no healthy server in upstream {upstream:?}"),
+        Kind::UpstreamTimeout => format!("upstream {upstream:?} did not answer in time"),
+        Kind::UpstreamUnavailable => format!(
+            "upstream {upstream:?} could not be reached or failed ({})",
+            e.etype().as_str()
+        ),
+        Kind::BadRequest => "the request could not be parsed".to_owned(),
+        _ => kind.title().to_owned(),
+    }
+}
+
+/// `X-Forwarded-For` for the upstream: the incoming list(s), then the TCP peer.
+pub fn forwarded_for<'a>(
+    existing: impl Iterator<Item = &'a [u8]>,
+    peer: std::net::IpAddr,
+) -> String {
+    let mut out = String::new();
+    for value in existing {
+        let value = String::from_utf8_lossy(value);
+        let value = value.trim();
+        if !value.is_empty() {
+            out.push_str(value);
+            out.push_str(", ");
+        }
+    }
+    out.push_str(&peer.to_string());
+    out
+}
+
+/// Writes a problem+json response. The connection stays reusable unless the caller turned
+/// keep-alive off.
+async fn respond_problem(
+    session: &mut Session,
+    ctx: &RequestCtx,
+    kind: Kind,
+    detail: &str,
+    allow: Option<HeaderValue>,
+) -> Result<()> {
+    let request_id = ctx.request_id.to_str().ok().filter(|s| !s.is_empty());
+    let body = problem::render(kind, detail, request_id);
+    let mut resp = ResponseHeader::build(kind.status(), Some(5))?;
+    resp.insert_header(CONTENT_TYPE, problem::CONTENT_TYPE)?;
+    resp.insert_header(CONTENT_LENGTH, body.len())?;
+    resp.insert_header(CACHE_CONTROL, "no-store")?;
+    resp.insert_header(request_id::HEADER, ctx.request_id.clone())?;
+    if let Some(allow) = allow {
+        resp.insert_header(ALLOW, allow)?;
+    }
+    if kind == Kind::BadRequest {
+        session.set_keepalive(None);
+    }
+    session.write_response_header(Box::new(resp), false).await?;
+    session
+        .write_response_body(Some(Bytes::from(body)), true)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwarded_for_appends_the_peer() {
+        let peer = "10.0.0.9".parse().unwrap();
+        assert_eq!(forwarded_for(std::iter::empty(), peer), "10.0.0.9");
+        let existing: [&[u8]; 2] = [b"1.1.1.1, 2.2.2.2", b" 3.3.3.3 "];
+        assert_eq!(
+            forwarded_for(existing.into_iter(), peer),
+            "1.1.1.1, 2.2.2.2, 3.3.3.3, 10.0.0.9"
+        );
+    }
+
+    #[test]
+    fn upstream_errors_map_to_502_and_504() {
+        let timeout = Error::new(ErrorType::ReadTimedout).into_up();
+        assert_eq!(classify(&timeout), Some(Kind::UpstreamTimeout));
+        let connect = Error::new(ErrorType::ConnectTimedout).into_up();
+        assert_eq!(classify(&connect), Some(Kind::UpstreamTimeout));
+        let refused = Error::new(ErrorType::ConnectRefused).into_up();
+        assert_eq!(classify(&refused), Some(Kind::UpstreamUnavailable));
+        let closed = Error::new(ErrorType::ConnectionClosed).into_up();
+        assert_eq!(classify(&closed), Some(Kind::UpstreamUnavailable));
+        let none = Error::explain(NO_HEALTHY_UPSTREAM, "x");
+        assert_eq!(classify(&none), Some(Kind::NoHealthyUpstream));
+    }
+
+    #[test]
+    fn dead_downstreams_get_no_response() {
+        let gone = Error::new(ErrorType::ConnectionClosed).into_down();
+        assert_eq!(classify(&gone), None);
+        let garbage = Error::new(ErrorType::InvalidHTTPHeader).into_down();
+        assert_eq!(classify(&garbage), Some(Kind::BadRequest));
+    }
+}
