@@ -1,0 +1,197 @@
+//! The demo upstream: a small Orders API.
+//!
+//! ```text
+//! orders-api --port N [--name NAME] [--host 127.0.0.1]
+//! GET  /orders            list of orders                      200
+//! GET  /orders/{id}       one order                           200 / 404
+//! POST /orders            create (JSON body)                  202 {"id":…,"status":"accepted"}
+//! GET  /healthz           health                              200 / 503 when marked down
+//! POST /_control/healthy | /_control/unhealthy               flip /healthz (for demos and tests)
+//! ANY  /echo/...          what the upstream received (method, path, headers, peer) as JSON
+//! ```
+//! Every response carries `X-Upstream-Name: NAME`, so load balancing is visible. Any request may
+//! add `?delay_ms=N` (at most 60000) to be answered after a delay (to demonstrate timeouts).
+
+use async_trait::async_trait;
+use clap::Parser;
+use http::{Response, StatusCode};
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+use pingora::server::Server;
+use pingora::services::listening::Service;
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "orders-api", about = "Demo upstream for turnstile")]
+struct Args {
+    #[arg(long)]
+    port: u16,
+    /// Echoed in the X-Upstream-Name header of every response.
+    #[arg(long, default_value = "orders-api")]
+    name: String,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Worker threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+}
+
+const MAX_BODY: usize = 1 << 20;
+const MAX_DELAY_MS: u64 = 60_000;
+
+struct OrdersApi {
+    name: String,
+    healthy: AtomicBool,
+    next_id: AtomicU64,
+}
+
+impl OrdersApi {
+    fn reply(&self, status: StatusCode, body: serde_json::Value) -> Response<Vec<u8>> {
+        let body = serde_json::to_vec(&body).expect("json serializes");
+        Response::builder()
+            .status(status)
+            .header("content-type", "application/json")
+            .header("content-length", body.len())
+            .header("x-upstream-name", &self.name)
+            .body(body)
+            .expect("valid response parts")
+    }
+
+    async fn route(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let req = session.req_header();
+        let method = req.method.clone();
+        let path = req.uri.path().to_owned();
+        if path.starts_with("/echo") {
+            let headers: Vec<(String, String)> = req
+                .headers
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.as_str().to_owned(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect();
+            let query = req.uri.query().unwrap_or("").to_owned();
+            let peer = session
+                .client_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default();
+            let body_len = match read_body(session).await {
+                Ok(b) => b.len(),
+                Err(status) => {
+                    return self.reply(status, json!({"error": "body too large or unreadable"}))
+                }
+            };
+            return self.reply(
+                StatusCode::OK,
+                json!({"upstream": self.name, "method": method.as_str(), "path": path,
+                       "query": query, "peer": peer, "headers": headers, "body_bytes": body_len}),
+            );
+        }
+        let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        match (method.as_str(), segments.as_slice()) {
+            ("GET", ["healthz"]) => {
+                if self.healthy.load(Ordering::Relaxed) {
+                    self.reply(StatusCode::OK, json!({"status": "ok"}))
+                } else {
+                    self.reply(StatusCode::SERVICE_UNAVAILABLE, json!({"status": "down"}))
+                }
+            }
+            ("POST", ["_control", state @ ("healthy" | "unhealthy")]) => {
+                self.healthy.store(*state == "healthy", Ordering::Relaxed);
+                self.reply(StatusCode::OK, json!({"status": state}))
+            }
+            ("GET", ["orders"]) => self.reply(
+                StatusCode::OK,
+                json!({"orders": [demo_order(1), demo_order(2), demo_order(3)]}),
+            ),
+            ("GET", ["orders", id]) => match id.parse::<u64>() {
+                Ok(id @ 1..=1000) => self.reply(StatusCode::OK, demo_order(id)),
+                _ => self.reply(
+                    StatusCode::NOT_FOUND,
+                    json!({"error": "no such order", "id": id}),
+                ),
+            },
+            ("POST", ["orders"]) => match read_body(session).await {
+                Ok(body) => {
+                    let item = serde_json::from_slice::<serde_json::Value>(&body)
+                        .unwrap_or(serde_json::Value::Null);
+                    let id = 1000 + self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+                    self.reply(
+                        StatusCode::ACCEPTED,
+                        json!({"id": id, "status": "accepted", "order": item}),
+                    )
+                }
+                Err(status) => self.reply(status, json!({"error": "body too large or unreadable"})),
+            },
+            (_, ["orders", ..]) => self.reply(
+                StatusCode::METHOD_NOT_ALLOWED,
+                json!({"error": "method not allowed"}),
+            ),
+            _ => self.reply(
+                StatusCode::NOT_FOUND,
+                json!({"error": "not found", "path": path}),
+            ),
+        }
+    }
+}
+
+fn demo_order(id: u64) -> serde_json::Value {
+    json!({"id": id, "item": format!("widget-{id}"), "quantity": id % 5 + 1, "status": "shipped"})
+}
+
+async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, StatusCode> {
+    let mut body = Vec::new();
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > MAX_BODY {
+                    return Err(StatusCode::PAYLOAD_TOO_LARGE);
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body),
+            Err(_) => return Err(StatusCode::BAD_REQUEST),
+        }
+    }
+}
+
+fn delay_of(query: Option<&str>) -> Option<Duration> {
+    query?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("delay_ms="))
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|ms| Duration::from_millis(ms.min(MAX_DELAY_MS)))
+}
+
+#[async_trait]
+impl ServeHttp for OrdersApi {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        if let Some(delay) = delay_of(session.req_header().uri.query()) {
+            tokio::time::sleep(delay).await;
+        }
+        self.route(session).await
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    let mut conf = pingora::server::configuration::ServerConf::new().expect("pingora defaults");
+    conf.threads = args.threads.max(1);
+    conf.grace_period_seconds = Some(0);
+    conf.graceful_shutdown_timeout_seconds = Some(1);
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+    let api = OrdersApi {
+        name: args.name,
+        healthy: AtomicBool::new(true),
+        next_id: AtomicU64::new(0),
+    };
+    let mut service = Service::new("orders-api".to_owned(), api);
+    service.add_tcp(&format!("{}:{}", args.host, args.port));
+    server.add_service(service);
+    server.run_forever();
+}
