@@ -1,0 +1,259 @@
+//! Test harness: real processes on free loopback ports, each in its own temporary
+//! directory, killed when the test ends (also when it panics). Nothing here touches a process
+//! or server the harness did not start.
+#![allow(dead_code)]
+
+pub mod http;
+
+use std::collections::HashSet;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Upper bound for anything to become ready; only reached when something is broken.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A loopback port nobody listens on, not handed out before by this test process.
+pub fn free_port() -> u16 {
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("bind an ephemeral port")
+            .port();
+        let mut given = GIVEN.lock().unwrap();
+        if given.get_or_insert_with(HashSet::new).insert(port) {
+            return port;
+        }
+    }
+}
+
+/// Polls `cond` until it is true; panics with `what` after [`READY_TIMEOUT`].
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < READY_TIMEOUT,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A child process that is killed and reaped on drop. Its output goes to a log file that is
+/// printed when the test panics.
+pub struct Proc {
+    pub name: String,
+    child: Option<std::process::Child>,
+    log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, cmd: &mut Command, log: PathBuf) -> Proc {
+        let out = std::fs::File::create(&log).expect("create log file");
+        let err = out.try_clone().expect("clone log file");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        Proc {
+            name: name.to_owned(),
+            child: Some(child),
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Panics (with the log) if the process has exited.
+    pub fn assert_running(&mut self) {
+        if let Some(status) = self
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+        {
+            panic!(
+                "{} exited with {status}; log:\n{}",
+                self.name,
+                self.log_text()
+            );
+        }
+    }
+
+    pub fn has_exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_none_or(|c| c.try_wait().ok().flatten().is_some())
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends a signal by name (`STOP`, `CONT`, `HUP`, `TERM`, ...).
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{sig} {}", self.name);
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("----- log of {} -----\n{}", self.name, self.log_text());
+        }
+    }
+}
+
+pub fn port_open(port: u16) -> bool {
+    TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// A running `orders-api` instance.
+pub struct Upstream {
+    pub name: String,
+    pub port: u16,
+    pub proc: Proc,
+    _dir: tempfile::TempDir,
+}
+
+impl Upstream {
+    pub fn start(name: &str) -> Upstream {
+        Upstream::start_on(name, free_port())
+    }
+
+    pub fn start_on(name: &str, port: u16) -> Upstream {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut proc = Proc::spawn(
+            &format!("orders-api {name}"),
+            Command::new(env!("CARGO_BIN_EXE_orders-api")).args([
+                "--port",
+                &port.to_string(),
+                "--name",
+                name,
+            ]),
+            dir.path().join("orders-api.log"),
+        );
+        wait_until(&format!("orders-api {name} on port {port}"), || {
+            proc.assert_running();
+            port_open(port)
+        });
+        Upstream {
+            name: name.to_owned(),
+            port,
+            proc,
+            _dir: dir,
+        }
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn set_healthy(&self, healthy: bool) {
+        let path = if healthy {
+            "/_control/healthy"
+        } else {
+            "/_control/unhealthy"
+        };
+        let resp = http::request(self.port, "POST", path, &[], b"");
+        assert_eq!(resp.status, 200, "{}", resp.text());
+    }
+}
+
+/// A running `turnstile` gateway with a generated config file.
+pub struct Gateway {
+    pub port: u16,
+    pub proc: Proc,
+    pub config_path: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Gateway {
+    /// Starts a gateway. `config` is the TOML after the `[server]` table; `server_extra` adds
+    /// lines to the generated `[server]` table (listen address, threads, pid file and upgrade
+    /// socket are set by the harness).
+    pub fn start_with(server_extra: &str, config: &str) -> Gateway {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\npid_file = \"{pid}\"\nupgrade_sock = \"{sock}\"\n{server_extra}\n\n{config}",
+            pid = dir.path().join("turnstile.pid").display(),
+            sock = dir.path().join("upgrade.sock").display(),
+        );
+        let config_path = dir.path().join("turnstile.toml");
+        std::fs::write(&config_path, text).expect("write config");
+        let mut proc = Proc::spawn(
+            "turnstile",
+            Command::new(env!("CARGO_BIN_EXE_turnstile"))
+                .arg("--config")
+                .arg(&config_path)
+                .env("RUST_LOG", "info"),
+            dir.path().join("turnstile.log"),
+        );
+        wait_until(&format!("turnstile on port {port}"), || {
+            proc.assert_running();
+            port_open(port)
+        });
+        Gateway {
+            port,
+            proc,
+            config_path,
+            dir,
+        }
+    }
+
+    pub fn start(config: &str) -> Gateway {
+        Gateway::start_with("", config)
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn get(&self, path: &str) -> http::Response {
+        http::get(self.port, path)
+    }
+
+    pub fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> http::Response {
+        http::get_with(self.port, path, headers)
+    }
+}
+
+/// Runs the `turnstile` binary with arguments; returns (exit code, stdout, stderr).
+pub fn turnstile(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .args(args)
+        .output()
+        .expect("run turnstile");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The upstream name a response came from.
+pub fn upstream_of(resp: &http::Response) -> String {
+    resp.header("x-upstream-name")
+        .unwrap_or("<none>")
+        .to_owned()
+}
