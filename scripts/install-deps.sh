@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what building and testing turnstile needs and this machine lacks:
+#   cmake        — Pingora's build
+#   redis-server — the tests start their own Redis servers
+#   redis-tools  — redis-cli, to create the test Redis Cluster
+# Uses apt-get when root (or via passwordless sudo); otherwise says what to install.
+set -euo pipefail
+
+need=()
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v cc >/dev/null 2>&1 || need+=(build-essential)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "error: cargo not found: install Rust first (https://rustup.rs), then re-run." >&2
+  exit 1
+fi
+
+[ ${#need[@]} -eq 0 ] && exit 0
+
+echo "installing missing packages: ${need[*]}"
+if [ "$(id -u)" -eq 0 ]; then
+  SUDO=()
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+  SUDO=(sudo -n)
+else
+  echo "error: missing packages: ${need[*]}" >&2
+  echo "       install them with: sudo apt-get install -y ${need[*]}" >&2
+  exit 1
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "error: no apt-get here; install these packages with your package manager: ${need[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" apt-get update -qq
+"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}"
