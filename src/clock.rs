@@ -1,0 +1,81 @@
+//! Time as a value. Algorithms take `now` (integer milliseconds) as an argument; stores that
+//! need "now" themselves are given a [`Clock`], so tests drive a [`ManualClock`] and never sleep.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+pub trait Clock: Send + Sync + 'static {
+    /// Milliseconds on a clock that never goes backwards.
+    fn now_ms(&self) -> u64;
+}
+
+/// Monotonic milliseconds since the first use in this process (never 0, so a zeroed state
+/// reads as "long ago").
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MonotonicClock;
+
+/// Offset added to the monotonic reading so that `now_ms()` is well above any window length:
+/// algorithm state initialised at time 0 then always counts as expired.
+const EPOCH_OFFSET_MS: u64 = 1 << 40;
+
+impl Clock for MonotonicClock {
+    fn now_ms(&self) -> u64 {
+        static START: OnceLock<Instant> = OnceLock::new();
+        let start = *START.get_or_init(Instant::now);
+        EPOCH_OFFSET_MS + start.elapsed().as_millis() as u64
+    }
+}
+
+/// A clock that only moves when told to.
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicU64);
+
+impl ManualClock {
+    pub fn new(start_ms: u64) -> ManualClock {
+        ManualClock(AtomicU64::new(start_ms))
+    }
+
+    pub fn set(&self, ms: u64) {
+        self.0.store(ms, Ordering::SeqCst);
+    }
+
+    pub fn advance(&self, ms: u64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl<C: Clock> Clock for std::sync::Arc<C> {
+    fn now_ms(&self) -> u64 {
+        (**self).now_ms()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monotonic_clock_does_not_go_back() {
+        let c = MonotonicClock;
+        let a = c.now_ms();
+        let b = c.now_ms();
+        assert!(b >= a && a >= EPOCH_OFFSET_MS);
+    }
+
+    #[test]
+    fn manual_clock_moves_only_when_told() {
+        let c = ManualClock::new(5);
+        assert_eq!(c.now_ms(), 5);
+        c.advance(10);
+        assert_eq!(c.now_ms(), 15);
+        c.set(3);
+        assert_eq!(c.now_ms(), 3);
+    }
+}

@@ -1,0 +1,124 @@
+//! Rate limiting: the data every limiter speaks ([`Policy`] in, [`Decision`] out), the pure
+//! algorithms ([`algorithm`]), and where state lives: the bounded per-IP table ([`ip`]), and
+//! the per-client stores behind [`store::Store`] (the embedded [`memory`] store here; Redis
+//! plugs into the same enum).
+
+pub mod algorithm;
+pub mod ip;
+pub mod memory;
+pub mod sharded;
+pub mod store;
+
+use std::fmt;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    TokenBucket,
+    FixedWindow,
+    SlidingWindow,
+    SlidingLog,
+}
+
+impl Algorithm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::SlidingLog => "sliding_log",
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One named limit: `limit` units per `window_ms`. For the token bucket, `burst` is the
+/// capacity (the other algorithms ignore it; it equals `limit` for them).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Policy {
+    pub name: Arc<str>,
+    pub algorithm: Algorithm,
+    pub limit: u64,
+    pub window_ms: u64,
+    pub burst: u64,
+}
+
+impl Policy {
+    pub fn new(name: &str, algorithm: Algorithm, limit: u64, window_ms: u64, burst: u64) -> Policy {
+        Policy {
+            name: name.into(),
+            algorithm,
+            limit,
+            window_ms,
+            burst,
+        }
+    }
+
+    /// `(q, w)` of `RateLimit-Policy`: the quota and its window in whole seconds. A token
+    /// bucket advertises its capacity over the time a refill of the whole capacity takes
+    /// (its sustained rate is exactly `q` per `w`, and `q` is also the largest burst).
+    pub fn quota(&self) -> (u64, u64) {
+        match self.algorithm {
+            Algorithm::TokenBucket => (
+                self.burst,
+                (self.burst * self.window_ms)
+                    .div_ceil(self.limit * 1000)
+                    .max(1),
+            ),
+            _ => (self.limit, self.window_ms.div_ceil(1000).max(1)),
+        }
+    }
+
+    /// The most units one request may cost and still be admissible at all.
+    pub fn capacity(&self) -> u64 {
+        match self.algorithm {
+            Algorithm::TokenBucket => self.burst,
+            _ => self.limit,
+        }
+    }
+}
+
+/// The outcome of one policy for one request: everything the headers, the 429 body, logs and
+/// metrics need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// The quota (`q` in `RateLimit-Policy`; a token bucket's capacity).
+    pub limit: u64,
+    /// Units left after this request (`r`).
+    pub remaining: u64,
+    /// Milliseconds until the quota resets (`t`): for the token bucket, until it is full again;
+    /// for the window algorithms, until the current window ends (fixed, sliding counter) or
+    /// its oldest entry expires (sliding log); a rejecting sliding window counter reports when
+    /// the request would fit.
+    pub reset_ms: u64,
+    /// Milliseconds until a request of the same cost would be admitted; 0 when admitted.
+    pub retry_after_ms: u64,
+}
+
+/// Decisions of several policies evaluated together (committed only if all allow).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Verdict {
+    /// Same order as the policies asked about.
+    pub decisions: Vec<Decision>,
+}
+
+impl Verdict {
+    pub fn allowed(&self) -> bool {
+        self.decisions.iter().all(|d| d.allowed)
+    }
+
+    /// The longest wait among the rejecting policies.
+    pub fn retry_after_ms(&self) -> u64 {
+        self.decisions
+            .iter()
+            .map(|d| d.retry_after_ms)
+            .max()
+            .unwrap_or(0)
+    }
+}
