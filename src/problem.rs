@@ -13,8 +13,10 @@ pub const TYPE_BASE: &str = "https://turnstile.dev/problems/";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     BadRequest,
+    Unauthorized,
     RouteNotFound,
     MethodNotAllowed,
+    QuotaExceeded,
     NoHealthyUpstream,
     UpstreamUnavailable,
     UpstreamTimeout,
@@ -27,6 +29,8 @@ impl Kind {
     pub fn from_status(status: u16) -> Kind {
         match status {
             400 => Kind::BadRequest,
+            401 => Kind::Unauthorized,
+            429 => Kind::QuotaExceeded,
             404 => Kind::RouteNotFound,
             405 => Kind::MethodNotAllowed,
             502 => Kind::UpstreamUnavailable,
@@ -39,8 +43,10 @@ impl Kind {
     pub fn status(self) -> u16 {
         match self {
             Kind::BadRequest => 400,
+            Kind::Unauthorized => 401,
             Kind::RouteNotFound => 404,
             Kind::MethodNotAllowed => 405,
+            Kind::QuotaExceeded => 429,
             Kind::NoHealthyUpstream | Kind::UpstreamUnavailable => 502,
             Kind::UpstreamTimeout => 504,
             Kind::Internal => 500,
@@ -51,8 +57,10 @@ impl Kind {
     pub fn slug(self) -> &'static str {
         match self {
             Kind::BadRequest => "bad-request",
+            Kind::Unauthorized => "unauthorized",
             Kind::RouteNotFound => "route-not-found",
             Kind::MethodNotAllowed => "method-not-allowed",
+            Kind::QuotaExceeded => "quota-exceeded",
             Kind::NoHealthyUpstream => "no-healthy-upstream",
             Kind::UpstreamUnavailable => "upstream-unavailable",
             Kind::UpstreamTimeout => "upstream-timeout",
@@ -64,8 +72,10 @@ impl Kind {
     pub fn title(self) -> &'static str {
         match self {
             Kind::BadRequest => "Bad Request",
+            Kind::Unauthorized => "Unauthorized",
             Kind::RouteNotFound => "Not Found",
             Kind::MethodNotAllowed => "Method Not Allowed",
+            Kind::QuotaExceeded => "Too Many Requests",
             Kind::NoHealthyUpstream | Kind::UpstreamUnavailable => "Bad Gateway",
             Kind::UpstreamTimeout => "Gateway Timeout",
             Kind::Internal => "Internal Server Error",
@@ -86,17 +96,33 @@ struct Body<'a> {
     detail: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     request_id: Option<&'a str>,
+    #[serde(
+        rename = "violated-policies",
+        skip_serializing_if = "<[&str]>::is_empty"
+    )]
+    violated_policies: &'a [&'a str],
 }
 
 /// Renders a problem body. `detail` is a human sentence; `request_id` lets a client quote
 /// the request to an operator.
 pub fn render(kind: Kind, detail: &str, request_id: Option<&str>) -> Vec<u8> {
+    render_with_policies(kind, detail, request_id, &[])
+}
+
+/// A problem body naming the rate-limit policies that rejected the request.
+pub fn render_with_policies(
+    kind: Kind,
+    detail: &str,
+    request_id: Option<&str>,
+    violated_policies: &[&str],
+) -> Vec<u8> {
     let body = Body {
         type_uri: format!("{TYPE_BASE}{}", kind.slug()),
         title: kind.title(),
         status: kind.status(),
         detail,
         request_id,
+        violated_policies,
     };
     serde_json::to_vec(&body).expect("problem bodies serialize")
 }
@@ -114,6 +140,18 @@ mod tests {
         assert_eq!(v["status"], 404);
         assert_eq!(v["detail"], "no route for GET /x");
         assert_eq!(v["request_id"], "abc");
+    }
+
+    #[test]
+    fn quota_problems_name_the_violated_policies() {
+        let body = render_with_policies(Kind::QuotaExceeded, "slow down", None, &["per-minute"]);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["status"], 429);
+        assert_eq!(v["type"], "https://turnstile.dev/problems/quota-exceeded");
+        assert_eq!(v["violated-policies"], serde_json::json!(["per-minute"]));
+        let plain: serde_json::Value =
+            serde_json::from_slice(&render(Kind::RouteNotFound, "x", None)).unwrap();
+        assert!(plain.get("violated-policies").is_none());
     }
 
     #[test]

@@ -1,0 +1,229 @@
+//! API keys → clients. Keys are configured as plaintext or as `sha256:<hex>`; either way only
+//! the SHA-256 digest is kept. A presented key is hashed and looked up by digest, so the
+//! lookup's timing depends on the digest of what was sent, not on how many leading bytes it
+//! shares with a real key; the final comparison is constant-time as well. Keys never appear
+//! in `Debug` output, logs, metrics or `/config`.
+
+use crate::limit::Policy;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+/// Longest key accepted from a request; longer values are refused without hashing.
+pub const MAX_KEY_LEN: usize = 256;
+pub const API_KEY_HEADER: &str = "x-api-key";
+
+/// The SHA-256 digest of an API key.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KeyDigest([u8; 32]);
+
+impl KeyDigest {
+    pub fn of(key: &[u8]) -> KeyDigest {
+        KeyDigest(Sha256::digest(key).into())
+    }
+
+    /// Parses `sha256:<64 hex digits>`.
+    pub fn from_hex(hex: &str) -> Option<KeyDigest> {
+        if hex.len() != 64 {
+            return None;
+        }
+        let mut out = [0u8; 32];
+        for (i, pair) in hex.as_bytes().chunks(2).enumerate() {
+            let hi = (pair[0] as char).to_digit(16)?;
+            let lo = (pair[1] as char).to_digit(16)?;
+            out[i] = (hi * 16 + lo) as u8;
+        }
+        Some(KeyDigest(out))
+    }
+}
+
+impl fmt::Debug for KeyDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KeyDigest(<redacted>)")
+    }
+}
+
+/// A configured client: its id (the partition key of every per-client limit) and its plan.
+#[derive(Debug)]
+pub struct Client {
+    pub id: Arc<str>,
+    pub plan: Arc<Plan>,
+}
+
+/// A named set of limits.
+#[derive(Debug)]
+pub struct Plan {
+    pub name: Arc<str>,
+    pub policies: Vec<Policy>,
+}
+
+#[derive(Default)]
+pub struct KeyRing {
+    by_digest: HashMap<KeyDigest, Arc<Client>>,
+}
+
+impl KeyRing {
+    pub fn new(keys: impl IntoIterator<Item = (KeyDigest, Arc<Client>)>) -> KeyRing {
+        KeyRing {
+            by_digest: keys.into_iter().collect(),
+        }
+    }
+
+    /// The client owning `key`, if any.
+    pub fn lookup(&self, key: &[u8]) -> Option<&Arc<Client>> {
+        let digest = KeyDigest::of(key);
+        self.by_digest
+            .get_key_value(&digest)
+            .filter(|(stored, _)| bool::from(stored.0.ct_eq(&digest.0)))
+            .map(|(_, client)| client)
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_digest.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_digest.is_empty()
+    }
+}
+
+/// Why no usable key could be read from a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyError {
+    /// No `X-Api-Key` and no `Authorization: Bearer` (or an empty one): 401.
+    Missing,
+    /// Several different keys in one request (repeated header, or both headers): 400.
+    Ambiguous,
+    /// Too long, or characters a key never has: 401, without a lookup.
+    Malformed,
+}
+
+impl KeyError {
+    pub fn detail(self) -> &'static str {
+        match self {
+            KeyError::Missing => {
+                "this route needs an API key in X-Api-Key or Authorization: Bearer"
+            }
+            KeyError::Ambiguous => "the request carries more than one API key",
+            KeyError::Malformed => "the API key is not valid",
+        }
+    }
+}
+
+/// Reads the API key from `X-Api-Key` values and `Authorization` values (in that order of
+/// preference when both carry the same key).
+pub fn extract_key<'a>(
+    api_key: impl Iterator<Item = &'a [u8]>,
+    authorization: impl Iterator<Item = &'a [u8]>,
+) -> Result<&'a [u8], KeyError> {
+    let bearer = authorization.filter_map(bearer_token);
+    let mut found: Option<&[u8]> = None;
+    for candidate in api_key.map(<[u8]>::trim_ascii).chain(bearer) {
+        if candidate.is_empty() {
+            continue;
+        }
+        match found {
+            Some(existing) if existing != candidate => return Err(KeyError::Ambiguous),
+            _ => found = Some(candidate),
+        }
+    }
+    let key = found.ok_or(KeyError::Missing)?;
+    if key.len() > MAX_KEY_LEN || !key.iter().all(|b| (0x21..=0x7e).contains(b)) {
+        return Err(KeyError::Malformed);
+    }
+    Ok(key)
+}
+
+/// The token of `Authorization: Bearer <token>` (scheme case-insensitive); other schemes
+/// carry no API key.
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let value = value.trim_ascii();
+    let scheme = value.get(..7)?;
+    if scheme.eq_ignore_ascii_case(b"bearer ") {
+        Some(value[7..].trim_ascii())
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring() -> KeyRing {
+        let plan = Arc::new(Plan {
+            name: "free".into(),
+            policies: vec![],
+        });
+        let ada = Arc::new(Client {
+            id: "ada".into(),
+            plan: Arc::clone(&plan),
+        });
+        let bob = Arc::new(Client {
+            id: "bob".into(),
+            plan,
+        });
+        let bob_digest =
+            KeyDigest::from_hex("4b9c59b7d5c1ee8c3a69b8a8d9c9a3f0c3fe4d1c1ad4b39d4c8cc0c20e1d9a3a")
+                .unwrap();
+        KeyRing::new([
+            (KeyDigest::of(b"ada-secret-key-0001"), ada),
+            (bob_digest, bob),
+        ])
+    }
+
+    #[test]
+    fn keys_map_to_clients_by_digest() {
+        let r = ring();
+        assert_eq!(&*r.lookup(b"ada-secret-key-0001").unwrap().id, "ada");
+        assert!(r.lookup(b"ada-secret-key-0002").is_none());
+        assert!(r.lookup(b"").is_none());
+    }
+
+    #[test]
+    fn hex_digests_parse_and_match_the_plaintext_digest() {
+        let d = KeyDigest::of(b"abc");
+        let hex = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        assert_eq!(KeyDigest::from_hex(hex), Some(d));
+        assert_eq!(KeyDigest::from_hex(&hex.to_uppercase()), Some(d));
+        assert_eq!(KeyDigest::from_hex("abc"), None);
+        assert_eq!(KeyDigest::from_hex(&"zz".repeat(32)), None);
+        assert_eq!(format!("{d:?}"), "KeyDigest(<redacted>)");
+    }
+
+    fn extract(api: &[&str], auth: &[&str]) -> Result<String, KeyError> {
+        extract_key(
+            api.iter().map(|s| s.as_bytes()),
+            auth.iter().map(|s| s.as_bytes()),
+        )
+        .map(|k| String::from_utf8(k.to_vec()).unwrap())
+    }
+
+    #[test]
+    fn keys_come_from_x_api_key_or_bearer() {
+        assert_eq!(extract(&["k1"], &[]), Ok("k1".into()));
+        assert_eq!(extract(&[], &["Bearer k2"]), Ok("k2".into()));
+        assert_eq!(extract(&[], &["bearer   k2 "]), Ok("k2".into()));
+        assert_eq!(extract(&["k3"], &["Bearer k3"]), Ok("k3".into()));
+        assert_eq!(
+            extract(&[], &["Basic dXNlcjpwYXNz"]),
+            Err(KeyError::Missing)
+        );
+        assert_eq!(extract(&[], &[]), Err(KeyError::Missing));
+        assert_eq!(extract(&[""], &["Bearer "]), Err(KeyError::Missing));
+    }
+
+    #[test]
+    fn ambiguous_and_malformed_keys_are_refused() {
+        assert_eq!(extract(&["k1", "k2"], &[]), Err(KeyError::Ambiguous));
+        assert_eq!(extract(&["k1"], &["Bearer k2"]), Err(KeyError::Ambiguous));
+        assert_eq!(
+            extract(&[&"k".repeat(MAX_KEY_LEN + 1)], &[]),
+            Err(KeyError::Malformed)
+        );
+        assert_eq!(extract(&["has space"], &[]), Err(KeyError::Malformed));
+        assert_eq!(extract(&["caf\u{e9}"], &[]), Err(KeyError::Malformed));
+    }
+}

@@ -1,0 +1,157 @@
+//! Decisions → response headers, per draft-ietf-httpapi-ratelimit-headers-11 and RFC 9110:
+//!
+//! ```text
+//! RateLimit-Policy: "ip";q=50;w=1, "per-minute";q=100;w=60
+//! RateLimit: "ip";r=49;t=1, "per-minute";r=0;t=20
+//! Retry-After: 20
+//! ```
+//!
+//! Both are structured-field lists; each member is the quoted policy name with parameters:
+//! `q` quota, `w` window in seconds, `r` remaining units, `t` seconds until the quota resets.
+//! Seconds are whole numbers rounded up. Policy names are restricted by the config loader to
+//! characters that need no escaping in an sf-string.
+
+use crate::limit::{Decision, Policy};
+use std::fmt::Write;
+
+/// Whole seconds, rounded up.
+pub fn secs_ceil(ms: u64) -> u64 {
+    ms.div_ceil(1000)
+}
+
+/// `Retry-After` for a rejection: whole seconds, rounded up, never 0.
+pub fn retry_after(ms: u64) -> u64 {
+    secs_ceil(ms).max(1)
+}
+
+/// `RateLimit-Policy` for the given policies.
+pub fn policy_header<'a>(policies: impl Iterator<Item = &'a Policy>) -> String {
+    let mut out = String::with_capacity(64);
+    for (i, p) in policies.enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let (q, w) = p.quota();
+        let _ = write!(out, "\"{}\";q={q};w={w}", p.name);
+    }
+    out
+}
+
+/// `RateLimit` for the given (policy, decision) pairs.
+pub fn ratelimit_header<'a>(entries: impl Iterator<Item = (&'a Policy, &'a Decision)>) -> String {
+    let mut out = String::with_capacity(48);
+    for (i, (p, d)) in entries.enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let _ = write!(
+            out,
+            "\"{}\";r={};t={}",
+            p.name,
+            d.remaining,
+            secs_ceil(d.reset_ms)
+        );
+    }
+    out
+}
+
+/// The decision a single-policy header (`X-RateLimit-*`) should describe: the one with the
+/// fewest units left (a rejecting one first).
+pub fn most_restrictive<'a>(decisions: impl Iterator<Item = &'a Decision>) -> Option<&'a Decision> {
+    decisions.min_by_key(|d| (d.allowed, d.remaining, u64::MAX - d.reset_ms))
+}
+
+/// The legacy trio `X-RateLimit-Limit`, `-Remaining`, `-Reset` (seconds until reset).
+pub fn legacy_headers(d: &Decision) -> [(&'static str, u64); 3] {
+    [
+        ("x-ratelimit-limit", d.limit),
+        ("x-ratelimit-remaining", d.remaining),
+        ("x-ratelimit-reset", secs_ceil(d.reset_ms)),
+    ]
+}
+
+/// "Near the limit": some policy has at most a tenth of its quota left.
+pub fn near_limit<'a>(mut decisions: impl Iterator<Item = &'a Decision>) -> bool {
+    decisions.any(|d| !d.allowed || d.remaining.saturating_mul(10) <= d.limit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::Algorithm;
+
+    fn d(allowed: bool, limit: u64, remaining: u64, reset_ms: u64) -> Decision {
+        Decision {
+            allowed,
+            limit,
+            remaining,
+            reset_ms,
+            retry_after_ms: if allowed { 0 } else { reset_ms },
+        }
+    }
+
+    #[test]
+    fn renders_the_draft_11_fields_exactly() {
+        let ip = Policy::new("ip", Algorithm::TokenBucket, 50, 1000, 50);
+        let minute = Policy::new("per-minute", Algorithm::SlidingWindow, 100, 60_000, 100);
+        assert_eq!(
+            policy_header([&ip, &minute].into_iter()),
+            r#""ip";q=50;w=1, "per-minute";q=100;w=60"#
+        );
+        let (a, b) = (d(true, 50, 49, 20), d(false, 100, 0, 19_001));
+        assert_eq!(
+            ratelimit_header([(&ip, &a), (&minute, &b)].into_iter()),
+            r#""ip";r=49;t=1, "per-minute";r=0;t=20"#
+        );
+    }
+
+    #[test]
+    fn token_buckets_advertise_capacity_over_refill_time() {
+        let p = Policy::new("ip", Algorithm::TokenBucket, 50, 1000, 100);
+        assert_eq!(policy_header(std::iter::once(&p)), r#""ip";q=100;w=2"#);
+        let p = Policy::new("ip", Algorithm::TokenBucket, 1, 60_000, 3);
+        assert_eq!(policy_header(std::iter::once(&p)), r#""ip";q=3;w=180"#);
+    }
+
+    #[test]
+    fn sub_second_windows_round_up() {
+        let p = Policy::new("burst", Algorithm::FixedWindow, 5, 250, 5);
+        assert_eq!(policy_header(std::iter::once(&p)), r#""burst";q=5;w=1"#);
+    }
+
+    #[test]
+    fn retry_after_is_whole_seconds_rounded_up_and_never_zero() {
+        assert_eq!(retry_after(0), 1);
+        assert_eq!(retry_after(1), 1);
+        assert_eq!(retry_after(1000), 1);
+        assert_eq!(retry_after(1001), 2);
+        assert_eq!(retry_after(59_999), 60);
+    }
+
+    #[test]
+    fn the_most_restrictive_decision_is_chosen_for_legacy_headers() {
+        let ds = [
+            d(true, 100, 50, 1000),
+            d(false, 10, 0, 5000),
+            d(true, 5, 1, 100),
+        ];
+        assert_eq!(most_restrictive(ds.iter()), Some(&ds[1]));
+        let ds = [d(true, 100, 50, 1000), d(true, 5, 1, 100)];
+        let m = most_restrictive(ds.iter()).unwrap();
+        assert_eq!(
+            legacy_headers(m),
+            [
+                ("x-ratelimit-limit", 5),
+                ("x-ratelimit-remaining", 1),
+                ("x-ratelimit-reset", 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn near_limit_means_a_tenth_or_less_left() {
+        assert!(!near_limit([d(true, 100, 11, 0)].iter()));
+        assert!(near_limit([d(true, 100, 10, 0)].iter()));
+        assert!(near_limit([d(false, 100, 50, 0)].iter()));
+    }
+}
