@@ -16,11 +16,18 @@
 //! own modules and is tested without a network; `proxy` only moves data between Pingora and
 //! those functions.
 
+pub mod auth;
+pub mod chain;
+pub mod clock;
 pub mod config;
+pub mod headers;
+pub mod identity;
+pub mod limit;
 pub mod problem;
 pub mod proxy;
 pub mod request_id;
 pub mod router;
 pub mod server;
 pub mod snapshot;
+pub mod sweeper;
 pub mod upstream;

@@ -1,20 +1,30 @@
 //! The Pingora glue: the only module that touches a `Session`. Each hook reads what it needs
-//! from the request, calls plain functions over plain data, and writes the outcome back.
+//! from the request, calls the plain functions of `chain.rs` and friends, and writes the
+//! outcome back.
 //!
 //! Request path (DESIGN.md §2), as wired here:
-//! `new_ctx` loads the live snapshot once → `request_filter`: request id, path check, route
-//! match (404/405) → `upstream_peer`: round-robin pick of a healthy server (502 when none) →
-//! `upstream_request_filter`: `X-Forwarded-For`, `X-Request-Id` → upstream →
-//! `response_filter`: `X-Request-Id` on the response → `fail_to_proxy`: problem+json for
-//! upstream failures (502/504).
+//! `new_ctx` loads the live snapshot once → `request_filter`: request id, then the chain of
+//! `chain.rs` (path check, route, per-IP bucket, API key, plan limits in the store) →
+//! `upstream_peer`: round-robin pick of a healthy server (502 when none) →
+//! `upstream_request_filter`: `X-Forwarded-For`, `X-Request-Id`, `X-Client-Id`, API key
+//! removed → upstream → `response_filter`: `X-Request-Id`, rate-limit headers →
+//! `fail_to_proxy`: problem+json for upstream failures (502/504).
 
+use crate::auth::{Client, API_KEY_HEADER};
+use crate::chain::{self, LimitStatus, Reject};
+use crate::clock::{Clock, MonotonicClock};
+use crate::config::{Auth, HeadersMode};
+use crate::headers;
+use crate::limit::store::CheckRequest;
 use crate::problem::{self, Kind};
 use crate::request_id;
-use crate::router::{check_request_path, RouteMatch};
 use crate::snapshot::{Route, Snapshot, SnapshotHandle};
 use async_trait::async_trait;
 use bytes::Bytes;
-use http::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HOST};
+use http::header::{
+    HeaderValue, ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HOST,
+    RETRY_AFTER, WWW_AUTHENTICATE,
+};
 use pingora::prelude::*;
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
@@ -24,13 +34,20 @@ use std::sync::Arc;
 /// Error type used when every server of a route's pool is unhealthy.
 const NO_HEALTHY_UPSTREAM: ErrorType = ErrorType::Custom("no healthy upstream");
 
+/// Header carrying the authenticated client id to the upstream (any incoming one is removed).
+pub const CLIENT_ID_HEADER: &str = "x-client-id";
+
 pub struct Gateway {
     snapshots: SnapshotHandle,
+    clock: MonotonicClock,
 }
 
 impl Gateway {
     pub fn new(snapshots: SnapshotHandle) -> Gateway {
-        Gateway { snapshots }
+        Gateway {
+            snapshots,
+            clock: MonotonicClock,
+        }
     }
 }
 
@@ -40,11 +57,54 @@ pub struct RequestCtx {
     route: Option<usize>,
     request_id: HeaderValue,
     upstream_tries: usize,
+    client: Option<Arc<Client>>,
+    limits: LimitStatus,
 }
 
 impl RequestCtx {
     fn route(&self) -> Option<&Route> {
         self.route.map(|i| &self.snapshot.routes[i])
+    }
+}
+
+impl Gateway {
+    /// Steps [1]–[5] of the chain; on `Err` the caller writes the rejection.
+    async fn admit(&self, session: &Session, ctx: &mut RequestCtx) -> Result<(), Reject> {
+        let req = session.req_header();
+        let host = req
+            .uri
+            .host()
+            .or_else(|| req.headers.get(HOST).and_then(|h| h.to_str().ok()));
+        let index = chain::route(&ctx.snapshot, host, &req.method, req.uri.path())?;
+        ctx.route = Some(index);
+        let snapshot = Arc::clone(&ctx.snapshot);
+        let route = &snapshot.routes[index];
+        let peer = session
+            .client_addr()
+            .and_then(PeerAddr::as_inet)
+            .map(|a| a.ip());
+        let now = self.clock.now_ms();
+        chain::check_ip(&snapshot, route, peer, &req.headers, now, &mut ctx.limits)?;
+        if route.config.auth == Auth::ApiKey {
+            let client = chain::authenticate(&snapshot, &req.headers)?;
+            let verdict = snapshot
+                .store
+                .check(CheckRequest {
+                    client: &client.id,
+                    route: &route.name,
+                    policies: &client.plan.policies,
+                    cost: route.config.cost,
+                })
+                .await;
+            for (policy, decision) in client.plan.policies.iter().zip(&verdict.decisions) {
+                ctx.limits.push(policy, *decision);
+            }
+            ctx.client = Some(client);
+            if !verdict.allowed() {
+                return Err(Reject::TooManyRequests);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -58,41 +118,25 @@ impl ProxyHttp for Gateway {
             route: None,
             request_id: HeaderValue::from_static(""),
             upstream_tries: 0,
+            client: None,
+            limits: LimitStatus::default(),
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        let req = session.req_header();
-        ctx.request_id = match req.headers.get(request_id::HEADER) {
+        ctx.request_id = match session.req_header().headers.get(request_id::HEADER) {
             Some(v) if request_id::is_acceptable(v.as_bytes()) => v.clone(),
             _ => {
                 HeaderValue::from_str(&request_id::generate()).expect("generated ids are ASCII hex")
             }
         };
-        let path = req.uri.path();
-        if let Err(bad) = check_request_path(path) {
-            respond_problem(session, ctx, Kind::BadRequest, bad.detail(), None).await?;
-            return Ok(true);
-        }
-        let host = req
-            .uri
-            .host()
-            .or_else(|| req.headers.get(HOST).and_then(|h| h.to_str().ok()));
-        match ctx.snapshot.router.find(host, &req.method, path) {
-            RouteMatch::Found(i) => ctx.route = Some(i),
-            RouteMatch::MethodNotAllowed(allow) => {
-                let detail = format!("{} is not allowed here; allowed: {allow}", req.method);
-                let allow = HeaderValue::from_str(&allow).ok();
-                respond_problem(session, ctx, Kind::MethodNotAllowed, &detail, allow).await?;
-                return Ok(true);
-            }
-            RouteMatch::NotFound => {
-                let detail = format!("no route matches {} {}", req.method, path);
-                respond_problem(session, ctx, Kind::RouteNotFound, &detail, None).await?;
-                return Ok(true);
+        match self.admit(session, ctx).await {
+            Ok(()) => Ok(false),
+            Err(reject) => {
+                respond_reject(session, ctx, &reject).await?;
+                Ok(true)
             }
         }
-        Ok(false)
     }
 
     async fn upstream_peer(
@@ -161,6 +205,24 @@ impl ProxyHttp for Gateway {
             upstream_request.insert_header("x-forwarded-for", forwarded)?;
         }
         upstream_request.insert_header(request_id::HEADER, ctx.request_id.clone())?;
+        // Only the gateway says who the client is.
+        upstream_request.remove_header(CLIENT_ID_HEADER);
+        if let Some(client) = &ctx.client {
+            upstream_request.insert_header(CLIENT_ID_HEADER, &*client.id)?;
+        }
+        let forward_key = ctx.route().is_some_and(|r| r.config.forward_api_key);
+        if ctx.client.is_some() && !forward_key {
+            upstream_request.remove_header(API_KEY_HEADER);
+            let bearer = upstream_request
+                .headers
+                .get(AUTHORIZATION)
+                .is_some_and(|v| {
+                    v.as_bytes().len() > 7 && v.as_bytes()[..7].eq_ignore_ascii_case(b"bearer ")
+                });
+            if bearer {
+                upstream_request.remove_header(&AUTHORIZATION);
+            }
+        }
         Ok(())
     }
 
@@ -171,6 +233,20 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         upstream_response.insert_header(request_id::HEADER, ctx.request_id.clone())?;
+        if let Some(route) = ctx.route() {
+            let show = match route.config.rate_limit_headers {
+                HeadersMode::On => true,
+                HeadersMode::Off => false,
+                HeadersMode::NearLimit => {
+                    headers::near_limit(ctx.limits.entries.iter().map(|(_, d)| d))
+                }
+            };
+            if show && !ctx.limits.is_empty() {
+                for (name, value) in ctx.limits.headers(route.config.legacy_rate_limit_headers) {
+                    upstream_response.insert_header(name, value)?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -190,7 +266,8 @@ impl ProxyHttp for Gateway {
         let detail = describe(kind, e, ctx);
         if session.response_written().is_none() {
             session.set_keepalive(None);
-            if let Err(write_err) = respond_problem(session, ctx, kind, &detail, None).await {
+            let body = problem::render(kind, &detail, ctx.request_id.to_str().ok());
+            if let Err(write_err) = write_problem(session, ctx, kind, body, Vec::new()).await {
                 log::debug!("could not write {} response: {write_err}", kind.status());
             }
         }
@@ -266,27 +343,70 @@ pub fn forwarded_for<'a>(
     out
 }
 
-/// Writes a problem+json response. The connection stays reusable unless the caller turned
-/// keep-alive off.
-async fn respond_problem(
+/// Writes the response for a request the chain rejected. Rejections keep the connection
+/// open (a client told to slow down should not also pay for a new handshake), except for
+/// malformed requests.
+async fn respond_reject(session: &mut Session, ctx: &RequestCtx, reject: &Reject) -> Result<()> {
+    let kind = reject.kind();
+    let request_id = ctx.request_id.to_str().ok();
+    let mut extra: Vec<(http::HeaderName, HeaderValue)> = Vec::new();
+    let body = match reject {
+        Reject::TooManyRequests => {
+            let legacy = ctx
+                .route()
+                .is_some_and(|r| r.config.legacy_rate_limit_headers);
+            for (name, value) in ctx.limits.headers(legacy) {
+                extra.push((
+                    http::HeaderName::from_static(name),
+                    HeaderValue::from_str(&value).expect("ASCII"),
+                ));
+            }
+            extra.push((
+                RETRY_AFTER,
+                HeaderValue::from(ctx.limits.retry_after_secs()),
+            ));
+            problem::render_with_policies(
+                kind,
+                &reject.detail(),
+                request_id,
+                &ctx.limits.violated(),
+            )
+        }
+        Reject::MethodNotAllowed { allow, .. } => {
+            if let Ok(allow) = HeaderValue::from_str(allow) {
+                extra.push((ALLOW, allow));
+            }
+            problem::render(kind, &reject.detail(), request_id)
+        }
+        Reject::Key(_) | Reject::UnknownKey if kind == Kind::Unauthorized => {
+            extra.push((
+                WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"turnstile\""),
+            ));
+            problem::render(kind, &reject.detail(), request_id)
+        }
+        _ => problem::render(kind, &reject.detail(), request_id),
+    };
+    if kind == Kind::BadRequest {
+        session.set_keepalive(None);
+    }
+    write_problem(session, ctx, kind, body, extra).await
+}
+
+async fn write_problem(
     session: &mut Session,
     ctx: &RequestCtx,
     kind: Kind,
-    detail: &str,
-    allow: Option<HeaderValue>,
+    body: Vec<u8>,
+    extra: Vec<(http::HeaderName, HeaderValue)>,
 ) -> Result<()> {
-    let request_id = ctx.request_id.to_str().ok().filter(|s| !s.is_empty());
-    let body = problem::render(kind, detail, request_id);
-    let mut resp = ResponseHeader::build(kind.status(), Some(5))?;
+    let mut resp = ResponseHeader::build(kind.status(), Some(6 + extra.len()))?;
     resp.insert_header(CONTENT_TYPE, problem::CONTENT_TYPE)?;
     resp.insert_header(CONTENT_LENGTH, body.len())?;
     resp.insert_header(CACHE_CONTROL, "no-store")?;
     resp.insert_header(request_id::HEADER, ctx.request_id.clone())?;
-    if let Some(allow) = allow {
-        resp.insert_header(ALLOW, allow)?;
-    }
-    if kind == Kind::BadRequest {
-        session.set_keepalive(None);
+    for (name, value) in extra {
+        resp.insert_header(name, value)?;
     }
     session.write_response_header(Box::new(resp), false).await?;
     session

@@ -213,6 +213,12 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             read_timeout: Duration::from_secs(1),
             write_timeout: Duration::from_secs(1),
+            ip_limit: crate::config::IpLimitChoice::Off,
+            auth: crate::config::Auth::None,
+            cost: 1,
+            rate_limit_headers: crate::config::HeadersMode::On,
+            legacy_rate_limit_headers: false,
+            forward_api_key: false,
         }
     }
 

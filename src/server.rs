@@ -4,6 +4,7 @@
 use crate::config::Config;
 use crate::proxy::Gateway;
 use crate::snapshot::{Snapshot, SnapshotHandle};
+use crate::sweeper::Sweeper;
 use crate::upstream::HealthChecker;
 use arc_swap::ArcSwap;
 use pingora::server::configuration::{Opt, ServerConf};
@@ -51,7 +52,11 @@ pub fn build(config: Config, mut opt: Opt) -> anyhow::Result<Server> {
     server.add_service(proxy);
     server.add_service(background_service(
         "upstream health checks",
-        HealthChecker::new(snapshots),
+        HealthChecker::new(Arc::clone(&snapshots)),
+    ));
+    server.add_service(background_service(
+        "limiter state sweeper",
+        Sweeper::new(snapshots),
     ));
     Ok(server)
 }

@@ -1,8 +1,15 @@
 //! Everything a request needs, built from one validated [`Config`]. The live snapshot sits in
 //! an `ArcSwap`; each request loads it once, at the start, and uses that one value until it
 //! ends, so a reload in the middle of a request never mixes two configurations.
+//!
+//! Stateful parts are reused from the previous snapshot when their definition did not change
+//! (upstream pools with their health state, per-IP tables with their buckets, the store with
+//! its counters), so rebuilding a snapshot does not reset them.
 
-use crate::config::{Config, ConfigError, RouteConfig};
+use crate::auth::{Client, KeyRing, Plan};
+use crate::config::{Config, ConfigError, IpLimitChoice, IpLimitConfig, RouteConfig, StoreConfig};
+use crate::limit::ip::IpLimiter;
+use crate::limit::store::Store;
 use crate::router::Router;
 use crate::upstream::Pool;
 use arc_swap::ArcSwap;
@@ -11,58 +18,166 @@ use std::sync::Arc;
 
 pub type SnapshotHandle = Arc<ArcSwap<Snapshot>>;
 
+/// Which per-IP table a route uses: the shared server default, or its own.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum IpTableId {
+    ServerDefault,
+    Route(String),
+}
+
+pub struct IpTable {
+    pub config: IpLimitConfig,
+    pub max_tracked: usize,
+    pub limiter: Arc<IpLimiter>,
+}
+
 pub struct Snapshot {
     pub config: Arc<Config>,
     pub router: Router,
     /// Same order as `config.routes` (the router returns indexes into this).
     pub routes: Vec<Route>,
     pub pools: BTreeMap<String, Arc<Pool>>,
+    pub ip_tables: BTreeMap<IpTableId, IpTable>,
+    pub keys: KeyRing,
+    pub store: Arc<Store>,
 }
 
 pub struct Route {
     pub config: RouteConfig,
+    /// The route name, shared cheaply with limiter keys.
+    pub name: Arc<str>,
     pub pool: Arc<Pool>,
+    pub ip_limiter: Option<Arc<IpLimiter>>,
 }
 
 impl Snapshot {
-    /// Builds a snapshot. Pools whose definition is unchanged since `previous` are reused, so
-    /// their health state and round-robin position survive a reload. Fails when a server
+    /// Builds a snapshot, reusing unchanged stateful parts of `previous`. Fails when a server
     /// name does not resolve.
     pub fn build(config: Config, previous: Option<&Snapshot>) -> Result<Snapshot, ConfigError> {
-        let mut pools = BTreeMap::new();
-        let mut problems = Vec::new();
-        for (name, up) in &config.upstreams {
-            let reused = previous
-                .and_then(|p| p.pools.get(name))
-                .filter(|pool| pool.config == *up);
-            match reused {
-                Some(pool) => {
-                    pools.insert(name.clone(), Arc::clone(pool));
-                }
-                None => match Pool::new(up) {
-                    Ok(pool) => {
-                        pools.insert(name.clone(), Arc::new(pool));
-                    }
-                    Err(problem) => problems.push(problem),
-                },
-            }
-        }
-        if !problems.is_empty() {
-            return Err(ConfigError::Invalid(problems));
-        }
+        let pools = build_pools(&config, previous)?;
+        let ip_tables = build_ip_tables(&config, previous);
         let routes = config
             .routes
             .iter()
-            .map(|r| Route {
-                config: r.clone(),
-                pool: Arc::clone(&pools[&r.upstream]),
+            .map(|r| {
+                let table = match r.ip_limit {
+                    IpLimitChoice::ServerDefault => Some(IpTableId::ServerDefault),
+                    IpLimitChoice::Off => None,
+                    IpLimitChoice::Own(_) => Some(IpTableId::Route(r.name.clone())),
+                };
+                Route {
+                    config: r.clone(),
+                    name: Arc::from(r.name.as_str()),
+                    pool: Arc::clone(&pools[&r.upstream]),
+                    ip_limiter: table
+                        .and_then(|id| ip_tables.get(&id))
+                        .map(|t| Arc::clone(&t.limiter)),
+                }
             })
             .collect();
+        let store = match (previous, &config.store) {
+            (Some(p), StoreConfig::Memory) if p.config.store == StoreConfig::Memory => {
+                Arc::clone(&p.store)
+            }
+            (_, StoreConfig::Memory) => Arc::new(Store::memory()),
+        };
         Ok(Snapshot {
             router: Router::new(&config.routes),
             routes,
             pools,
+            ip_tables,
+            keys: key_ring(&config),
+            store,
             config: Arc::new(config),
         })
     }
+}
+
+fn build_pools(
+    config: &Config,
+    previous: Option<&Snapshot>,
+) -> Result<BTreeMap<String, Arc<Pool>>, ConfigError> {
+    let mut pools = BTreeMap::new();
+    let mut problems = Vec::new();
+    for (name, up) in &config.upstreams {
+        let reused = previous
+            .and_then(|p| p.pools.get(name))
+            .filter(|pool| pool.config == *up);
+        match reused {
+            Some(pool) => {
+                pools.insert(name.clone(), Arc::clone(pool));
+            }
+            None => match Pool::new(up) {
+                Ok(pool) => {
+                    pools.insert(name.clone(), Arc::new(pool));
+                }
+                Err(problem) => problems.push(problem),
+            },
+        }
+    }
+    if problems.is_empty() {
+        Ok(pools)
+    } else {
+        Err(ConfigError::Invalid(problems))
+    }
+}
+
+/// One table for the server default (if any route uses it) and one per route with its own
+/// `ip_limit`; a table whose limit and size are unchanged keeps its buckets.
+fn build_ip_tables(config: &Config, previous: Option<&Snapshot>) -> BTreeMap<IpTableId, IpTable> {
+    let max_tracked = config.server.max_tracked_ips;
+    let mut wanted: BTreeMap<IpTableId, IpLimitConfig> = BTreeMap::new();
+    for r in &config.routes {
+        match (r.ip_limit, config.server.ip_limit) {
+            (IpLimitChoice::ServerDefault, Some(default)) => {
+                wanted.insert(IpTableId::ServerDefault, default);
+            }
+            (IpLimitChoice::Own(own), _) => {
+                wanted.insert(IpTableId::Route(r.name.clone()), own);
+            }
+            _ => {}
+        }
+    }
+    wanted
+        .into_iter()
+        .map(|(id, cfg)| {
+            let reused = previous
+                .and_then(|p| p.ip_tables.get(&id))
+                .filter(|t| t.config == cfg && t.max_tracked == max_tracked)
+                .map(|t| Arc::clone(&t.limiter));
+            let limiter =
+                reused.unwrap_or_else(|| Arc::new(IpLimiter::new(cfg.policy(), max_tracked)));
+            (
+                id,
+                IpTable {
+                    config: cfg,
+                    max_tracked,
+                    limiter,
+                },
+            )
+        })
+        .collect()
+}
+
+fn key_ring(config: &Config) -> KeyRing {
+    let plans: BTreeMap<&str, Arc<Plan>> = config
+        .plans
+        .values()
+        .map(|p| {
+            let plan = Plan {
+                name: Arc::from(p.name.as_str()),
+                policies: p.limits.clone(),
+            };
+            (p.name.as_str(), Arc::new(plan))
+        })
+        .collect();
+    KeyRing::new(config.clients.iter().flat_map(|c| {
+        let client = Arc::new(Client {
+            id: Arc::from(c.id.as_str()),
+            plan: Arc::clone(&plans[c.plan.as_str()]),
+        });
+        c.api_keys
+            .iter()
+            .map(move |digest| (*digest, Arc::clone(&client)))
+    }))
 }

@@ -3,9 +3,11 @@
 //! Conversion to the typed [`super::Config`] (and every cross-reference check) lives in
 //! `super::validate`.
 
-use super::units::HumanDuration;
+use super::units::{HumanDuration, Rate};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::fmt;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -16,6 +18,11 @@ pub struct FileConfig {
     pub upstreams: BTreeMap<String, UpstreamFile>,
     #[serde(default)]
     pub routes: Vec<RouteFile>,
+    pub store: Option<StoreFile>,
+    #[serde(default)]
+    pub plans: BTreeMap<String, PlanFile>,
+    #[serde(default)]
+    pub clients: Vec<ClientFile>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -33,6 +40,133 @@ pub struct ServerFile {
     pub graceful_shutdown_timeout: Option<HumanDuration>,
     /// Idle keep-alive connections kept to upstreams (all pools together).
     pub upstream_keepalive_pool_size: Option<usize>,
+    /// Peers whose `X-Forwarded-For` is believed (CIDRs or single addresses).
+    pub trusted_proxies: Option<Vec<String>>,
+    /// Client addresses are limited per prefix of this length.
+    pub ipv4_prefix: Option<u8>,
+    pub ipv6_prefix: Option<u8>,
+    /// Per-IP limit of routes that do not set their own.
+    pub ip_limit: Option<IpLimitFile>,
+    /// Most client addresses one per-IP table tracks.
+    pub max_tracked_ips: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IpLimitFile {
+    pub rate: Rate,
+    pub burst: Option<u64>,
+}
+
+/// A route's `ip_limit`: a table, or `"off"` / `false` to opt out of the server default.
+#[derive(Debug, Clone)]
+pub enum IpLimitSetting {
+    Off,
+    Limit(IpLimitFile),
+}
+
+impl<'de> Deserialize<'de> for IpLimitSetting {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = IpLimitSetting;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a table like { rate = \"50/s\", burst = 100 }, or \"off\"")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<IpLimitSetting, E> {
+                match v {
+                    "off" => Ok(IpLimitSetting::Off),
+                    other => Err(E::custom(format_args!(
+                        "invalid ip_limit {other:?}: expected a table like {{ rate = \"50/s\", burst = 100 }}, or \"off\""
+                    ))),
+                }
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<IpLimitSetting, E> {
+                if v {
+                    Err(E::custom(
+                        "ip_limit = true says nothing: give { rate = \"50/s\", burst = 100 }",
+                    ))
+                } else {
+                    Ok(IpLimitSetting::Off)
+                }
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<IpLimitSetting, A::Error> {
+                IpLimitFile::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(IpLimitSetting::Limit)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "snake_case")]
+pub enum StoreFile {
+    /// In this process: exact for one instance.
+    Memory {},
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanFile {
+    pub limits: Vec<LimitFile>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlgorithmFile {
+    TokenBucket,
+    FixedWindow,
+    SlidingWindow,
+    SlidingLog,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitFile {
+    pub name: String,
+    pub algorithm: AlgorithmFile,
+    pub limit: u64,
+    pub window: HumanDuration,
+    /// Token bucket only: capacity (default `limit`).
+    pub burst: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientFile {
+    pub id: String,
+    pub plan: String,
+    /// Plaintext keys or `sha256:<hex>` digests.
+    pub api_keys: Vec<String>,
+}
+
+impl fmt::Debug for ClientFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientFile")
+            .field("id", &self.id)
+            .field("plan", &self.plan)
+            .field(
+                "api_keys",
+                &format_args!("<{} redacted>", self.api_keys.len()),
+            )
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthFile {
+    None,
+    ApiKey,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeadersModeFile {
+    On,
+    Off,
+    NearLimit,
 }
 
 #[derive(Debug, Deserialize)]
@@ -69,4 +203,12 @@ pub struct RouteFile {
     pub connect_timeout: Option<HumanDuration>,
     pub read_timeout: Option<HumanDuration>,
     pub write_timeout: Option<HumanDuration>,
+    pub ip_limit: Option<IpLimitSetting>,
+    pub auth: Option<AuthFile>,
+    /// Units each request costs against the client's plan limits.
+    pub cost: Option<u64>,
+    pub rate_limit_headers: Option<HeadersModeFile>,
+    pub legacy_rate_limit_headers: Option<bool>,
+    /// Pass the API key on to the upstream (default: removed).
+    pub forward_api_key: Option<bool>,
 }

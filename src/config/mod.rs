@@ -12,6 +12,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::auth::KeyDigest;
+use crate::identity::{Grouping, TrustedProxies};
+use crate::limit::{Algorithm, Policy};
+use units::Rate;
+
 pub use validate::MAX_NAME_LEN;
 
 /// The validated configuration.
@@ -20,6 +25,9 @@ pub struct Config {
     pub server: ServerConfig,
     pub upstreams: BTreeMap<String, UpstreamConfig>,
     pub routes: Vec<RouteConfig>,
+    pub store: StoreConfig,
+    pub plans: BTreeMap<String, PlanConfig>,
+    pub clients: Vec<ClientConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +39,77 @@ pub struct ServerConfig {
     pub grace_period: Duration,
     pub graceful_shutdown_timeout: Duration,
     pub upstream_keepalive_pool_size: usize,
+    pub trusted_proxies: TrustedProxies,
+    pub grouping: Grouping,
+    /// Per-IP limit of routes that do not choose their own.
+    pub ip_limit: Option<IpLimitConfig>,
+    /// Most addresses one per-IP table tracks.
+    pub max_tracked_ips: usize,
+}
+
+/// `ip_limit = { rate, burst }`: a token bucket per client address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IpLimitConfig {
+    pub rate: Rate,
+    pub burst: u64,
+}
+
+/// Name of the per-IP policy in `RateLimit` headers and 429 bodies (reserved for plans).
+pub const IP_POLICY_NAME: &str = "ip";
+
+impl IpLimitConfig {
+    pub fn policy(&self) -> Policy {
+        Policy::new(
+            IP_POLICY_NAME,
+            Algorithm::TokenBucket,
+            self.rate.amount,
+            self.rate.period.as_millis() as u64,
+            self.burst,
+        )
+    }
+}
+
+/// A route's per-IP limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpLimitChoice {
+    /// `server.ip_limit`, if any (one table shared by every route using it).
+    ServerDefault,
+    Off,
+    /// The route's own limit and table.
+    Own(IpLimitConfig),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Auth {
+    None,
+    ApiKey,
+}
+
+/// Whether admitted responses carry the quota headers (rejections always do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadersMode {
+    On,
+    Off,
+    /// Only when some policy has at most a tenth of its quota left.
+    NearLimit,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreConfig {
+    Memory,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanConfig {
+    pub name: String,
+    pub limits: Vec<Policy>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientConfig {
+    pub id: String,
+    pub plan: String,
+    pub api_keys: Vec<KeyDigest>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +146,13 @@ pub struct RouteConfig {
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
     pub write_timeout: Duration,
+    pub ip_limit: IpLimitChoice,
+    pub auth: Auth,
+    /// Units one request costs against the client's plan limits.
+    pub cost: u64,
+    pub rate_limit_headers: HeadersMode,
+    pub legacy_rate_limit_headers: bool,
+    pub forward_api_key: bool,
 }
 
 /// Defaults, in one place so the docs (`conf/gateway.toml`) and the code agree.
@@ -85,6 +171,7 @@ pub mod defaults {
     pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
     pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
     pub const HEALTH_HOST: &str = "localhost";
+    pub const MAX_TRACKED_IPS: usize = 100_000;
     pub const UNHEALTHY_THRESHOLD: usize = 2;
     pub const HEALTHY_THRESHOLD: usize = 1;
     pub fn threads() -> usize {

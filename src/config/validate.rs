@@ -2,11 +2,20 @@
 //! resolved. Every field of the mirror is destructured, so adding a field to `file.rs` does
 //! not compile until it is handled here. All problems are collected, not just the first.
 
-use super::file::{FileConfig, HealthCheckFile, RouteFile, ServerFile, UpstreamFile};
+use super::file::{
+    AlgorithmFile, AuthFile, ClientFile, FileConfig, HeadersModeFile, HealthCheckFile, IpLimitFile,
+    IpLimitSetting, LimitFile, PlanFile, RouteFile, ServerFile, StoreFile, UpstreamFile,
+};
 use super::units::HumanDuration;
 use super::{
-    defaults, Config, HealthCheckConfig, Problem, RouteConfig, ServerConfig, UpstreamConfig,
+    defaults, Auth, ClientConfig, Config, HeadersMode, HealthCheckConfig, IpLimitChoice,
+    IpLimitConfig, PlanConfig, Problem, RouteConfig, ServerConfig, StoreConfig, UpstreamConfig,
+    IP_POLICY_NAME,
 };
+use crate::auth::KeyDigest;
+use crate::identity::{Grouping, TrustedProxies};
+use crate::limit::algorithm::MAX_PRODUCT;
+use crate::limit::{Algorithm, Policy};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -36,9 +45,23 @@ impl TryFrom<FileConfig> for Config {
             server,
             upstreams,
             routes,
+            store,
+            plans,
+            clients,
         } = file;
         let mut problems = Problems::default();
         let server = server_config(server, &mut problems);
+        let store = match store {
+            None | Some(StoreFile::Memory {}) => StoreConfig::Memory,
+        };
+        let plans: BTreeMap<String, PlanConfig> = plans
+            .into_iter()
+            .map(|(name, plan)| {
+                let cfg = plan_config(&name, plan, &mut problems);
+                (name, cfg)
+            })
+            .collect();
+        let clients = clients_config(clients, &plans, &mut problems);
         let upstreams: BTreeMap<String, UpstreamConfig> = upstreams
             .into_iter()
             .map(|(name, up)| {
@@ -55,11 +78,15 @@ impl TryFrom<FileConfig> for Config {
             .map(|(i, r)| route_config(i, r, &upstreams, &mut problems))
             .collect();
         check_route_overlaps(&routes, &mut problems);
+        check_costs(&routes, &plans, &mut problems);
         if problems.0.is_empty() {
             Ok(Config {
                 server,
                 upstreams,
                 routes,
+                store,
+                plans,
+                clients,
             })
         } else {
             Err(problems.0)
@@ -76,6 +103,11 @@ fn server_config(file: ServerFile, problems: &mut Problems) -> ServerConfig {
         grace_period,
         graceful_shutdown_timeout,
         upstream_keepalive_pool_size,
+        trusted_proxies,
+        ipv4_prefix,
+        ipv6_prefix,
+        ip_limit,
+        max_tracked_ips,
     } = file;
     let listen_text = listen.unwrap_or_else(|| defaults::LISTEN.to_owned());
     let listen = listen_text.parse::<SocketAddr>().unwrap_or_else(|_| {
@@ -104,6 +136,279 @@ fn server_config(file: ServerFile, problems: &mut Problems) -> ServerConfig {
             .map_or(defaults::GRACEFUL_SHUTDOWN_TIMEOUT, |d| d.0),
         upstream_keepalive_pool_size: upstream_keepalive_pool_size
             .unwrap_or(defaults::UPSTREAM_KEEPALIVE_POOL_SIZE),
+        trusted_proxies: trusted_proxies_config(trusted_proxies.unwrap_or_default(), problems),
+        grouping: grouping_config(ipv4_prefix, ipv6_prefix, problems),
+        ip_limit: ip_limit.map(|l| ip_limit_config("server.ip_limit", l, problems)),
+        max_tracked_ips: match max_tracked_ips {
+            Some(0) => {
+                problems.push("server.max_tracked_ips", "must be at least 1");
+                defaults::MAX_TRACKED_IPS
+            }
+            Some(n) => n,
+            None => defaults::MAX_TRACKED_IPS,
+        },
+    }
+}
+
+fn trusted_proxies_config(list: Vec<String>, problems: &mut Problems) -> TrustedProxies {
+    let mut nets = Vec::with_capacity(list.len());
+    for (i, text) in list.iter().enumerate() {
+        let parsed = text
+            .parse::<ipnet::IpNet>()
+            .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from));
+        match parsed {
+            Ok(net) => nets.push(net.trunc()),
+            Err(_) => problems.push(
+                format!("server.trusted_proxies[{i}]"),
+                format!("{text:?}: expected a CIDR like \"10.0.0.0/8\" or an address like \"192.0.2.7\""),
+            ),
+        }
+    }
+    TrustedProxies::new(nets)
+}
+
+fn grouping_config(v4: Option<u8>, v6: Option<u8>, problems: &mut Problems) -> Grouping {
+    let defaults = Grouping::default();
+    let mut prefix = |path: &str, value: Option<u8>, max: u8, default: u8| match value {
+        Some(p) if p == 0 || p > max => {
+            problems.push(
+                path,
+                format!("{p}: expected a prefix length from 1 to {max}"),
+            );
+            default
+        }
+        Some(p) => p,
+        None => default,
+    };
+    Grouping {
+        ipv4_prefix: prefix("server.ipv4_prefix", v4, 32, defaults.ipv4_prefix),
+        ipv6_prefix: prefix("server.ipv6_prefix", v6, 128, defaults.ipv6_prefix),
+    }
+}
+
+fn ip_limit_config(path: &str, file: IpLimitFile, problems: &mut Problems) -> IpLimitConfig {
+    let IpLimitFile { rate, burst } = file;
+    let burst = burst.unwrap_or(rate.amount);
+    if burst == 0 {
+        problems.push(format!("{path}.burst"), "must be at least 1");
+    }
+    let period_ms = rate.period.as_millis() as u64;
+    if burst.saturating_mul(period_ms) > MAX_PRODUCT
+        || rate.amount.saturating_mul(period_ms) > MAX_PRODUCT
+    {
+        problems.push(
+            path.to_owned(),
+            "rate and burst are too large for exact arithmetic",
+        );
+    }
+    IpLimitConfig {
+        rate,
+        burst: burst.max(1),
+    }
+}
+
+fn algorithm(file: AlgorithmFile) -> Algorithm {
+    match file {
+        AlgorithmFile::TokenBucket => Algorithm::TokenBucket,
+        AlgorithmFile::FixedWindow => Algorithm::FixedWindow,
+        AlgorithmFile::SlidingWindow => Algorithm::SlidingWindow,
+        AlgorithmFile::SlidingLog => Algorithm::SlidingLog,
+    }
+}
+
+/// Sliding logs keep one entry per admitted unit: cap them so a typo cannot eat the memory.
+pub const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
+
+fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -> PlanConfig {
+    let PlanFile { limits } = file;
+    let base = format!("plans.{name}");
+    check_name(&base, name, problems);
+    if limits.is_empty() {
+        problems.push(format!("{base}.limits"), "a plan needs at least one limit");
+    }
+    let mut policies: Vec<Policy> = Vec::with_capacity(limits.len());
+    for (i, limit) in limits.into_iter().enumerate() {
+        let LimitFile {
+            name: limit_name,
+            algorithm: alg,
+            limit,
+            window,
+            burst,
+        } = limit;
+        let path = format!("{base}.limits[{i}]");
+        check_name(&format!("{path}.name"), &limit_name, problems);
+        if limit_name == IP_POLICY_NAME {
+            problems.push(
+                format!("{path}.name"),
+                "\"ip\" is reserved for the per-IP limit",
+            );
+        }
+        if policies.iter().any(|p| *p.name == *limit_name) {
+            problems.push(
+                format!("{path}.name"),
+                format!("{limit_name:?} is used twice in this plan"),
+            );
+        }
+        let alg = algorithm(alg);
+        if limit == 0 {
+            problems.push(format!("{path}.limit"), "must be at least 1");
+        }
+        let window_ms = window.0.as_millis() as u64;
+        if window_ms == 0 {
+            problems.push(format!("{path}.window"), "must be greater than zero");
+        }
+        let burst = match (alg, burst) {
+            (Algorithm::TokenBucket, Some(0)) => {
+                problems.push(format!("{path}.burst"), "must be at least 1");
+                limit
+            }
+            (Algorithm::TokenBucket, Some(b)) => b,
+            (Algorithm::TokenBucket, None) => limit,
+            (_, Some(_)) => {
+                problems.push(
+                    format!("{path}.burst"),
+                    format!("only token_bucket has a burst, not {alg}"),
+                );
+                limit
+            }
+            (_, None) => limit,
+        };
+        if burst.max(limit).saturating_mul(window_ms).saturating_mul(2) > MAX_PRODUCT {
+            problems.push(
+                path.clone(),
+                "limit × window is too large for exact arithmetic",
+            );
+        }
+        if alg == Algorithm::SlidingLog && limit > MAX_SLIDING_LOG_LIMIT {
+            problems.push(
+                format!("{path}.limit"),
+                format!("a sliding_log keeps one entry per request: at most {MAX_SLIDING_LOG_LIMIT} (use sliding_window for larger limits)"),
+            );
+        }
+        policies.push(Policy::new(
+            &limit_name,
+            alg,
+            limit.max(1),
+            window_ms.max(1),
+            burst.max(1),
+        ));
+    }
+    PlanConfig {
+        name: name.to_owned(),
+        limits: policies,
+    }
+}
+
+/// Shortest plaintext key accepted: anything shorter can be guessed.
+pub const MIN_PLAINTEXT_KEY_LEN: usize = 16;
+
+fn clients_config(
+    clients: Vec<ClientFile>,
+    plans: &BTreeMap<String, PlanConfig>,
+    problems: &mut Problems,
+) -> Vec<ClientConfig> {
+    let mut out: Vec<ClientConfig> = Vec::with_capacity(clients.len());
+    for (i, client) in clients.into_iter().enumerate() {
+        let ClientFile { id, plan, api_keys } = client;
+        let base = format!("clients[{i}]");
+        check_name(&format!("{base}.id"), &id, problems);
+        if let Some(j) = out.iter().position(|c| c.id == id) {
+            problems.push(
+                format!("{base}.id"),
+                format!("{id:?} is already the id of clients[{j}]"),
+            );
+        }
+        if !plans.contains_key(&plan) {
+            let known: Vec<&str> = plans.keys().map(String::as_str).collect();
+            problems.push(
+                format!("{base}.plan"),
+                format!(
+                    "unknown plan {plan:?}: define [plans.{plan}] or use one of [{}]",
+                    known.join(", ")
+                ),
+            );
+        }
+        if api_keys.is_empty() {
+            problems.push(
+                format!("{base}.api_keys"),
+                "a client needs at least one key",
+            );
+        }
+        let mut digests = Vec::with_capacity(api_keys.len());
+        for (k, key) in api_keys.iter().enumerate() {
+            let path = format!("{base}.api_keys[{k}]");
+            // Never echo a key (or what looks like one) in an error message.
+            let digest = if let Some(hex) = key.strip_prefix("sha256:") {
+                KeyDigest::from_hex(hex).or_else(|| {
+                    problems.push(
+                        path.clone(),
+                        "expected \"sha256:\" followed by 64 hex digits",
+                    );
+                    None
+                })
+            } else if key.len() < MIN_PLAINTEXT_KEY_LEN
+                || key.len() > crate::auth::MAX_KEY_LEN
+                || !key.bytes().all(|b| (0x21..=0x7e).contains(&b))
+            {
+                problems.push(
+                    path.clone(),
+                    format!(
+                        "a plaintext key must be {MIN_PLAINTEXT_KEY_LEN} to {} visible ASCII characters (or write \"sha256:<hex>\")",
+                        crate::auth::MAX_KEY_LEN
+                    ),
+                );
+                None
+            } else {
+                Some(KeyDigest::of(key.as_bytes()))
+            };
+            let Some(digest) = digest else { continue };
+            let owner = out
+                .iter()
+                .position(|c| c.api_keys.contains(&digest))
+                .map(|j| format!("clients[{j}] ({:?})", out[j].id))
+                .or_else(|| digests.contains(&digest).then(|| "this client".to_owned()));
+            match owner {
+                Some(owner) => {
+                    problems.push(path, format!("the same key is already given to {owner}"))
+                }
+                None => digests.push(digest),
+            }
+        }
+        out.push(ClientConfig {
+            id,
+            plan,
+            api_keys: digests,
+        });
+    }
+    out
+}
+
+/// A route's cost must fit every plan limit at least once, or its requests could never pass.
+fn check_costs(
+    routes: &[RouteConfig],
+    plans: &BTreeMap<String, PlanConfig>,
+    problems: &mut Problems,
+) {
+    for (i, route) in routes.iter().enumerate() {
+        if route.auth != Auth::ApiKey {
+            continue;
+        }
+        for plan in plans.values() {
+            for policy in &plan.limits {
+                if route.cost > policy.capacity() {
+                    problems.push(
+                        format!("routes[{i}].cost"),
+                        format!(
+                            "{} is more than limit {:?} of plan {:?} admits at once ({}): such requests could never pass",
+                            route.cost,
+                            policy.name,
+                            plan.name,
+                            policy.capacity()
+                        ),
+                    );
+                }
+            }
+        }
     }
 }
 
@@ -276,8 +581,44 @@ fn route_config(
         connect_timeout,
         read_timeout,
         write_timeout,
+        ip_limit,
+        auth,
+        cost,
+        rate_limit_headers,
+        legacy_rate_limit_headers,
+        forward_api_key,
     } = file;
     let base = format!("routes[{index}]");
+    let ip_limit = match ip_limit {
+        None => IpLimitChoice::ServerDefault,
+        Some(IpLimitSetting::Off) => IpLimitChoice::Off,
+        Some(IpLimitSetting::Limit(l)) => {
+            IpLimitChoice::Own(ip_limit_config(&format!("{base}.ip_limit"), l, problems))
+        }
+    };
+    let auth = match auth {
+        None | Some(AuthFile::None) => Auth::None,
+        Some(AuthFile::ApiKey) => Auth::ApiKey,
+    };
+    let cost = match cost {
+        Some(0) => {
+            problems.push(format!("{base}.cost"), "must be at least 1");
+            1
+        }
+        Some(c) => c,
+        None => 1,
+    };
+    if cost > 1 && auth != Auth::ApiKey {
+        problems.push(
+            format!("{base}.cost"),
+            "cost applies to plan limits, which need auth = \"api_key\"",
+        );
+    }
+    let rate_limit_headers = match rate_limit_headers {
+        None | Some(HeadersModeFile::On) => HeadersMode::On,
+        Some(HeadersModeFile::Off) => HeadersMode::Off,
+        Some(HeadersModeFile::NearLimit) => HeadersMode::NearLimit,
+    };
     check_name(&format!("{base}.name"), &name, problems);
     if let Err(msg) = crate::router::check_path_prefix(&path_prefix) {
         problems.push(format!("{base}.path_prefix"), msg);
@@ -355,6 +696,12 @@ fn route_config(
             defaults::WRITE_TIMEOUT,
             problems,
         ),
+        ip_limit,
+        auth,
+        cost,
+        rate_limit_headers,
+        legacy_rate_limit_headers: legacy_rate_limit_headers.unwrap_or(false),
+        forward_api_key: forward_api_key.unwrap_or(false),
     }
 }
 
