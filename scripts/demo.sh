@@ -36,12 +36,17 @@ cat <<'TXT'
 
 turnstile is listening on http://127.0.0.1:8080 (config: conf/demo.toml). Try:
 
-  curl -i http://127.0.0.1:8080/orders            # round robin: watch X-Upstream-Name
-  curl -i http://127.0.0.1:8080/orders/42
-  curl -i -X POST http://127.0.0.1:8080/orders -H 'content-type: application/json' -d '{"item":"widget"}'
-  curl -i http://127.0.0.1:8080/nope              # 404 problem+json
-  curl -i 'http://127.0.0.1:8080/orders?delay_ms=6000'   # slower than read_timeout: 504
+  curl -i http://127.0.0.1:8080/healthz                                   # public, per-IP limit only
+  curl -i http://127.0.0.1:8080/orders                                    # 401: no API key
+  curl -i -H 'X-Api-Key: alice-demo-key-0001' http://127.0.0.1:8080/orders/42
+  for i in $(seq 6); do curl -s -o /dev/null -w '%{http_code} ' -H 'X-Api-Key: alice-demo-key-0001' http://127.0.0.1:8080/orders; done; echo
+                                                                          # burst of 4, then 429 with Retry-After
+  curl -i -H 'Authorization: Bearer partner-demo-key-0001' http://127.0.0.1:8080/orders   # another client, its own quota
+  curl -i -X POST -H 'X-Api-Key: partner-demo-key-0001' -H 'content-type: application/json' \
+       -d '{"item":"widget"}' http://127.0.0.1:8080/orders               # 202 from the upstream
+  curl -i -H 'X-Api-Key: partner-demo-key-0001' 'http://127.0.0.1:8080/orders?delay_ms=6000'   # 504
 
+Watch X-Upstream-Name alternate (round robin) and the RateLimit headers count down.
 Ctrl-C stops everything.
 TXT
 wait
