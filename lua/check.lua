@@ -1,0 +1,62 @@
+--[[ check.lua — the entry point: several limits of one client, decided atomically.
+
+The script sent to Redis is lib.lua, the four algorithm files and this file, concatenated in
+that order (src/limit/redis.rs); it is loaded once and called by SHA (EVALSHA).
+
+KEYS[i]   one key per limit: <prefix>:{<client id>}:<route>:<limit name>@<definition>. The
+          client id is the hash tag, so all keys of a call share one Redis Cluster slot.
+ARGV[1]   now in milliseconds, or "" to use the server's clock (TIME). An explicit time is
+          for deterministic tests only (window-edge scenarios replayed exactly).
+ARGV[2]   cost: units the request asks of every limit (an integer >= 1)
+ARGV[3..] five per limit, in KEYS order: name, algorithm (tb | fw | sw | sl), limit,
+          window_ms, burst (capacity; only the token bucket uses it)
+Reply     { admitted 0/1, now_ms, name of the first rejecting limit or "",
+            then four per limit: admitted 0/1, remaining, reset_ms, retry_after_ms }
+Writes    nothing unless every limit admits; then each limit's new state, each key with a
+          TTL after which it reads exactly like a missing key.
+]]
+local n = #KEYS
+if #ARGV ~= 2 + 5 * n then
+  return redis.error_reply('turnstile check.lua: expected 2 + 5 arguments per key, got ' .. #ARGV .. ' for ' .. n .. ' keys')
+end
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[1])
+end
+local cost = tonumber(ARGV[2])
+local algorithms = { tb = token_bucket, fw = fixed_window, sw = sliding_window, sl = sliding_log }
+
+local function decide(i, c)
+  local base = 2 + 5 * (i - 1)
+  local algorithm = algorithms[ARGV[base + 2]]
+  if not algorithm then
+    error('turnstile check.lua: unknown algorithm ' .. tostring(ARGV[base + 2]))
+  end
+  return algorithm(KEYS[i], now, c, tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]))
+end
+
+local decisions, commits, rejected = {}, {}, ''
+for i = 1, n do
+  decisions[i], commits[i] = decide(i, cost)
+  if decisions[i][1] == 0 and rejected == '' then
+    rejected = ARGV[2 + 5 * (i - 1) + 1]
+  end
+end
+
+if rejected == '' then
+  for i = 1, n do commits[i]() end
+else
+  -- Nothing is written: limits that would have admitted report their state as it stays.
+  for i = 1, n do
+    if decisions[i][1] == 1 then decisions[i] = decide(i, 0) end
+  end
+end
+
+local reply = { rejected == '' and 1 or 0, now, rejected }
+for i = 1, n do
+  for j = 1, 4 do reply[#reply + 1] = decisions[i][j] end
+end
+return reply

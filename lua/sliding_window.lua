@@ -1,0 +1,52 @@
+--[[ sliding_window.lua — the sliding window counter, on one HASH key.
+
+Function  sliding_window(key, now, cost, limit, window) -> decision, commit
+  key     HASH with fields  s = start of the current aligned window (ms)
+                            c = units admitted in it
+                            p = units admitted in the window before it
+          The previous window weighs (window - elapsed) / window; everything is compared
+          multiplied by `window`, so the arithmetic stays in exact integers.
+Returns   decision = {admitted 0/1, remaining, reset_ms, retry_after_ms}; reset_ms is the end
+          of the current window, or when rejected the time until the request would fit.
+          commit   = function writing the new state (nil when not admitted).
+TTL       until the end of the next window (when both counts stop mattering).
+Mirrors   src/limit/algorithm.rs (SlidingWindow).
+]]
+local function sliding_window(key, now, cost, limit, window)
+  local start = now - now % window
+  local s = redis.call('HMGET', key, 's', 'c', 'p')
+  local cur, prev = 0, 0
+  if s[1] then
+    local stored = tonumber(s[1])
+    if stored == start then
+      cur = tonumber(s[2]) or 0
+      prev = tonumber(s[3]) or 0
+    elseif stored + window == start then
+      prev = tonumber(s[2]) or 0
+    end
+  end
+  local until_next = window - (now - start)
+  local used = prev * until_next + cur * window
+  local capacity = limit * window
+  if used + cost * window <= capacity then
+    local after = used + cost * window
+    local count = cur + cost
+    local ttl = start + 2 * window - now
+    local commit = function()
+      redis.call('HSET', key, 's', start, 'c', count, 'p', prev)
+      redis.call('PEXPIRE', key, ttl)
+    end
+    return {1, floor_div(capacity - after, window), until_next, 0}, commit
+  end
+  local retry
+  if cost > limit then
+    retry = window
+  elseif cur + cost <= limit then
+    -- fits once the previous window has decayed enough, within this window
+    retry = until_next - floor_div((limit - cur - cost) * window, prev)
+  else
+    -- only after this window ends, when `cur` becomes the previous window
+    retry = until_next + (window - floor_div((limit - cost) * window, cur))
+  end
+  return {0, floor_div(math.max(0, capacity - used), window), retry, retry}, nil
+end

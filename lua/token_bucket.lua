@@ -1,0 +1,41 @@
+--[[ token_bucket.lua — the token bucket, on one HASH key.
+
+Function  token_bucket(key, now, cost, limit, window, burst) -> decision, commit
+  key     HASH with fields  l = level in token·ms (tokens × window, so refill is exact)
+                            t = time of the last update (ms)
+          A missing key is a full bucket.
+  now     milliseconds; cost: units asked for (0 = only report)
+  limit   tokens refilled per `window` ms; burst: capacity in tokens
+Returns   decision = {admitted 0/1, remaining tokens, reset_ms (until full), retry_after_ms}
+          commit   = function writing the new state (nil when not admitted); the caller runs it
+                     only if every limit of the call admits the request.
+TTL       the time until the bucket is full again: an expired key reads as full, so the TTL
+          never changes a decision.
+Mirrors   src/limit/algorithm.rs (TokenBucket); tests/lua_agrees.rs compares the two.
+]]
+local function token_bucket(key, now, cost, limit, window, burst)
+  local cap = burst * window
+  local s = redis.call('HMGET', key, 'l', 't')
+  local level, updated = cap, 0
+  if s[1] and s[2] then
+    level = tonumber(s[1])
+    updated = tonumber(s[2])
+  end
+  local elapsed = now - updated
+  if elapsed < 0 then elapsed = 0 end
+  level = math.min(cap, level + elapsed * limit)
+  if now < updated then now = updated end
+  local need = cost * window
+  if level >= need then
+    local after = level - need
+    local reset = ceil_div(cap - after, limit)
+    local commit = function()
+      redis.call('HSET', key, 'l', after, 't', now)
+      redis.call('PEXPIRE', key, math.max(reset, 1))
+    end
+    return {1, floor_div(after, window), reset, 0}, commit
+  end
+  local retry
+  if need > cap then retry = window else retry = ceil_div(need - level, limit) end
+  return {0, floor_div(level, window), ceil_div(cap - level, limit), retry}, nil
+end
