@@ -13,6 +13,7 @@
 use crate::auth::{extract_key, Client, KeyError, API_KEY_HEADER};
 use crate::headers;
 use crate::identity::{client_ip, group_key};
+use crate::limit::redis::StoreError;
 use crate::limit::{Decision, Policy};
 use crate::problem::Kind;
 use crate::router::{check_request_path, RouteMatch};
@@ -35,6 +36,8 @@ pub enum Reject {
     UnknownKey,
     /// A limit rejected the request; the decisions are in the request's [`LimitStatus`].
     TooManyRequests,
+    /// The store could not decide (down, slow, refusing).
+    Store(StoreError),
 }
 
 impl Reject {
@@ -45,6 +48,7 @@ impl Reject {
             Reject::MethodNotAllowed { .. } => Kind::MethodNotAllowed,
             Reject::Key(_) | Reject::UnknownKey => Kind::Unauthorized,
             Reject::TooManyRequests => Kind::QuotaExceeded,
+            Reject::Store(_) => Kind::LimiterUnavailable,
         }
     }
 
@@ -56,6 +60,9 @@ impl Reject {
             Reject::UnknownKey => "the API key is not valid".to_owned(),
             Reject::TooManyRequests => {
                 "rate limit exceeded; retry after the time in Retry-After".to_owned()
+            }
+            Reject::Store(_) => {
+                "the rate limiter is unavailable; this is not caused by the request".to_owned()
             }
         }
     }

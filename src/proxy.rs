@@ -94,8 +94,10 @@ impl Gateway {
                     route: &route.name,
                     policies: &client.plan.policies,
                     cost: route.config.cost,
+                    now_ms: None,
                 })
-                .await;
+                .await
+                .map_err(Reject::Store)?;
             for (policy, decision) in client.plan.policies.iter().zip(&verdict.decisions) {
                 ctx.limits.push(policy, *decision);
             }
@@ -371,6 +373,11 @@ async fn respond_reject(session: &mut Session, ctx: &RequestCtx, reject: &Reject
                 request_id,
                 &ctx.limits.violated(),
             )
+        }
+        Reject::Store(_) => {
+            // Short: the store is usually back (or the breaker decides) within a second.
+            extra.push((RETRY_AFTER, HeaderValue::from_static("1")));
+            problem::render(kind, &reject.detail(), request_id)
         }
         Reject::MethodNotAllowed { allow, .. } => {
             if let Ok(allow) = HeaderValue::from_str(allow) {

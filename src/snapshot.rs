@@ -75,11 +75,9 @@ impl Snapshot {
                 }
             })
             .collect();
-        let store = match (previous, &config.store) {
-            (Some(p), StoreConfig::Memory) if p.config.store == StoreConfig::Memory => {
-                Arc::clone(&p.store)
-            }
-            (_, StoreConfig::Memory) => Arc::new(Store::memory()),
+        let store = match previous {
+            Some(p) if p.config.store == config.store => Arc::clone(&p.store),
+            _ => Arc::new(build_store(&config.store)?),
         };
         Ok(Snapshot {
             router: Router::new(&config.routes),
@@ -90,6 +88,19 @@ impl Snapshot {
             store,
             config: Arc::new(config),
         })
+    }
+}
+
+fn build_store(config: &StoreConfig) -> Result<Store, ConfigError> {
+    match config {
+        StoreConfig::Memory => Ok(Store::memory()),
+        StoreConfig::Redis(redis) => Store::redis(redis.clone()).map_err(|e| {
+            ConfigError::Invalid(vec![crate::config::Problem {
+                path: "store".to_owned(),
+                message: e.to_string(),
+                location: None,
+            }])
+        }),
     }
 }
 

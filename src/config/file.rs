@@ -104,6 +104,18 @@ impl<'de> Deserialize<'de> for IpLimitSetting {
 pub enum StoreFile {
     /// In this process: exact for one instance.
     Memory {},
+    /// One Redis node shared by every instance.
+    Redis {
+        url: String,
+        prefix: Option<String>,
+        timeout: Option<HumanDuration>,
+    },
+    /// A Redis Cluster, given by seed nodes.
+    RedisCluster {
+        nodes: Vec<String>,
+        prefix: Option<String>,
+        timeout: Option<HumanDuration>,
+    },
 }
 
 #[derive(Debug, Deserialize)]

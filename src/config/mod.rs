@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::auth::KeyDigest;
 use crate::identity::{Grouping, TrustedProxies};
+use crate::limit::redis::RedisConfig;
 use crate::limit::{Algorithm, Policy};
 use units::Rate;
 
@@ -97,6 +98,7 @@ pub enum HeadersMode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreConfig {
     Memory,
+    Redis(RedisConfig),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,6 +174,8 @@ pub mod defaults {
     pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
     pub const HEALTH_HOST: &str = "localhost";
     pub const MAX_TRACKED_IPS: usize = 100_000;
+    pub const STORE_PREFIX: &str = "turnstile";
+    pub const STORE_TIMEOUT: Duration = Duration::from_millis(20);
     pub const UNHEALTHY_THRESHOLD: usize = 2;
     pub const HEALTHY_THRESHOLD: usize = 1;
     pub fn threads() -> usize {

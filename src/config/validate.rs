@@ -15,6 +15,7 @@ use super::{
 use crate::auth::KeyDigest;
 use crate::identity::{Grouping, TrustedProxies};
 use crate::limit::algorithm::MAX_PRODUCT;
+use crate::limit::redis::{RedisConfig, Topology};
 use crate::limit::{Algorithm, Policy};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -51,9 +52,7 @@ impl TryFrom<FileConfig> for Config {
         } = file;
         let mut problems = Problems::default();
         let server = server_config(server, &mut problems);
-        let store = match store {
-            None | Some(StoreFile::Memory {}) => StoreConfig::Memory,
-        };
+        let store = store_config(store, &mut problems);
         let plans: BTreeMap<String, PlanConfig> = plans
             .into_iter()
             .map(|(name, plan)| {
@@ -147,6 +146,68 @@ fn server_config(file: ServerFile, problems: &mut Problems) -> ServerConfig {
             Some(n) => n,
             None => defaults::MAX_TRACKED_IPS,
         },
+    }
+}
+
+fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> StoreConfig {
+    let (topology, prefix, timeout) = match file {
+        None | Some(StoreFile::Memory {}) => return StoreConfig::Memory,
+        Some(StoreFile::Redis {
+            url,
+            prefix,
+            timeout,
+        }) => {
+            check_redis_url("store.url", &url, problems);
+            (Topology::Single(url), prefix, timeout)
+        }
+        Some(StoreFile::RedisCluster {
+            nodes,
+            prefix,
+            timeout,
+        }) => {
+            if nodes.is_empty() {
+                problems.push("store.nodes", "at least one seed node is required");
+            }
+            for (i, url) in nodes.iter().enumerate() {
+                check_redis_url(&format!("store.nodes[{i}]"), url, problems);
+            }
+            (Topology::Cluster(nodes), prefix, timeout)
+        }
+    };
+    let prefix = prefix.unwrap_or_else(|| defaults::STORE_PREFIX.to_owned());
+    let prefix_ok = !prefix.is_empty()
+        && prefix.len() <= MAX_NAME_LEN
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
+    if !prefix_ok {
+        problems.push(
+            "store.prefix",
+            format!("invalid prefix {prefix:?}: expected 1 to {MAX_NAME_LEN} characters of A-Z a-z 0-9 _ - . : (no braces: the hash tag is the client id)"),
+        );
+    }
+    StoreConfig::Redis(RedisConfig {
+        topology,
+        prefix,
+        timeout: positive(
+            "store.timeout".to_owned(),
+            timeout,
+            defaults::STORE_TIMEOUT,
+            problems,
+        ),
+    })
+}
+
+fn check_redis_url(path: &str, url: &str, problems: &mut Problems) {
+    use redis::IntoConnectionInfo;
+    let scheme_ok = ["redis://", "rediss://", "unix://", "redis+unix://"]
+        .iter()
+        .any(|s| url.starts_with(s));
+    if !scheme_ok {
+        problems.push(path, "expected a URL like \"redis://127.0.0.1:6379\"");
+    } else if let Err(e) = url.into_connection_info() {
+        // The error may quote the URL; URLs can hold passwords, so it is not echoed.
+        problems.push(path, format!("not a usable Redis URL ({})", e.category()));
     }
 }
 

@@ -1,11 +1,12 @@
 //! Rate limiting: the data every limiter speaks ([`Policy`] in, [`Decision`] out), the pure
 //! algorithms ([`algorithm`]), and where state lives: the bounded per-IP table ([`ip`]), and
-//! the per-client stores behind [`store::Store`] (the embedded [`memory`] store here; Redis
-//! plugs into the same enum).
+//! the per-client stores behind [`store::Store`] (the embedded [`memory`] store, and
+//! [`redis`] for one limit shared by every gateway instance).
 
 pub mod algorithm;
 pub mod ip;
 pub mod memory;
+pub mod redis;
 pub mod sharded;
 pub mod store;
 

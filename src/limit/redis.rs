@@ -1,0 +1,384 @@
+//! The Redis store (`store.kind = "redis"` or `"redis_cluster"`): every limit of a request is
+//! decided by one call of one Lua script (`lua/`), atomically, on Redis's clock.
+//!
+//! - One connection per node, multiplexed: concurrent requests are pipelined on it (the
+//!   `redis` crate's `ConnectionManager` for one node, reconnecting by itself; its cluster
+//!   connection for Redis Cluster). Connections are made lazily, on the first call, inside
+//!   the proxy's runtime, so a Redis that is down at start does not stop the gateway.
+//! - The script is loaded once and invoked by SHA (`EVALSHA`); a `NOSCRIPT` reply (Redis
+//!   restarted, `SCRIPT FLUSH`) makes the `redis` crate load it and retry, transparently.
+//! - Every call is bounded by the configured timeout.
+//! - Keys: `<prefix>:{<client id>}:<route>:<limit name>@<definition>`. The client id is the
+//!   hash tag: one client's keys share a Cluster slot (so one script can touch them all),
+//!   clients spread over slots. The definition in the key means a changed limit starts from
+//!   fresh keys, as in the memory store; old keys expire by their TTL.
+
+use super::{Algorithm, Decision, Policy, Verdict};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use std::fmt::Write;
+use std::time::Duration;
+use tokio::sync::OnceCell;
+
+/// The script Redis runs: the helpers, the four algorithms, then the entry point.
+pub const SCRIPT_SOURCE: &str = concat!(
+    include_str!("../../lua/lib.lua"),
+    "\n",
+    include_str!("../../lua/token_bucket.lua"),
+    "\n",
+    include_str!("../../lua/fixed_window.lua"),
+    "\n",
+    include_str!("../../lua/sliding_window.lua"),
+    "\n",
+    include_str!("../../lua/sliding_log.lua"),
+    "\n",
+    include_str!("../../lua/check.lua"),
+);
+
+/// Why a store call did not produce a decision.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("store call timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("store unreachable: {0}")]
+    Unavailable(String),
+    /// Redis answered with an error: out of memory under `noeviction`, a key of the wrong
+    /// type, a script error, a read-only replica...
+    #[error("store refused the call: {0}")]
+    Refused(String),
+    #[error("unexpected reply from the store: {0}")]
+    Protocol(String),
+}
+
+impl StoreError {
+    /// A short, stable name for logs and metric labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Timeout(_) => "timeout",
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Refused(_) => "refused",
+            StoreError::Protocol(_) => "protocol",
+        }
+    }
+}
+
+impl From<RedisError> for StoreError {
+    fn from(e: RedisError) -> StoreError {
+        if e.is_timeout() {
+            return StoreError::Unavailable(format!("timed out: {e}"));
+        }
+        if e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_unrecoverable_error()
+        {
+            return StoreError::Unavailable(e.to_string());
+        }
+        match e.kind() {
+            ErrorKind::Server(ServerErrorKind::ClusterDown)
+            | ErrorKind::Server(ServerErrorKind::TryAgain) => {
+                StoreError::Unavailable(e.to_string())
+            }
+            ErrorKind::Server(_) | ErrorKind::Extension => StoreError::Refused(e.to_string()),
+            ErrorKind::Parse | ErrorKind::UnexpectedReturnType => {
+                StoreError::Protocol(e.to_string())
+            }
+            _ => StoreError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+/// Where the shared counters live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Topology {
+    /// One node (or a primary behind a stable address).
+    Single(String),
+    /// Seed nodes of a Redis Cluster.
+    Cluster(Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    pub topology: Topology,
+    pub prefix: String,
+    /// Bound on every call (connecting included).
+    pub timeout: Duration,
+}
+
+// One per process, created once and never moved: variant sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+enum Backend {
+    Single {
+        client: redis::Client,
+        conn: OnceCell<ConnectionManager>,
+    },
+    Cluster {
+        client: ClusterClient,
+        conn: OnceCell<ClusterConnection>,
+    },
+}
+
+pub struct RedisStore {
+    config: RedisConfig,
+    backend: Backend,
+    script: Script,
+}
+
+impl RedisStore {
+    /// Parses the addresses; does not connect (that happens on the first call).
+    pub fn new(config: RedisConfig) -> Result<RedisStore, StoreError> {
+        let backend = match &config.topology {
+            Topology::Single(url) => Backend::Single {
+                client: redis::Client::open(url.as_str())
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))?,
+                conn: OnceCell::new(),
+            },
+            Topology::Cluster(nodes) => Backend::Cluster {
+                client: ClusterClient::builder(nodes.iter().map(String::as_str))
+                    .connection_timeout(config.timeout)
+                    .response_timeout(config.timeout)
+                    .retries(0)
+                    .build()
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))?,
+                conn: OnceCell::new(),
+            },
+        };
+        Ok(RedisStore {
+            config,
+            backend,
+            script: Script::new(SCRIPT_SOURCE),
+        })
+    }
+
+    pub fn config(&self) -> &RedisConfig {
+        &self.config
+    }
+
+    /// The SHA1 the script is called by.
+    pub fn script_sha(&self) -> &str {
+        self.script.get_hash()
+    }
+
+    /// The Redis key of one limit of one client on one route.
+    pub fn key(&self, client: &str, route: &str, policy: &Policy) -> String {
+        key(&self.config.prefix, client, route, policy)
+    }
+
+    /// Decides one request: every policy in one script call, within the timeout.
+    /// `now_ms` replaces Redis's clock (deterministic tests only).
+    pub async fn check(
+        &self,
+        client: &str,
+        route: &str,
+        policies: &[Policy],
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> Result<Verdict, StoreError> {
+        let call = self.call(client, route, policies, cost, now_ms);
+        match tokio::time::timeout(self.config.timeout, call).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout(self.config.timeout)),
+        }
+    }
+
+    async fn call(
+        &self,
+        client: &str,
+        route: &str,
+        policies: &[Policy],
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> Result<Verdict, StoreError> {
+        let mut invocation = self.script.prepare_invoke();
+        for policy in policies {
+            invocation.key(self.key(client, route, policy));
+        }
+        match now_ms {
+            Some(now) => invocation.arg(now),
+            None => invocation.arg(""),
+        };
+        invocation.arg(cost);
+        for p in policies {
+            invocation
+                .arg(&*p.name)
+                .arg(algorithm_code(p.algorithm))
+                .arg(p.limit)
+                .arg(p.window_ms)
+                .arg(p.burst);
+        }
+        // The first call connects and loads the script (so that steady state is one EVALSHA
+        // per decision); if Redis is unreachable, the next call tries again.
+        let reply: Vec<Value> = match &self.backend {
+            Backend::Single { client, conn } => {
+                let conn = conn
+                    .get_or_try_init(|| async {
+                        let config = ConnectionManagerConfig::new()
+                            .set_connection_timeout(Some(self.config.timeout))
+                            .set_response_timeout(Some(self.config.timeout))
+                            .set_number_of_retries(1)
+                            .set_max_delay(Duration::from_secs(1));
+                        let mut conn =
+                            ConnectionManager::new_lazy_with_config(client.clone(), config)?;
+                        self.script.prepare_invoke().load_async(&mut conn).await?;
+                        Ok::<_, RedisError>(conn)
+                    })
+                    .await?;
+                invocation.invoke_async(&mut conn.clone()).await?
+            }
+            Backend::Cluster { client, conn } => {
+                let conn = conn
+                    .get_or_try_init(|| async {
+                        let mut conn = client.get_async_connection().await?;
+                        self.script.prepare_invoke().load_async(&mut conn).await?;
+                        Ok::<_, RedisError>(conn)
+                    })
+                    .await?;
+                invocation.invoke_async(&mut conn.clone()).await?
+            }
+        };
+        parse_reply(&reply, policies)
+    }
+}
+
+/// `<prefix>:{<client>}:<route>:<name>@<definition>`.
+pub fn key(prefix: &str, client: &str, route: &str, policy: &Policy) -> String {
+    let mut key =
+        String::with_capacity(prefix.len() + client.len() + route.len() + policy.name.len() + 32);
+    let _ = write!(key, "{prefix}:{{{client}}}:{route}:{}@", policy.name);
+    let _ = match policy.algorithm {
+        Algorithm::TokenBucket => write!(
+            key,
+            "tb{}/{}/{}",
+            policy.limit, policy.window_ms, policy.burst
+        ),
+        other => write!(
+            key,
+            "{}{}/{}",
+            algorithm_code(other),
+            policy.limit,
+            policy.window_ms
+        ),
+    };
+    key
+}
+
+fn algorithm_code(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::TokenBucket => "tb",
+        Algorithm::FixedWindow => "fw",
+        Algorithm::SlidingWindow => "sw",
+        Algorithm::SlidingLog => "sl",
+    }
+}
+
+/// `{admitted, now, rejected name, then 4 integers per limit}` → a verdict.
+fn parse_reply(reply: &[Value], policies: &[Policy]) -> Result<Verdict, StoreError> {
+    let limits = policies.len();
+    if reply.len() != 3 + 4 * limits {
+        return Err(StoreError::Protocol(format!(
+            "expected {} values for {limits} limits, got {}",
+            3 + 4 * limits,
+            reply.len()
+        )));
+    }
+    let int = |v: &Value| -> Result<u64, StoreError> {
+        match v {
+            Value::Int(i) if *i >= 0 => Ok(*i as u64),
+            other => Err(StoreError::Protocol(format!(
+                "expected a non-negative integer, got {other:?}"
+            ))),
+        }
+    };
+    let decisions = reply[3..]
+        .chunks(4)
+        .zip(policies)
+        .map(|(d, policy)| {
+            Ok(Decision {
+                allowed: int(&d[0])? == 1,
+                limit: policy.capacity(),
+                remaining: int(&d[1])?,
+                reset_ms: int(&d[2])?,
+                retry_after_ms: int(&d[3])?,
+            })
+        })
+        .collect::<Result<Vec<Decision>, StoreError>>()?;
+    let admitted = int(&reply[0])? == 1;
+    let verdict = Verdict { decisions };
+    if admitted != verdict.allowed() {
+        return Err(StoreError::Protocol(
+            "admitted flag disagrees with the decisions".into(),
+        ));
+    }
+    Ok(verdict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_put_the_client_in_the_hash_tag_and_the_definition_last() {
+        let p = Policy::new("per-minute", Algorithm::SlidingWindow, 100, 60_000, 100);
+        assert_eq!(
+            key("turnstile", "ada", "orders", &p),
+            "turnstile:{ada}:orders:per-minute@sw100/60000"
+        );
+        let p = Policy::new("burst", Algorithm::TokenBucket, 10, 1000, 20);
+        assert_eq!(
+            key("gw1", "ada", "orders", &p),
+            "gw1:{ada}:orders:burst@tb10/1000/20"
+        );
+    }
+
+    #[test]
+    fn the_script_is_the_concatenation_of_lua_files() {
+        for part in [
+            "local function floor_div",
+            "local function token_bucket",
+            "local function fixed_window",
+            "local function sliding_window",
+            "local function sliding_log",
+            "local algorithms =",
+        ] {
+            assert!(SCRIPT_SOURCE.contains(part), "{part}");
+        }
+        // Helpers come before their users, the entry point last.
+        assert!(
+            SCRIPT_SOURCE.find("local function ceil_div").unwrap()
+                < SCRIPT_SOURCE.find("local function token_bucket").unwrap()
+        );
+        assert!(
+            SCRIPT_SOURCE.find("local algorithms =").unwrap()
+                > SCRIPT_SOURCE.find("local function sliding_log").unwrap()
+        );
+    }
+
+    #[test]
+    fn replies_are_checked() {
+        let ok = [
+            Value::Int(1),
+            Value::Int(5),
+            Value::SimpleString(String::new()),
+            Value::Int(1),
+            Value::Int(9),
+            Value::Int(10),
+            Value::Int(0),
+        ];
+        let p = Policy::new("p", Algorithm::FixedWindow, 10, 1000, 10);
+        let v = parse_reply(&ok, std::slice::from_ref(&p)).unwrap();
+        assert!(v.allowed());
+        assert_eq!((v.decisions[0].remaining, v.decisions[0].limit), (9, 10));
+        assert!(matches!(
+            parse_reply(&ok, &[p.clone(), p.clone()]),
+            Err(StoreError::Protocol(_))
+        ));
+        let mut bad = ok.clone();
+        bad[0] = Value::Int(0);
+        assert!(matches!(
+            parse_reply(&bad, &[p]),
+            Err(StoreError::Protocol(_))
+        ));
+    }
+}
