@@ -37,6 +37,9 @@ pub const SCRIPT_SOURCE: &str = concat!(
     include_str!("../../lua/check.lua"),
 );
 
+/// The instance heartbeat script (`lua/heartbeat.lua`).
+pub const HEARTBEAT_SOURCE: &str = include_str!("../../lua/heartbeat.lua");
+
 /// Why a store call did not produce a decision.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -50,6 +53,9 @@ pub enum StoreError {
     Refused(String),
     #[error("unexpected reply from the store: {0}")]
     Protocol(String),
+    /// Not called: the circuit breaker is open after consecutive outages.
+    #[error("store not called: circuit breaker open")]
+    CircuitOpen,
 }
 
 impl StoreError {
@@ -60,7 +66,14 @@ impl StoreError {
             StoreError::Unavailable(_) => "unavailable",
             StoreError::Refused(_) => "refused",
             StoreError::Protocol(_) => "protocol",
+            StoreError::CircuitOpen => "circuit_open",
         }
+    }
+
+    /// An outage (counts toward opening the circuit breaker), as opposed to an error Redis
+    /// answered with.
+    pub fn is_outage(&self) -> bool {
+        matches!(self, StoreError::Timeout(_) | StoreError::Unavailable(_))
     }
 }
 
@@ -124,6 +137,7 @@ pub struct RedisStore {
     config: RedisConfig,
     backend: Backend,
     script: Script,
+    heartbeat: Script,
 }
 
 impl RedisStore {
@@ -149,6 +163,7 @@ impl RedisStore {
             config,
             backend,
             script: Script::new(SCRIPT_SOURCE),
+            heartbeat: Script::new(HEARTBEAT_SOURCE),
         })
     }
 
@@ -208,9 +223,20 @@ impl RedisStore {
                 .arg(p.window_ms)
                 .arg(p.burst);
         }
-        // The first call connects and loads the script (so that steady state is one EVALSHA
-        // per decision); if Redis is unreachable, the next call tries again.
-        let reply: Vec<Value> = match &self.backend {
+        let reply: Vec<Value> = self.invoke(&invocation).await?;
+        parse_reply(&reply, policies)
+    }
+}
+
+impl RedisStore {
+    /// Runs a script invocation on the (lazily made) connection. The first call connects and
+    /// loads the limiter script, so that steady state is one EVALSHA per decision; if Redis
+    /// is unreachable, the next call tries again.
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        Ok(match &self.backend {
             Backend::Single { client, conn } => {
                 let conn = conn
                     .get_or_try_init(|| async {
@@ -237,8 +263,27 @@ impl RedisStore {
                     .await?;
                 invocation.invoke_async(&mut conn.clone()).await?
             }
-        };
-        parse_reply(&reply, policies)
+        })
+    }
+
+    /// Announces `instance` (or, with `leave`, withdraws it) and returns how many instances
+    /// have announced themselves within `liveness`. Bounded by the store timeout.
+    pub async fn heartbeat(
+        &self,
+        instance: &str,
+        liveness: Duration,
+        leave: bool,
+    ) -> Result<u64, StoreError> {
+        let mut invocation = self.heartbeat.prepare_invoke();
+        invocation
+            .key(format!("{}:instances", self.config.prefix))
+            .arg(instance)
+            .arg(liveness.as_millis() as u64)
+            .arg(if leave { "1" } else { "0" });
+        match tokio::time::timeout(self.config.timeout, self.invoke::<u64>(&invocation)).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout(self.config.timeout)),
+        }
     }
 }
 

@@ -1,20 +1,63 @@
-//! Where per-client limiter state lives, chosen by `[store] kind`. An enum rather than a
-//! trait object: the store is called on every authenticated request, and static dispatch
-//! costs no allocation or indirect call.
+//! Where per-client limiter state lives, chosen by `[store] kind`, and what happens when that
+//! place fails (DESIGN.md §7).
+//!
+//! - `memory`: in this process; cannot fail.
+//! - `redis` / `redis_cluster`: shared by every instance. Calls go through a
+//!   [`CircuitBreaker`]: after consecutive outages it opens and calls fail at once with
+//!   [`StoreError::CircuitOpen`] — no network, no waiting — until a single probe after the
+//!   cool-down succeeds. Every call is bounded by `store.timeout`.
+//! - The **local fallback** ([`Store::check_fallback`]) is an in-process store that decides
+//!   with each limit divided by the number of live gateway instances, learned from heartbeats
+//!   in Redis ([`Store::heartbeat`]) while it was up, or `expected_instances` when never known.
+//!
+//! The route's failure mode (fail open / closed / local) is applied by the request chain; the
+//! store only reports the error, counts it and logs it (at most once per
+//! [`DEGRADED_LOG_EVERY`]).
 
+use super::breaker::{BreakerState, CircuitBreaker, Permit, Transition};
 use super::memory::MemoryStore;
-use super::redis::{RedisConfig, RedisStore, StoreError};
+use super::redis::{RedisConfig, RedisStore, StoreError, Topology};
 use super::{Policy, Verdict};
-use crate::clock::MonotonicClock;
+use crate::clock::{Clock, MonotonicClock};
+use crate::metrics::Metrics;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What to do when the store cannot decide, once the failure is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureSettings {
+    /// Consecutive outages that open the circuit breaker.
+    pub breaker_failures: u32,
+    /// How long the breaker stays open before one probe call.
+    pub breaker_cooldown: Duration,
+    /// The instance count used by the local fallback before any heartbeat was seen.
+    pub expected_instances: u64,
+    /// How often instances announce themselves in Redis.
+    pub heartbeat_interval: Duration,
+}
+
+/// Degraded decisions are logged at most this often (with how many happened meanwhile).
+pub const DEGRADED_LOG_EVERY: Duration = Duration::from_secs(10);
 
 // One per process (behind an Arc), never moved: variant sizes do not matter.
 #[allow(clippy::large_enum_variant)]
-pub enum Store {
-    /// In this process: exact for one instance.
+enum Backend {
     Memory(MemoryStore<MonotonicClock>),
-    /// Redis or Redis Cluster: exact across every instance sharing it.
     Redis(RedisStore),
+}
+
+pub struct Store {
+    backend: Backend,
+    failure: FailureSettings,
+    breaker: CircuitBreaker,
+    fallback: MemoryStore<MonotonicClock>,
+    /// Live instances from the last successful heartbeat; 0 = never known.
+    live_instances: AtomicU64,
+    instance_id: String,
+    metrics: Arc<Metrics>,
+    last_degraded_log_ms: AtomicU64,
+    degraded_since_log: AtomicU64,
 }
 
 /// One request's question to the store.
@@ -28,42 +71,262 @@ pub struct CheckRequest<'a> {
 }
 
 impl Store {
-    pub fn memory() -> Store {
-        Store::Memory(MemoryStore::new(MonotonicClock))
+    pub fn memory(metrics: Arc<Metrics>) -> Store {
+        Store::new(
+            Backend::Memory(MemoryStore::new(MonotonicClock)),
+            default_failure(),
+            metrics,
+        )
     }
 
-    pub fn redis(config: RedisConfig) -> Result<Store, StoreError> {
-        RedisStore::new(config).map(Store::Redis)
+    pub fn redis(
+        config: RedisConfig,
+        failure: FailureSettings,
+        metrics: Arc<Metrics>,
+    ) -> Result<Store, StoreError> {
+        Ok(Store::new(
+            Backend::Redis(RedisStore::new(config)?),
+            failure,
+            metrics,
+        ))
+    }
+
+    fn new(backend: Backend, failure: FailureSettings, metrics: Arc<Metrics>) -> Store {
+        metrics.breaker_state.set(BreakerState::Closed as i64);
+        Store {
+            backend,
+            breaker: CircuitBreaker::new(
+                failure.breaker_failures,
+                failure.breaker_cooldown.as_millis() as u64,
+            ),
+            failure,
+            fallback: MemoryStore::new(MonotonicClock),
+            live_instances: AtomicU64::new(0),
+            instance_id: instance_id(),
+            metrics,
+            last_degraded_log_ms: AtomicU64::new(0),
+            degraded_since_log: AtomicU64::new(0),
+        }
     }
 
     /// Decides one request against every policy, committing only if all admit it.
     pub async fn check(&self, req: CheckRequest<'_>) -> Result<Verdict, StoreError> {
-        match self {
-            Store::Memory(m) => {
-                Ok(m.check(req.client, req.route, req.policies, req.cost, req.now_ms))
+        let redis = match &self.backend {
+            Backend::Memory(m) => {
+                return Ok(m.check(req.client, req.route, req.policies, req.cost, req.now_ms))
             }
-            Store::Redis(r) => {
-                r.check(req.client, req.route, req.policies, req.cost, req.now_ms)
-                    .await
-            }
+            Backend::Redis(r) => r,
+        };
+        let now = MonotonicClock.now_ms();
+        let (permit, transition) = self.breaker.permit(now);
+        self.on_transition(transition);
+        if permit == Permit::Reject {
+            self.metrics.store_short_circuits.inc();
+            return Err(StoreError::CircuitOpen);
+        }
+        let started = Instant::now();
+        let result = redis
+            .check(req.client, req.route, req.policies, req.cost, req.now_ms)
+            .await;
+        self.metrics
+            .store_duration
+            .observe(started.elapsed().as_secs_f64());
+        let label = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.kind(),
+        };
+        self.metrics.store_calls.with_label_values(&[label]).inc();
+        let transition = match &result {
+            Err(e) if e.is_outage() => self.breaker.on_failure(permit, MonotonicClock.now_ms()),
+            _ => self.breaker.on_success(permit),
+        };
+        self.on_transition(transition);
+        result
+    }
+
+    /// The local fallback: the same limits divided by the number of live instances, decided
+    /// in this process. Used by routes with `on_store_error = "local"` while the store fails.
+    /// Returns the divided policies (what the client is told) with the verdict.
+    pub fn check_fallback(&self, req: CheckRequest<'_>) -> (Vec<Policy>, Verdict) {
+        let divided = divide(req.policies, self.divisor());
+        let verdict = self
+            .fallback
+            .check(req.client, req.route, &divided, req.cost, req.now_ms);
+        (divided, verdict)
+    }
+
+    /// The instance count the fallback divides by.
+    pub fn divisor(&self) -> u64 {
+        match self.live_instances.load(Ordering::Relaxed) {
+            0 => self.failure.expected_instances.max(1),
+            n => n,
         }
     }
 
-    /// Periodic housekeeping (dropping idle local state; Redis keys expire by TTL).
-    pub fn sweep(&self) -> usize {
-        match self {
-            Store::Memory(m) => m.sweep(),
-            Store::Redis(_) => 0,
+    /// Live instances from the last heartbeat (0 when never known).
+    pub fn live_instances(&self) -> u64 {
+        self.live_instances.load(Ordering::Relaxed)
+    }
+
+    /// One heartbeat (Redis stores only): announces this instance and learns how many are
+    /// alive. With `leave`, withdraws this instance (graceful shutdown).
+    pub async fn heartbeat(&self, leave: bool) -> Result<u64, StoreError> {
+        let Backend::Redis(redis) = &self.backend else {
+            return Ok(1);
+        };
+        let liveness = self.failure.heartbeat_interval * 3;
+        let live = redis.heartbeat(&self.instance_id, liveness, leave).await?;
+        if !leave {
+            self.live_instances.store(live.max(1), Ordering::Relaxed);
+            self.metrics.live_instances.set(live.max(1) as i64);
         }
+        Ok(live)
+    }
+
+    pub fn heartbeat_interval(&self) -> Option<Duration> {
+        match self.backend {
+            Backend::Redis(_) => Some(self.failure.heartbeat_interval),
+            Backend::Memory(_) => None,
+        }
+    }
+
+    pub fn breaker_state(&self) -> BreakerState {
+        self.breaker.state()
+    }
+
+    /// Counts a degraded decision and logs, at most once per [`DEGRADED_LOG_EVERY`], how many
+    /// there were and why.
+    pub fn note_degraded(&self, error: &StoreError, mode: &str) {
+        self.degraded_since_log.fetch_add(1, Ordering::Relaxed);
+        let now = MonotonicClock.now_ms();
+        let last = self.last_degraded_log_ms.load(Ordering::Relaxed);
+        if now >= last + DEGRADED_LOG_EVERY.as_millis() as u64
+            && self
+                .last_degraded_log_ms
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            let count = self.degraded_since_log.swap(0, Ordering::Relaxed);
+            log::warn!(
+                "limiter store failing ({error}); {count} degraded decision(s) since the last report, latest handled as {mode}"
+            );
+        }
+    }
+
+    fn on_transition(&self, transition: Option<Transition>) {
+        let Some(t) = transition else { return };
+        self.metrics.set_breaker_state(t.to);
+        match t.to {
+            BreakerState::Open => log::warn!(
+                "limiter store circuit breaker opened ({} -> open): routes use their failure mode for {:?}",
+                t.from.as_str(),
+                self.failure.breaker_cooldown
+            ),
+            BreakerState::HalfOpen => log::info!("limiter store circuit breaker half-open: probing the store"),
+            BreakerState::Closed => log::info!("limiter store circuit breaker closed: the store answers again"),
+        }
+    }
+
+    /// Periodic housekeeping: drops idle in-process state. Returns entries dropped.
+    pub fn sweep(&self) -> usize {
+        let local = match &self.backend {
+            Backend::Memory(m) => m.sweep(),
+            Backend::Redis(_) => 0,
+        };
+        local + self.fallback.sweep()
+    }
+
+    /// Entries held in process: (primary memory store, fallback store).
+    pub fn local_entries(&self) -> (usize, usize) {
+        let primary = match &self.backend {
+            Backend::Memory(m) => m.keys(),
+            Backend::Redis(_) => 0,
+        };
+        (primary, self.fallback.keys())
     }
 
     pub fn kind(&self) -> &'static str {
-        match self {
-            Store::Memory(_) => "memory",
-            Store::Redis(r) => match r.config().topology {
-                super::redis::Topology::Single(_) => "redis",
-                super::redis::Topology::Cluster(_) => "redis_cluster",
+        match &self.backend {
+            Backend::Memory(_) => "memory",
+            Backend::Redis(r) => match r.config().topology {
+                Topology::Single(_) => "redis",
+                Topology::Cluster(_) => "redis_cluster",
             },
         }
+    }
+}
+
+fn default_failure() -> FailureSettings {
+    FailureSettings {
+        breaker_failures: 5,
+        breaker_cooldown: Duration::from_secs(1),
+        expected_instances: 1,
+        heartbeat_interval: Duration::from_secs(1),
+    }
+}
+
+/// Each limit (and burst) divided by `n`, never below 1.
+pub fn divide(policies: &[Policy], n: u64) -> Vec<Policy> {
+    policies
+        .iter()
+        .map(|p| Policy {
+            limit: (p.limit / n).max(1),
+            burst: (p.burst / n).max(1),
+            ..p.clone()
+        })
+        .collect()
+}
+
+/// `<host>-<pid>-<random>`: unique per process, readable in `ZRANGE <prefix>:instances`.
+fn instance_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_owned());
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{host}-{}-{:08x}", std::process::id(), h.finish() as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::Algorithm;
+
+    #[test]
+    fn limits_are_divided_but_never_to_zero() {
+        let p = [
+            Policy::new("a", Algorithm::TokenBucket, 10, 1000, 20),
+            Policy::new("b", Algorithm::FixedWindow, 1, 1000, 1),
+        ];
+        let d = divide(&p, 3);
+        assert_eq!((d[0].limit, d[0].burst, d[1].limit), (3, 6, 1));
+        assert_eq!(d[0].name, p[0].name);
+    }
+
+    #[tokio::test]
+    async fn the_memory_store_never_fails_and_the_fallback_divides() {
+        let store = Store::memory(Arc::new(Metrics::new()));
+        let (c, r) = (Arc::from("c"), Arc::from("r"));
+        let p = [Policy::new("p", Algorithm::FixedWindow, 4, 60_000, 4)];
+        let req = || CheckRequest {
+            client: &c,
+            route: &r,
+            policies: &p,
+            cost: 1,
+            now_ms: Some(1 << 40),
+        };
+        assert!(store.check(req()).await.unwrap().allowed());
+        assert_eq!(store.divisor(), 1);
+        let admitted = (0..10)
+            .filter(|_| store.check_fallback(req()).1.allowed())
+            .count();
+        assert_eq!(admitted, 4);
     }
 }
