@@ -1,0 +1,182 @@
+//! The admin listener (its own address, loopback by default): `GET /metrics` (Prometheus
+//! text), `GET /healthz` (the process is up), `GET /readyz` (ready to serve: configuration
+//! loaded, at least one healthy upstream server for every route; the store is reported but
+//! never makes the gateway unready, since every route has decided what to do without it).
+//!
+//! With `admin.token` set, every request must carry `Authorization: Bearer <token>`
+//! (compared in constant time) or gets 401.
+
+use crate::limit::breaker::BreakerState;
+use crate::metrics::Metrics;
+use crate::snapshot::{IpTableId, Snapshot, SnapshotHandle};
+use async_trait::async_trait;
+use http::{Response, StatusCode};
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+use serde_json::json;
+use std::sync::Arc;
+
+pub struct Admin {
+    snapshots: SnapshotHandle,
+    metrics: Arc<Metrics>,
+}
+
+impl Admin {
+    pub fn new(snapshots: SnapshotHandle, metrics: Arc<Metrics>) -> Admin {
+        Admin { snapshots, metrics }
+    }
+
+    /// Gauges that describe current state are set at scrape time, from the live snapshot.
+    fn refresh_gauges(&self, snapshot: &Snapshot) {
+        let m = &self.metrics;
+        m.upstream_healthy.reset();
+        for (name, pool) in &snapshot.pools {
+            for (addr, healthy) in pool.health() {
+                m.upstream_healthy
+                    .with_label_values(&[name, &addr.to_string()])
+                    .set(i64::from(healthy));
+            }
+        }
+        m.tracked_entries.reset();
+        for (id, table) in &snapshot.ip_tables {
+            let label = match id {
+                IpTableId::ServerDefault => "ip:server".to_owned(),
+                IpTableId::Route(r) => format!("ip:{r}"),
+            };
+            m.tracked_entries
+                .with_label_values(&[&label])
+                .set(table.limiter.tracked() as i64);
+        }
+        let (primary, fallback) = snapshot.store.local_entries();
+        m.tracked_entries
+            .with_label_values(&["store:memory"])
+            .set(primary as i64);
+        m.tracked_entries
+            .with_label_values(&["store:local_fallback"])
+            .set(fallback as i64);
+        m.breaker_state.set(snapshot.store.breaker_state() as i64);
+    }
+
+    fn readiness(&self, snapshot: &Snapshot) -> (bool, serde_json::Value) {
+        let unhealthy_routes: Vec<&str> = snapshot
+            .routes
+            .iter()
+            .filter(|r| !r.pool.health().iter().any(|(_, healthy)| *healthy))
+            .map(|r| &*r.name)
+            .collect();
+        let breaker = snapshot.store.breaker_state();
+        let ready = unhealthy_routes.is_empty();
+        let body = json!({
+            "ready": ready,
+            "config": "loaded",
+            "routes_without_healthy_upstream": unhealthy_routes,
+            "store": {
+                "kind": snapshot.store.kind(),
+                "circuit_breaker": breaker.as_str(),
+                "reachable": breaker == BreakerState::Closed,
+                "live_instances": snapshot.store.live_instances(),
+            },
+        });
+        (ready, body)
+    }
+}
+
+/// `Authorization: Bearer <token>` with exactly `token`, compared in constant time.
+fn bearer_matches(header: Option<&http::HeaderValue>, token: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let Some(value) = header.map(http::HeaderValue::as_bytes) else {
+        return false;
+    };
+    match value.get(..7) {
+        Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => {
+            value[7..].trim_ascii().ct_eq(token.as_bytes()).into()
+        }
+        _ => false,
+    }
+}
+
+fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Vec<u8>> {
+    let body = serde_json::to_vec_pretty(body).expect("json serializes");
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .header("content-length", body.len())
+        .header("cache-control", "no-store")
+        .body(body)
+        .expect("valid response")
+}
+
+#[async_trait]
+impl ServeHttp for Admin {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let snapshot = self.snapshots.load_full();
+        let req = session.req_header();
+        if let Some(token) = &snapshot.config.admin.token {
+            if !bearer_matches(req.headers.get(http::header::AUTHORIZATION), token) {
+                let mut resp = json_response(
+                    StatusCode::UNAUTHORIZED,
+                    &json!({"error": "admin token required"}),
+                );
+                resp.headers_mut().insert(
+                    http::header::WWW_AUTHENTICATE,
+                    http::HeaderValue::from_static("Bearer realm=\"turnstile-admin\""),
+                );
+                return resp;
+            }
+        }
+        match (req.method.as_str(), req.uri.path()) {
+            ("GET", "/metrics") => {
+                self.refresh_gauges(&snapshot);
+                let body = self.metrics.render();
+                Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "text/plain; version=0.0.4")
+                    .header("content-length", body.len())
+                    .body(body)
+                    .expect("valid response")
+            }
+            ("GET", "/healthz") => json_response(StatusCode::OK, &json!({"status": "ok"})),
+            ("GET", "/readyz") => {
+                let (ready, body) = self.readiness(&snapshot);
+                let status = if ready {
+                    StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                json_response(status, &body)
+            }
+            (_, path) => json_response(
+                StatusCode::NOT_FOUND,
+                &json!({"error": "not found", "path": path}),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_must_match_exactly() {
+        let token = "admin-token-0123456789";
+        let h = |v: &str| http::HeaderValue::from_str(v).unwrap();
+        assert!(bearer_matches(
+            Some(&h("Bearer admin-token-0123456789")),
+            token
+        ));
+        assert!(bearer_matches(
+            Some(&h("bearer admin-token-0123456789")),
+            token
+        ));
+        assert!(!bearer_matches(
+            Some(&h("Bearer admin-token-012345678")),
+            token
+        ));
+        assert!(!bearer_matches(
+            Some(&h("Basic admin-token-0123456789")),
+            token
+        ));
+        assert!(!bearer_matches(None, token));
+    }
+}

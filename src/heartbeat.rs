@@ -1,0 +1,49 @@
+//! Background heartbeat: while the shared store is up, this instance announces itself in it
+//! and learns how many instances are alive — the number the local fallback divides limits
+//! by when the store goes away. On shutdown it withdraws itself.
+
+use crate::snapshot::SnapshotHandle;
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use std::time::Duration;
+
+pub struct Heartbeat {
+    snapshots: SnapshotHandle,
+}
+
+impl Heartbeat {
+    pub fn new(snapshots: SnapshotHandle) -> Heartbeat {
+        Heartbeat { snapshots }
+    }
+}
+
+/// How long to wait before looking again when the store has no heartbeat (memory store).
+const IDLE: Duration = Duration::from_secs(1);
+
+#[async_trait]
+impl BackgroundService for Heartbeat {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        loop {
+            let store = std::sync::Arc::clone(&self.snapshots.load().store);
+            let wait = match store.heartbeat_interval() {
+                Some(interval) => {
+                    if let Err(e) = store.heartbeat(false).await {
+                        log::debug!("heartbeat failed: {e}");
+                    }
+                    interval
+                }
+                None => IDLE,
+            };
+            tokio::select! {
+                _ = shutdown.changed() => {
+                    if store.heartbeat_interval().is_some() {
+                        let _ = store.heartbeat(true).await;
+                    }
+                    return;
+                }
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}

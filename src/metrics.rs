@@ -1,0 +1,282 @@
+//! Every metric in one place (Prometheus, the `prometheus` crate, a registry of our own).
+//!
+//! Label values come from the configuration (route, upstream, server, policy names) or from
+//! small fixed sets (outcome, result, status code), never from request input. Counters the
+//! request path touches are resolved once per snapshot ([`RouteMetrics`]), so a request
+//! increments atomics and never looks labels up.
+
+use crate::limit::breaker::BreakerState;
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+/// How a limiter step ended for one policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Allowed = 0,
+    Rejected = 1,
+    /// Store failed, route fails open: admitted without a decision.
+    DegradedOpen = 2,
+    /// Store failed, route fails closed: 503.
+    DegradedClosed = 3,
+    /// Store failed, decided by the in-process fallback.
+    LocalFallback = 4,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 5] = [
+        Outcome::Allowed,
+        Outcome::Rejected,
+        Outcome::DegradedOpen,
+        Outcome::DegradedClosed,
+        Outcome::LocalFallback,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Rejected => "rejected",
+            Outcome::DegradedOpen => "degraded_open",
+            Outcome::DegradedClosed => "degraded_closed",
+            Outcome::LocalFallback => "local_fallback",
+        }
+    }
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    requests: IntCounterVec,
+    decisions: IntCounterVec,
+    ip_rejections: IntCounterVec,
+    pub store_duration: Histogram,
+    pub store_calls: IntCounterVec,
+    pub store_short_circuits: IntCounter,
+    pub breaker_state: IntGauge,
+    pub breaker_transitions: IntCounterVec,
+    pub upstream_duration: HistogramVec,
+    pub upstream_healthy: IntGaugeVec,
+    pub reloads: IntCounterVec,
+    pub config_version: IntGauge,
+    pub config_info: IntGaugeVec,
+    pub tracked_entries: IntGaugeVec,
+    pub live_instances: IntGauge,
+}
+
+fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    registry
+        .register(Box::new(c.clone()))
+        .expect("unique metric");
+    c
+}
+
+fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("unique metric");
+    g
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).expect("valid metric");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("unique metric");
+    g
+}
+
+/// Latency buckets from 50 µs (a loopback Redis call) to 10 s (a slow upstream).
+const LATENCY_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
+];
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let store_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "turnstile_store_call_duration_seconds",
+                "Duration of store calls that reached the store (answered, failed or timed out)",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(store_duration.clone()))
+            .expect("unique metric");
+        let upstream_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "turnstile_upstream_duration_seconds",
+                "Time from sending the request upstream to its response header, per upstream pool",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["upstream"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(upstream_duration.clone()))
+            .expect("unique metric");
+        let store_short_circuits = IntCounter::new(
+            "turnstile_store_short_circuits_total",
+            "Store calls not made because the circuit breaker was open",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(store_short_circuits.clone()))
+            .expect("unique metric");
+        Metrics {
+            requests: counter_vec(&registry, "turnstile_requests_total", "Requests by route and response status", &["route", "status"]),
+            decisions: counter_vec(
+                &registry,
+                "turnstile_limiter_decisions_total",
+                "Limiter decisions by route, policy and outcome",
+                &["route", "policy", "outcome"],
+            ),
+            ip_rejections: counter_vec(&registry, "turnstile_ip_rejections_total", "Requests rejected by the per-IP limit", &["route"]),
+            store_duration,
+            store_calls: counter_vec(
+                &registry,
+                "turnstile_store_calls_total",
+                "Store calls that reached the store, by result (ok, timeout, unavailable, refused, protocol)",
+                &["result"],
+            ),
+            store_short_circuits,
+            breaker_state: gauge(&registry, "turnstile_circuit_breaker_state", "Store circuit breaker: 0 closed, 1 open, 2 half-open"),
+            breaker_transitions: counter_vec(
+                &registry,
+                "turnstile_circuit_breaker_transitions_total",
+                "Circuit breaker state changes, by the state entered",
+                &["to"],
+            ),
+            upstream_duration,
+            upstream_healthy: gauge_vec(
+                &registry,
+                "turnstile_upstream_server_healthy",
+                "1 when the server passes its health check (or has none), else 0",
+                &["upstream", "server"],
+            ),
+            reloads: counter_vec(&registry, "turnstile_config_reloads_total", "Configuration reloads by result", &["result"]),
+            config_version: gauge(&registry, "turnstile_config_version", "Number of configurations loaded since start (1 = the initial one)"),
+            config_info: gauge_vec(&registry, "turnstile_config_info", "The loaded configuration's content hash (value 1)", &["hash"]),
+            tracked_entries: gauge_vec(
+                &registry,
+                "turnstile_tracked_entries",
+                "Entries held by in-process limiter tables (per-IP tables, local stores)",
+                &["table"],
+            ),
+            live_instances: gauge(&registry, "turnstile_live_instances", "Gateway instances seen alive in the store's heartbeats (0 = unknown)"),
+            registry,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 * 1024);
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding cannot fail on valid metrics");
+        out
+    }
+
+    pub fn set_breaker_state(&self, state: BreakerState) {
+        self.breaker_state.set(state as i64);
+        self.breaker_transitions
+            .with_label_values(&[state.as_str()])
+            .inc();
+    }
+
+    /// The counters one route's requests touch, resolved now so requests never look them up.
+    pub fn route(
+        self: &Arc<Self>,
+        route: &str,
+        policies: impl IntoIterator<Item = Arc<str>>,
+    ) -> RouteMetrics {
+        let decisions = policies
+            .into_iter()
+            .map(|policy| {
+                let counters = Outcome::ALL.map(|o| {
+                    self.decisions
+                        .with_label_values(&[route, &policy, o.as_str()])
+                });
+                (policy, counters)
+            })
+            .collect();
+        RouteMetrics {
+            route: route.to_owned(),
+            metrics: Arc::clone(self),
+            by_status: (0..STATUS_SLOTS).map(|_| OnceLock::new()).collect(),
+            ip_rejections: self.ip_rejections.with_label_values(&[route]),
+            decisions,
+        }
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+const STATUS_SLOTS: usize = 600;
+
+pub struct RouteMetrics {
+    route: String,
+    metrics: Arc<Metrics>,
+    /// One lazily created counter per status code (an atomic load once created).
+    by_status: Box<[OnceLock<IntCounter>]>,
+    pub ip_rejections: IntCounter,
+    decisions: HashMap<Arc<str>, [IntCounter; 5]>,
+}
+
+impl RouteMetrics {
+    pub fn request(&self, status: u16) {
+        let slot = usize::from(status).min(STATUS_SLOTS - 1);
+        self.by_status[slot]
+            .get_or_init(|| {
+                self.metrics
+                    .requests
+                    .with_label_values(&[&self.route, &status.to_string()])
+            })
+            .inc();
+    }
+
+    pub fn decision(&self, policy: &str, outcome: Outcome) {
+        if let Some(counters) = self.decisions.get(policy) {
+            counters[outcome as usize].inc();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_counters_land_in_the_labelled_families() {
+        let m = Arc::new(Metrics::new());
+        let r = m.route("orders", [Arc::from("ip"), Arc::from("per-minute")]);
+        r.request(200);
+        r.request(200);
+        r.request(429);
+        r.decision("per-minute", Outcome::Rejected);
+        r.decision("unknown-policy", Outcome::Rejected); // ignored, not a new label
+        r.ip_rejections.inc();
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(
+            text.contains(r#"turnstile_requests_total{route="orders",status="200"} 2"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"turnstile_requests_total{route="orders",status="429"} 1"#));
+        assert!(text.contains(r#"turnstile_limiter_decisions_total{outcome="rejected",policy="per-minute",route="orders"} 1"#));
+        assert!(text.contains(
+            r#"turnstile_limiter_decisions_total{outcome="allowed",policy="ip",route="orders"} 0"#
+        ));
+        assert!(text.contains(r#"turnstile_ip_rejections_total{route="orders"} 1"#));
+        assert!(!text.contains("unknown-policy"));
+    }
+}
