@@ -16,13 +16,16 @@
 //! own modules and is tested without a network; `proxy` only moves data between Pingora and
 //! those functions.
 
+pub mod admin;
 pub mod auth;
 pub mod chain;
 pub mod clock;
 pub mod config;
 pub mod headers;
+pub mod heartbeat;
 pub mod identity;
 pub mod limit;
+pub mod metrics;
 pub mod problem;
 pub mod proxy;
 pub mod request_id;

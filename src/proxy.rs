@@ -13,9 +13,10 @@
 use crate::auth::{Client, API_KEY_HEADER};
 use crate::chain::{self, LimitStatus, Reject};
 use crate::clock::{Clock, MonotonicClock};
-use crate::config::{Auth, HeadersMode};
+use crate::config::{Auth, FailureMode, HeadersMode};
 use crate::headers;
 use crate::limit::store::CheckRequest;
+use crate::metrics::Outcome;
 use crate::problem::{self, Kind};
 use crate::request_id;
 use crate::snapshot::{Route, Snapshot, SnapshotHandle};
@@ -59,6 +60,8 @@ pub struct RequestCtx {
     upstream_tries: usize,
     client: Option<Arc<Client>>,
     limits: LimitStatus,
+    /// When the request was sent upstream (for the upstream latency histogram).
+    upstream_sent: Option<std::time::Instant>,
 }
 
 impl RequestCtx {
@@ -79,34 +82,95 @@ impl Gateway {
         ctx.route = Some(index);
         let snapshot = Arc::clone(&ctx.snapshot);
         let route = &snapshot.routes[index];
-        let peer = session
-            .client_addr()
-            .and_then(PeerAddr::as_inet)
-            .map(|a| a.ip());
-        let now = self.clock.now_ms();
-        chain::check_ip(&snapshot, route, peer, &req.headers, now, &mut ctx.limits)?;
-        if route.config.auth == Auth::ApiKey {
-            let client = chain::authenticate(&snapshot, &req.headers)?;
-            let verdict = snapshot
-                .store
-                .check(CheckRequest {
-                    client: &client.id,
-                    route: &route.name,
-                    policies: &client.plan.policies,
-                    cost: route.config.cost,
-                    now_ms: None,
-                })
-                .await
-                .map_err(Reject::Store)?;
-            for (policy, decision) in client.plan.policies.iter().zip(&verdict.decisions) {
-                ctx.limits.push(policy, *decision);
-            }
-            ctx.client = Some(client);
-            if !verdict.allowed() {
-                return Err(Reject::TooManyRequests);
+        if route.ip_limiter.is_some() {
+            let peer = session
+                .client_addr()
+                .and_then(PeerAddr::as_inet)
+                .map(|a| a.ip());
+            let now = self.clock.now_ms();
+            let checked =
+                chain::check_ip(&snapshot, route, peer, &req.headers, now, &mut ctx.limits);
+            let outcome = if checked.is_ok() {
+                Outcome::Allowed
+            } else {
+                Outcome::Rejected
+            };
+            route
+                .metrics
+                .decision(crate::config::IP_POLICY_NAME, outcome);
+            if let Err(reject) = checked {
+                route.metrics.ip_rejections.inc();
+                return Err(reject);
             }
         }
+        if route.config.auth == Auth::ApiKey {
+            let client = chain::authenticate(&snapshot, &req.headers)?;
+            let admitted = check_plan(&snapshot, route, &client, &mut ctx.limits).await;
+            ctx.client = Some(client);
+            admitted?;
+        }
         Ok(())
+    }
+}
+
+/// [5]: the client's plan limits in the store, and the route's failure mode when the store
+/// cannot decide. Decisions that feed headers are recorded in `limits`.
+async fn check_plan(
+    snapshot: &Snapshot,
+    route: &Route,
+    client: &Client,
+    limits: &mut LimitStatus,
+) -> Result<(), Reject> {
+    let policies = &client.plan.policies;
+    let request = || CheckRequest {
+        client: &client.id,
+        route: &route.name,
+        policies,
+        cost: route.config.cost,
+        now_ms: None,
+    };
+    let (told, verdict) = match snapshot.store.check(request()).await {
+        Ok(verdict) => {
+            for (policy, decision) in policies.iter().zip(&verdict.decisions) {
+                let outcome = if decision.allowed {
+                    Outcome::Allowed
+                } else {
+                    Outcome::Rejected
+                };
+                route.metrics.decision(&policy.name, outcome);
+            }
+            (None, verdict)
+        }
+        Err(error) => {
+            let mode = route.config.on_store_error;
+            snapshot.store.note_degraded(&error, mode.as_str());
+            let outcome = match mode {
+                FailureMode::FailOpen => Outcome::DegradedOpen,
+                FailureMode::FailClosed => Outcome::DegradedClosed,
+                FailureMode::Local => Outcome::LocalFallback,
+            };
+            for policy in policies {
+                route.metrics.decision(&policy.name, outcome);
+            }
+            match mode {
+                FailureMode::FailOpen => return Ok(()),
+                FailureMode::FailClosed => return Err(Reject::Store(error)),
+                FailureMode::Local => {
+                    // The client is told the divided limits it is actually held to.
+                    let (divided, verdict) = snapshot.store.check_fallback(request());
+                    (Some(divided), verdict)
+                }
+            }
+        }
+    };
+    let told = told.as_deref().unwrap_or(policies);
+    for (policy, decision) in told.iter().zip(&verdict.decisions) {
+        limits.push(policy, *decision);
+    }
+    if verdict.allowed() {
+        Ok(())
+    } else {
+        Err(Reject::TooManyRequests)
     }
 }
 
@@ -122,6 +186,7 @@ impl ProxyHttp for Gateway {
             upstream_tries: 0,
             client: None,
             limits: LimitStatus::default(),
+            upstream_sent: None,
         }
     }
 
@@ -207,6 +272,7 @@ impl ProxyHttp for Gateway {
             upstream_request.insert_header("x-forwarded-for", forwarded)?;
         }
         upstream_request.insert_header(request_id::HEADER, ctx.request_id.clone())?;
+        ctx.upstream_sent = Some(std::time::Instant::now());
         // Only the gateway says who the client is.
         upstream_request.remove_header(CLIENT_ID_HEADER);
         if let Some(client) = &ctx.client {
@@ -226,6 +292,30 @@ impl ProxyHttp for Gateway {
             }
         }
         Ok(())
+    }
+
+    async fn upstream_response_filter(
+        &self,
+        _session: &mut Session,
+        _upstream_response: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if let (Some(sent), Some(route)) = (ctx.upstream_sent.take(), ctx.route()) {
+            route.upstream_latency.observe(sent.elapsed().as_secs_f64());
+        }
+        Ok(())
+    }
+
+    async fn logging(&self, session: &mut Session, error: Option<&Error>, ctx: &mut RequestCtx) {
+        let status = session
+            .response_written()
+            .map(|r| r.status.as_u16())
+            .or_else(|| error.and_then(classify).map(Kind::status))
+            .unwrap_or(0);
+        match ctx.route() {
+            Some(route) => route.metrics.request(status),
+            None => ctx.snapshot.unrouted.request(status),
+        }
     }
 
     async fn response_filter(

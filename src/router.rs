@@ -219,6 +219,7 @@ mod tests {
             rate_limit_headers: crate::config::HeadersMode::On,
             legacy_rate_limit_headers: false,
             forward_api_key: false,
+            on_store_error: crate::config::FailureMode::FailOpen,
         }
     }
 

@@ -1,7 +1,10 @@
 //! Assembles the Pingora server from a validated config: server options (threads, pid file,
 //! upgrade socket, grace periods), the proxy service and the background services.
 
+use crate::admin::Admin;
 use crate::config::Config;
+use crate::heartbeat::Heartbeat;
+use crate::metrics::Metrics;
 use crate::proxy::Gateway;
 use crate::snapshot::{Snapshot, SnapshotHandle};
 use crate::sweeper::Sweeper;
@@ -36,7 +39,9 @@ pub fn server_conf(config: &Config, pingora_yaml: Option<&str>) -> anyhow::Resul
 pub fn build(config: Config, mut opt: Opt) -> anyhow::Result<Server> {
     let conf = server_conf(&config, opt.conf.as_deref())?;
     let listen = config.server.listen.to_string();
-    let snapshot = Snapshot::build(config, None)?;
+    let admin_listen = config.admin.listen.to_string();
+    let metrics = Arc::new(Metrics::new());
+    let snapshot = Snapshot::build(config, None, &metrics)?;
     opt.conf = None;
     let mut server = Server::new_with_opt_and_conf(opt, conf);
     server.bootstrap();
@@ -56,7 +61,17 @@ pub fn build(config: Config, mut opt: Opt) -> anyhow::Result<Server> {
     ));
     server.add_service(background_service(
         "limiter state sweeper",
-        Sweeper::new(snapshots),
+        Sweeper::new(Arc::clone(&snapshots)),
     ));
+    server.add_service(background_service(
+        "store heartbeat",
+        Heartbeat::new(Arc::clone(&snapshots)),
+    ));
+    let mut admin = pingora::services::listening::Service::new(
+        "turnstile admin".to_owned(),
+        Admin::new(snapshots, metrics),
+    );
+    admin.add_tcp(&admin_listen);
+    server.add_service(admin);
     Ok(server)
 }

@@ -10,6 +10,7 @@ use crate::auth::{Client, KeyRing, Plan};
 use crate::config::{Config, ConfigError, IpLimitChoice, IpLimitConfig, RouteConfig, StoreConfig};
 use crate::limit::ip::IpLimiter;
 use crate::limit::store::Store;
+use crate::metrics::{Metrics, RouteMetrics};
 use crate::router::Router;
 use crate::upstream::Pool;
 use arc_swap::ArcSwap;
@@ -40,7 +41,13 @@ pub struct Snapshot {
     pub ip_tables: BTreeMap<IpTableId, IpTable>,
     pub keys: KeyRing,
     pub store: Arc<Store>,
+    pub metrics: Arc<Metrics>,
+    /// Counters of requests no route matched.
+    pub unrouted: RouteMetrics,
 }
+
+/// Label used for requests that matched no route.
+pub const UNROUTED: &str = "(none)";
 
 pub struct Route {
     pub config: RouteConfig,
@@ -48,14 +55,29 @@ pub struct Route {
     pub name: Arc<str>,
     pub pool: Arc<Pool>,
     pub ip_limiter: Option<Arc<IpLimiter>>,
+    pub metrics: RouteMetrics,
+    pub upstream_latency: prometheus::Histogram,
 }
 
 impl Snapshot {
     /// Builds a snapshot, reusing unchanged stateful parts of `previous`. Fails when a server
     /// name does not resolve.
-    pub fn build(config: Config, previous: Option<&Snapshot>) -> Result<Snapshot, ConfigError> {
+    pub fn build(
+        config: Config,
+        previous: Option<&Snapshot>,
+        metrics: &Arc<Metrics>,
+    ) -> Result<Snapshot, ConfigError> {
         let pools = build_pools(&config, previous)?;
         let ip_tables = build_ip_tables(&config, previous);
+        // Every policy name a route's decisions can be labelled with.
+        let mut policy_names: Vec<Arc<str>> = vec![Arc::from(crate::config::IP_POLICY_NAME)];
+        for plan in config.plans.values() {
+            for p in &plan.limits {
+                if !policy_names.contains(&p.name) {
+                    policy_names.push(Arc::clone(&p.name));
+                }
+            }
+        }
         let routes = config
             .routes
             .iter()
@@ -72,12 +94,14 @@ impl Snapshot {
                     ip_limiter: table
                         .and_then(|id| ip_tables.get(&id))
                         .map(|t| Arc::clone(&t.limiter)),
+                    metrics: metrics.route(&r.name, policy_names.iter().cloned()),
+                    upstream_latency: metrics.upstream_duration.with_label_values(&[&r.upstream]),
                 }
             })
             .collect();
         let store = match previous {
             Some(p) if p.config.store == config.store => Arc::clone(&p.store),
-            _ => Arc::new(build_store(&config.store)?),
+            _ => Arc::new(build_store(&config.store, metrics)?),
         };
         Ok(Snapshot {
             router: Router::new(&config.routes),
@@ -86,21 +110,25 @@ impl Snapshot {
             ip_tables,
             keys: key_ring(&config),
             store,
+            unrouted: metrics.route(UNROUTED, []),
+            metrics: Arc::clone(metrics),
             config: Arc::new(config),
         })
     }
 }
 
-fn build_store(config: &StoreConfig) -> Result<Store, ConfigError> {
+fn build_store(config: &StoreConfig, metrics: &Arc<Metrics>) -> Result<Store, ConfigError> {
     match config {
-        StoreConfig::Memory => Ok(Store::memory()),
-        StoreConfig::Redis(redis) => Store::redis(redis.clone()).map_err(|e| {
-            ConfigError::Invalid(vec![crate::config::Problem {
-                path: "store".to_owned(),
-                message: e.to_string(),
-                location: None,
-            }])
-        }),
+        StoreConfig::Memory => Ok(Store::memory(Arc::clone(metrics))),
+        StoreConfig::Redis(redis, failure) => {
+            Store::redis(redis.clone(), *failure, Arc::clone(metrics)).map_err(|e| {
+                ConfigError::Invalid(vec![crate::config::Problem {
+                    path: "store".to_owned(),
+                    message: e.to_string(),
+                    location: None,
+                }])
+            })
+        }
     }
 }
 

@@ -15,6 +15,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub server: ServerFile,
     #[serde(default)]
+    pub admin: AdminFile,
+    #[serde(default)]
     pub upstreams: BTreeMap<String, UpstreamFile>,
     #[serde(default)]
     pub routes: Vec<RouteFile>,
@@ -49,6 +51,26 @@ pub struct ServerFile {
     pub ip_limit: Option<IpLimitFile>,
     /// Most client addresses one per-IP table tracks.
     pub max_tracked_ips: Option<usize>,
+    /// Failure mode of routes that do not choose their own.
+    pub on_store_error: Option<FailureModeFile>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminFile {
+    /// Address of the admin listener (default loopback).
+    pub listen: Option<String>,
+    /// When set, every admin request needs `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+}
+
+impl fmt::Debug for AdminFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdminFile")
+            .field("listen", &self.listen)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -109,12 +131,20 @@ pub enum StoreFile {
         url: String,
         prefix: Option<String>,
         timeout: Option<HumanDuration>,
+        breaker_failures: Option<u32>,
+        breaker_cooldown: Option<HumanDuration>,
+        expected_instances: Option<u64>,
+        heartbeat_interval: Option<HumanDuration>,
     },
     /// A Redis Cluster, given by seed nodes.
     RedisCluster {
         nodes: Vec<String>,
         prefix: Option<String>,
         timeout: Option<HumanDuration>,
+        breaker_failures: Option<u32>,
+        breaker_cooldown: Option<HumanDuration>,
+        expected_instances: Option<u64>,
+        heartbeat_interval: Option<HumanDuration>,
     },
 }
 
@@ -164,6 +194,15 @@ impl fmt::Debug for ClientFile {
             )
             .finish()
     }
+}
+
+/// What a route does when the store cannot decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureModeFile {
+    FailOpen,
+    FailClosed,
+    Local,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -223,4 +262,5 @@ pub struct RouteFile {
     pub legacy_rate_limit_headers: Option<bool>,
     /// Pass the API key on to the upstream (default: removed).
     pub forward_api_key: Option<bool>,
+    pub on_store_error: Option<FailureModeFile>,
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use crate::auth::KeyDigest;
 use crate::identity::{Grouping, TrustedProxies};
 use crate::limit::redis::RedisConfig;
+use crate::limit::store::FailureSettings;
 use crate::limit::{Algorithm, Policy};
 use units::Rate;
 
@@ -24,6 +25,7 @@ pub use validate::MAX_NAME_LEN;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub server: ServerConfig,
+    pub admin: AdminConfig,
     pub upstreams: BTreeMap<String, UpstreamConfig>,
     pub routes: Vec<RouteConfig>,
     pub store: StoreConfig,
@@ -46,6 +48,24 @@ pub struct ServerConfig {
     pub ip_limit: Option<IpLimitConfig>,
     /// Most addresses one per-IP table tracks.
     pub max_tracked_ips: usize,
+    /// Failure mode of routes that do not choose their own.
+    pub on_store_error: FailureMode,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminConfig {
+    pub listen: SocketAddr,
+    /// Bearer token every admin request must carry, if set. Never printed.
+    pub token: Option<String>,
+}
+
+impl fmt::Debug for AdminConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdminConfig")
+            .field("listen", &self.listen)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 /// `ip_limit = { rate, burst }`: a token bucket per client address.
@@ -98,7 +118,28 @@ pub enum HeadersMode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreConfig {
     Memory,
-    Redis(RedisConfig),
+    Redis(RedisConfig, FailureSettings),
+}
+
+/// What a route does when the store cannot decide (down, slow, refusing, breaker open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureMode {
+    /// Admit the request without a decision (counted and logged).
+    FailOpen,
+    /// Answer 503 limiter-unavailable (not 429: the client did nothing wrong).
+    FailClosed,
+    /// Decide in process with the limits divided by the number of live instances.
+    Local,
+}
+
+impl FailureMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureMode::FailOpen => "fail_open",
+            FailureMode::FailClosed => "fail_closed",
+            FailureMode::Local => "local",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,12 +196,14 @@ pub struct RouteConfig {
     pub rate_limit_headers: HeadersMode,
     pub legacy_rate_limit_headers: bool,
     pub forward_api_key: bool,
+    pub on_store_error: FailureMode,
 }
 
 /// Defaults, in one place so the docs (`conf/gateway.toml`) and the code agree.
 pub mod defaults {
     use std::time::Duration;
     pub const LISTEN: &str = "0.0.0.0:8080";
+    pub const ADMIN_LISTEN: &str = "127.0.0.1:9090";
     pub const PID_FILE: &str = "/tmp/turnstile.pid";
     pub const UPGRADE_SOCK: &str = "/tmp/turnstile_upgrade.sock";
     pub const GRACE_PERIOD: Duration = Duration::from_secs(10);
@@ -176,6 +219,11 @@ pub mod defaults {
     pub const MAX_TRACKED_IPS: usize = 100_000;
     pub const STORE_PREFIX: &str = "turnstile";
     pub const STORE_TIMEOUT: Duration = Duration::from_millis(20);
+    pub const ON_STORE_ERROR: super::FailureMode = super::FailureMode::FailOpen;
+    pub const BREAKER_FAILURES: u32 = 5;
+    pub const BREAKER_COOLDOWN: Duration = Duration::from_secs(1);
+    pub const EXPECTED_INSTANCES: u64 = 1;
+    pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
     pub const UNHEALTHY_THRESHOLD: usize = 2;
     pub const HEALTHY_THRESHOLD: usize = 1;
     pub fn threads() -> usize {

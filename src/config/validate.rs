@@ -3,19 +3,21 @@
 //! not compile until it is handled here. All problems are collected, not just the first.
 
 use super::file::{
-    AlgorithmFile, AuthFile, ClientFile, FileConfig, HeadersModeFile, HealthCheckFile, IpLimitFile,
-    IpLimitSetting, LimitFile, PlanFile, RouteFile, ServerFile, StoreFile, UpstreamFile,
+    AdminFile, AlgorithmFile, AuthFile, ClientFile, FailureModeFile, FileConfig, HeadersModeFile,
+    HealthCheckFile, IpLimitFile, IpLimitSetting, LimitFile, PlanFile, RouteFile, ServerFile,
+    StoreFile, UpstreamFile,
 };
 use super::units::HumanDuration;
 use super::{
-    defaults, Auth, ClientConfig, Config, HeadersMode, HealthCheckConfig, IpLimitChoice,
-    IpLimitConfig, PlanConfig, Problem, RouteConfig, ServerConfig, StoreConfig, UpstreamConfig,
-    IP_POLICY_NAME,
+    defaults, AdminConfig, Auth, ClientConfig, Config, FailureMode, HeadersMode, HealthCheckConfig,
+    IpLimitChoice, IpLimitConfig, PlanConfig, Problem, RouteConfig, ServerConfig, StoreConfig,
+    UpstreamConfig, IP_POLICY_NAME,
 };
 use crate::auth::KeyDigest;
 use crate::identity::{Grouping, TrustedProxies};
 use crate::limit::algorithm::MAX_PRODUCT;
 use crate::limit::redis::{RedisConfig, Topology};
+use crate::limit::store::FailureSettings;
 use crate::limit::{Algorithm, Policy};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -44,6 +46,7 @@ impl TryFrom<FileConfig> for Config {
     fn try_from(file: FileConfig) -> Result<Config, Vec<Problem>> {
         let FileConfig {
             server,
+            admin,
             upstreams,
             routes,
             store,
@@ -52,6 +55,7 @@ impl TryFrom<FileConfig> for Config {
         } = file;
         let mut problems = Problems::default();
         let server = server_config(server, &mut problems);
+        let admin = admin_config(admin, &mut problems);
         let store = store_config(store, &mut problems);
         let plans: BTreeMap<String, PlanConfig> = plans
             .into_iter()
@@ -74,13 +78,14 @@ impl TryFrom<FileConfig> for Config {
         let routes: Vec<RouteConfig> = routes
             .into_iter()
             .enumerate()
-            .map(|(i, r)| route_config(i, r, &upstreams, &mut problems))
+            .map(|(i, r)| route_config(i, r, &upstreams, server.on_store_error, &mut problems))
             .collect();
         check_route_overlaps(&routes, &mut problems);
         check_costs(&routes, &plans, &mut problems);
         if problems.0.is_empty() {
             Ok(Config {
                 server,
+                admin,
                 upstreams,
                 routes,
                 store,
@@ -107,6 +112,7 @@ fn server_config(file: ServerFile, problems: &mut Problems) -> ServerConfig {
         ipv6_prefix,
         ip_limit,
         max_tracked_ips,
+        on_store_error,
     } = file;
     let listen_text = listen.unwrap_or_else(|| defaults::LISTEN.to_owned());
     let listen = listen_text.parse::<SocketAddr>().unwrap_or_else(|_| {
@@ -146,24 +152,76 @@ fn server_config(file: ServerFile, problems: &mut Problems) -> ServerConfig {
             Some(n) => n,
             None => defaults::MAX_TRACKED_IPS,
         },
+        on_store_error: on_store_error.map_or(defaults::ON_STORE_ERROR, failure_mode),
     }
 }
 
+/// Shortest admin token accepted.
+pub const MIN_ADMIN_TOKEN_LEN: usize = 16;
+
+fn admin_config(file: AdminFile, problems: &mut Problems) -> AdminConfig {
+    let AdminFile { listen, token } = file;
+    let text = listen.unwrap_or_else(|| defaults::ADMIN_LISTEN.to_owned());
+    let listen = text.parse::<SocketAddr>().unwrap_or_else(|_| {
+        problems.push(
+            "admin.listen",
+            format!("{text:?} is not an address: expected ip:port like \"127.0.0.1:9090\""),
+        );
+        defaults::ADMIN_LISTEN
+            .parse()
+            .expect("default admin address parses")
+    });
+    if let Some(token) = &token {
+        if token.len() < MIN_ADMIN_TOKEN_LEN || !token.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+            // The token itself is never echoed.
+            problems.push(
+                "admin.token",
+                format!("must be at least {MIN_ADMIN_TOKEN_LEN} visible ASCII characters"),
+            );
+        }
+    }
+    AdminConfig { listen, token }
+}
+
 fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> StoreConfig {
-    let (topology, prefix, timeout) = match file {
+    let (
+        topology,
+        prefix,
+        timeout,
+        breaker_failures,
+        breaker_cooldown,
+        expected_instances,
+        heartbeat_interval,
+    ) = match file {
         None | Some(StoreFile::Memory {}) => return StoreConfig::Memory,
         Some(StoreFile::Redis {
             url,
             prefix,
             timeout,
+            breaker_failures,
+            breaker_cooldown,
+            expected_instances,
+            heartbeat_interval,
         }) => {
             check_redis_url("store.url", &url, problems);
-            (Topology::Single(url), prefix, timeout)
+            (
+                Topology::Single(url),
+                prefix,
+                timeout,
+                breaker_failures,
+                breaker_cooldown,
+                expected_instances,
+                heartbeat_interval,
+            )
         }
         Some(StoreFile::RedisCluster {
             nodes,
             prefix,
             timeout,
+            breaker_failures,
+            breaker_cooldown,
+            expected_instances,
+            heartbeat_interval,
         }) => {
             if nodes.is_empty() {
                 problems.push("store.nodes", "at least one seed node is required");
@@ -171,7 +229,15 @@ fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> StoreConfig
             for (i, url) in nodes.iter().enumerate() {
                 check_redis_url(&format!("store.nodes[{i}]"), url, problems);
             }
-            (Topology::Cluster(nodes), prefix, timeout)
+            (
+                Topology::Cluster(nodes),
+                prefix,
+                timeout,
+                breaker_failures,
+                breaker_cooldown,
+                expected_instances,
+                heartbeat_interval,
+            )
         }
     };
     let prefix = prefix.unwrap_or_else(|| defaults::STORE_PREFIX.to_owned());
@@ -186,16 +252,58 @@ fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> StoreConfig
             format!("invalid prefix {prefix:?}: expected 1 to {MAX_NAME_LEN} characters of A-Z a-z 0-9 _ - . : (no braces: the hash tag is the client id)"),
         );
     }
-    StoreConfig::Redis(RedisConfig {
-        topology,
-        prefix,
-        timeout: positive(
-            "store.timeout".to_owned(),
-            timeout,
-            defaults::STORE_TIMEOUT,
-            problems,
-        ),
-    })
+    let breaker_failures = match breaker_failures {
+        Some(0) => {
+            problems.push("store.breaker_failures", "must be at least 1");
+            defaults::BREAKER_FAILURES
+        }
+        Some(n) => n,
+        None => defaults::BREAKER_FAILURES,
+    };
+    let expected_instances = match expected_instances {
+        Some(0) => {
+            problems.push("store.expected_instances", "must be at least 1");
+            defaults::EXPECTED_INSTANCES
+        }
+        Some(n) => n,
+        None => defaults::EXPECTED_INSTANCES,
+    };
+    StoreConfig::Redis(
+        RedisConfig {
+            topology,
+            prefix,
+            timeout: positive(
+                "store.timeout".to_owned(),
+                timeout,
+                defaults::STORE_TIMEOUT,
+                problems,
+            ),
+        },
+        FailureSettings {
+            breaker_failures,
+            breaker_cooldown: positive(
+                "store.breaker_cooldown".to_owned(),
+                breaker_cooldown,
+                defaults::BREAKER_COOLDOWN,
+                problems,
+            ),
+            expected_instances,
+            heartbeat_interval: positive(
+                "store.heartbeat_interval".to_owned(),
+                heartbeat_interval,
+                defaults::HEARTBEAT_INTERVAL,
+                problems,
+            ),
+        },
+    )
+}
+
+fn failure_mode(file: FailureModeFile) -> FailureMode {
+    match file {
+        FailureModeFile::FailOpen => FailureMode::FailOpen,
+        FailureModeFile::FailClosed => FailureMode::FailClosed,
+        FailureModeFile::Local => FailureMode::Local,
+    }
 }
 
 fn check_redis_url(path: &str, url: &str, problems: &mut Problems) {
@@ -631,6 +739,7 @@ fn route_config(
     index: usize,
     file: RouteFile,
     upstreams: &BTreeMap<String, UpstreamConfig>,
+    server_mode: FailureMode,
     problems: &mut Problems,
 ) -> RouteConfig {
     let RouteFile {
@@ -648,6 +757,7 @@ fn route_config(
         rate_limit_headers,
         legacy_rate_limit_headers,
         forward_api_key,
+        on_store_error,
     } = file;
     let base = format!("routes[{index}]");
     let ip_limit = match ip_limit {
@@ -763,6 +873,7 @@ fn route_config(
         rate_limit_headers,
         legacy_rate_limit_headers: legacy_rate_limit_headers.unwrap_or(false),
         forward_api_key: forward_api_key.unwrap_or(false),
+        on_store_error: on_store_error.map_or(server_mode, failure_mode),
     }
 }
 

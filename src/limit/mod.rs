@@ -4,6 +4,7 @@
 //! [`redis`] for one limit shared by every gateway instance).
 
 pub mod algorithm;
+pub mod breaker;
 pub mod ip;
 pub mod memory;
 pub mod redis;
