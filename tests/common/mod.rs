@@ -183,6 +183,7 @@ impl Upstream {
 /// A running `turnstile` gateway with a generated config file.
 pub struct Gateway {
     pub port: u16,
+    pub admin_port: u16,
     pub proc: Proc,
     pub config_path: PathBuf,
     dir: tempfile::TempDir,
@@ -193,10 +194,17 @@ impl Gateway {
     /// lines to the generated `[server]` table (listen address, threads, pid file and upgrade
     /// socket are set by the harness).
     pub fn start_with(server_extra: &str, config: &str) -> Gateway {
+        Gateway::start_full(server_extra, "", config)
+    }
+
+    /// Like [`start_with`](Self::start_with), with extra lines for the generated `[admin]`
+    /// table (its listen address is set by the harness).
+    pub fn start_full(server_extra: &str, admin_extra: &str, config: &str) -> Gateway {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port();
+        let admin_port = free_port();
         let text = format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\npid_file = \"{pid}\"\nupgrade_sock = \"{sock}\"\n{server_extra}\n\n{config}",
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\npid_file = \"{pid}\"\nupgrade_sock = \"{sock}\"\n{server_extra}\n\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n{admin_extra}\n\n{config}",
             pid = dir.path().join("turnstile.pid").display(),
             sock = dir.path().join("upgrade.sock").display(),
         );
@@ -212,10 +220,11 @@ impl Gateway {
         );
         wait_until(&format!("turnstile on port {port}"), || {
             proc.assert_running();
-            port_open(port)
+            port_open(port) && port_open(admin_port)
         });
         Gateway {
             port,
+            admin_port,
             proc,
             config_path,
             dir,
@@ -237,6 +246,36 @@ impl Gateway {
     pub fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> http::Response {
         http::get_with(self.port, path, headers)
     }
+
+    /// `GET` on the admin listener.
+    pub fn admin(&self, path: &str) -> http::Response {
+        http::get(self.admin_port, path)
+    }
+
+    /// The value of one sample of `/metrics`, e.g.
+    /// `metric("turnstile_requests_total", &[("route", "orders"), ("status", "200")])`;
+    /// 0 when the sample is absent.
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let text = self.admin("/metrics").text();
+        metric_value(&text, name, labels)
+    }
+}
+
+/// Finds a sample in Prometheus text: the line for `name` whose labels include all of
+/// `labels` (0 when there is none).
+pub fn metric_value(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, _)| {
+            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
+        })
+        .map(|(_, value)| value.parse::<f64>().expect("numeric sample"))
+        .sum()
 }
 
 /// Runs the `turnstile` binary with arguments; returns (exit code, stdout, stderr).
