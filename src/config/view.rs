@@ -1,0 +1,179 @@
+//! The running configuration as JSON for `GET /config`, with every secret removed: API keys
+//! (plaintext or digests) appear only as a count, the admin token only as "set", and
+//! passwords in Redis URLs as `***`.
+
+use super::units::format_duration;
+use super::{Auth, Config, FailureMode, HeadersMode, IpLimitChoice, IpLimitConfig, StoreConfig};
+use crate::limit::redis::Topology;
+use serde_json::{json, Value};
+
+pub fn render(config: &Config) -> Value {
+    let s = &config.server;
+    json!({
+        "server": {
+            "listen": s.listen.to_string(),
+            "threads": s.threads,
+            "pid_file": s.pid_file,
+            "upgrade_sock": s.upgrade_sock,
+            "grace_period": format_duration(s.grace_period),
+            "graceful_shutdown_timeout": format_duration(s.graceful_shutdown_timeout),
+            "upstream_keepalive_pool_size": s.upstream_keepalive_pool_size,
+            "trusted_proxies": s.trusted_proxies.nets().iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "ipv4_prefix": s.grouping.ipv4_prefix,
+            "ipv6_prefix": s.grouping.ipv6_prefix,
+            "ip_limit": s.ip_limit.as_ref().map(ip_limit),
+            "max_tracked_ips": s.max_tracked_ips,
+            "on_store_error": s.on_store_error.as_str(),
+        },
+        "admin": {
+            "listen": config.admin.listen.to_string(),
+            "token": if config.admin.token.is_some() { "set" } else { "not set" },
+        },
+        "store": store(&config.store),
+        "upstreams": config.upstreams.values().map(|u| json!({
+            "name": u.name,
+            "servers": u.servers,
+            "keepalive_timeout": format_duration(u.keepalive_timeout),
+            "health_check": u.health_check.as_ref().map(|h| json!({
+                "path": h.path,
+                "host": h.host,
+                "interval": format_duration(h.interval),
+                "timeout": format_duration(h.timeout),
+                "unhealthy_threshold": h.unhealthy_threshold,
+                "healthy_threshold": h.healthy_threshold,
+            })),
+        })).collect::<Vec<_>>(),
+        "routes": config.routes.iter().map(|r| json!({
+            "name": r.name,
+            "path_prefix": r.path_prefix,
+            "host": r.host,
+            "methods": r.methods.as_ref().map(|ms| ms.iter().map(|m| m.as_str()).collect::<Vec<_>>()),
+            "upstream": r.upstream,
+            "connect_timeout": format_duration(r.connect_timeout),
+            "read_timeout": format_duration(r.read_timeout),
+            "write_timeout": format_duration(r.write_timeout),
+            "ip_limit": match r.ip_limit {
+                IpLimitChoice::ServerDefault => json!("server default"),
+                IpLimitChoice::Off => json!("off"),
+                IpLimitChoice::Own(l) => ip_limit(&l),
+            },
+            "auth": match r.auth { Auth::None => "none", Auth::ApiKey => "api_key" },
+            "cost": r.cost,
+            "rate_limit_headers": match r.rate_limit_headers {
+                HeadersMode::On => "on",
+                HeadersMode::Off => "off",
+                HeadersMode::NearLimit => "near_limit",
+            },
+            "legacy_rate_limit_headers": r.legacy_rate_limit_headers,
+            "forward_api_key": r.forward_api_key,
+            "on_store_error": FailureMode::as_str(r.on_store_error),
+        })).collect::<Vec<_>>(),
+        "plans": config.plans.values().map(|p| json!({
+            "name": p.name,
+            "limits": p.limits.iter().map(|l| json!({
+                "name": &*l.name,
+                "algorithm": l.algorithm.as_str(),
+                "limit": l.limit,
+                "window": format_duration(std::time::Duration::from_millis(l.window_ms)),
+                "burst": l.burst,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "clients": config.clients.iter().map(|c| json!({
+            "id": c.id,
+            "plan": c.plan,
+            "api_keys": format!("{} redacted", c.api_keys.len()),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn ip_limit(l: &IpLimitConfig) -> Value {
+    json!({ "rate": l.rate.to_string(), "burst": l.burst })
+}
+
+fn store(store: &StoreConfig) -> Value {
+    match store {
+        StoreConfig::Memory => json!({ "kind": "memory" }),
+        StoreConfig::Redis(r, f) => {
+            let (kind, nodes): (&str, Vec<String>) = match &r.topology {
+                Topology::Single(url) => ("redis", vec![redact_url(url)]),
+                Topology::Cluster(urls) => (
+                    "redis_cluster",
+                    urls.iter().map(|u| redact_url(u)).collect(),
+                ),
+            };
+            json!({
+                "kind": kind,
+                "nodes": nodes,
+                "prefix": r.prefix,
+                "timeout": format_duration(r.timeout),
+                "breaker_failures": f.breaker_failures,
+                "breaker_cooldown": format_duration(f.breaker_cooldown),
+                "expected_instances": f.expected_instances,
+                "heartbeat_interval": format_duration(f.heartbeat_interval),
+            })
+        }
+    }
+}
+
+/// `redis://user:secret@host:6379/0` → `redis://user:***@host:6379/0`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or("", |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_in_urls_are_redacted() {
+        assert_eq!(redact_url("redis://:secret@h:6379"), "redis://:***@h:6379");
+        assert_eq!(
+            redact_url("redis://user:secret@h:6379/2"),
+            "redis://user:***@h:6379/2"
+        );
+        assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
+    }
+
+    #[test]
+    fn keys_and_tokens_never_appear() {
+        let text = r#"
+[admin]
+token = "admin-token-0123456789"
+[store]
+kind = "redis"
+url = "redis://:hunter2@127.0.0.1:6379"
+[upstreams.u]
+servers = ["127.0.0.1:1"]
+[plans.p]
+limits = [{ name = "l", algorithm = "fixed_window", limit = 1, window = "1s" }]
+[[clients]]
+id = "ada"
+plan = "p"
+api_keys = ["plaintext-key-0123456789", "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"]
+[[routes]]
+name = "r"
+path_prefix = "/"
+upstream = "u"
+"#;
+        let view = render(&Config::parse(text).unwrap()).to_string();
+        for secret in [
+            "plaintext-key-0123456789",
+            "ba7816bf",
+            "admin-token-0123456789",
+            "hunter2",
+        ] {
+            assert!(!view.contains(secret), "{secret} leaked: {view}");
+        }
+        assert!(view.contains("2 redacted"));
+        assert!(view.contains(r#""token":"set""#));
+    }
+}

@@ -1,0 +1,339 @@
+//! Hot reload: read → validate → build a new snapshot off the request path (reusing every
+//! stateful part whose definition did not change) → swap it in with one atomic store.
+//! Requests already running keep the snapshot they started with.
+//!
+//! Triggers: the file changing on disk ([`Watcher`], polling with a debounce, so an
+//! editor's write-then-rename, or a write in several chunks, is read once, whole), `SIGHUP`,
+//! and `POST /reload` on the admin listener. An invalid file is rejected whole: the running
+//! configuration stays, the error (with its TOML path) is logged, returned to `POST /reload`
+//! and counted. Settings that only take effect at start (listen addresses, threads, pid file,
+//! upgrade socket, grace periods, keep-alive pool size) keep their running value and are
+//! reported as needing a restart — see the README on graceful upgrades.
+
+use crate::access_log::AccessLog;
+use crate::config::{Config, ConfigError};
+use crate::metrics::Metrics;
+use crate::snapshot::{Snapshot, SnapshotHandle};
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// What is known about the configuration currently in effect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loaded {
+    /// 1 for the configuration the process started with, +1 per successful reload.
+    pub version: u64,
+    /// SHA-256 of the file's bytes (hex, first 16 digits).
+    pub hash: String,
+    /// Seconds since the Unix epoch.
+    pub loaded_at: u64,
+    /// Settings changed in the file that only a restart applies (TOML paths).
+    pub pending_restart: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("a reload is already running")]
+    Busy,
+}
+
+/// The outcome of one reload attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reloaded {
+    /// A new snapshot is live.
+    Applied(Loaded),
+    /// The file has the content already running: nothing to do.
+    Unchanged(Loaded),
+}
+
+pub struct Reloader {
+    path: PathBuf,
+    snapshots: SnapshotHandle,
+    metrics: Arc<Metrics>,
+    access_log: Arc<AccessLog>,
+    loaded: Mutex<Loaded>,
+    running: tokio::sync::Mutex<()>,
+}
+
+pub fn content_hash(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Reloader {
+    /// `text` is the file content the process started with.
+    pub fn new(
+        path: PathBuf,
+        text: &str,
+        snapshots: SnapshotHandle,
+        metrics: Arc<Metrics>,
+        access_log: Arc<AccessLog>,
+    ) -> Reloader {
+        let loaded = Loaded {
+            version: 1,
+            hash: content_hash(text.as_bytes()),
+            loaded_at: unix_now(),
+            pending_restart: Vec::new(),
+        };
+        metrics.config_version.set(1);
+        metrics
+            .config_info
+            .with_label_values(&[&loaded.hash])
+            .set(1);
+        Reloader {
+            path,
+            snapshots,
+            metrics,
+            access_log,
+            loaded: Mutex::new(loaded),
+            running: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn loaded(&self) -> Loaded {
+        self.loaded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Reads the file and applies it if it is valid and different from what is running.
+    /// `trigger` names what asked for it (for the log).
+    pub async fn reload(&self, trigger: &str) -> Result<Reloaded, ReloadError> {
+        let _one_at_a_time = self.running.try_lock().map_err(|_| ReloadError::Busy)?;
+        let path = self.path.clone();
+        let snapshots = Arc::clone(&self.snapshots);
+        let metrics = Arc::clone(&self.metrics);
+        let current_hash = self.loaded().hash;
+        // Reading, parsing and building (DNS lookups included) block: keep them off the
+        // async workers.
+        let built = tokio::task::spawn_blocking(
+            move || -> Result<Option<(Snapshot, String, Vec<String>)>, ConfigError> {
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|source| ConfigError::Read { path, source })?;
+                let hash = content_hash(text.as_bytes());
+                if hash == current_hash {
+                    return Ok(None);
+                }
+                let mut config = Config::parse(&text)?;
+                let old = snapshots.load_full();
+                let pending = keep_restart_only_settings(&mut config, &old.config);
+                let snapshot = Snapshot::build(config, Some(&old), &metrics)?;
+                Ok(Some((snapshot, hash, pending)))
+            },
+        )
+        .await
+        .expect("reload task does not panic");
+        match built {
+            Ok(None) => {
+                self.reopen_access_log();
+                self.metrics.reloads.with_label_values(&["unchanged"]).inc();
+                Ok(Reloaded::Unchanged(self.loaded()))
+            }
+            Ok(Some((snapshot, hash, pending))) => {
+                self.snapshots.store(Arc::new(snapshot));
+                self.reopen_access_log();
+                let loaded = {
+                    let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+                    loaded.version += 1;
+                    loaded.hash = hash;
+                    loaded.loaded_at = unix_now();
+                    loaded.pending_restart = pending;
+                    loaded.clone()
+                };
+                self.metrics.reloads.with_label_values(&["ok"]).inc();
+                self.metrics.config_version.set(loaded.version as i64);
+                self.metrics.config_info.reset();
+                self.metrics
+                    .config_info
+                    .with_label_values(&[&loaded.hash])
+                    .set(1);
+                log::info!(
+                    "configuration {} reloaded ({trigger}): version {}, hash {}",
+                    self.path.display(),
+                    loaded.version,
+                    loaded.hash
+                );
+                if !loaded.pending_restart.is_empty() {
+                    log::warn!(
+                        "configuration {}: {} changed but only take(s) effect after a restart (or a graceful upgrade); still running with the old value(s)",
+                        self.path.display(),
+                        loaded.pending_restart.join(", ")
+                    );
+                }
+                Ok(Reloaded::Applied(loaded))
+            }
+            Err(e) => {
+                self.metrics.reloads.with_label_values(&["error"]).inc();
+                let lines: Vec<String> = e.to_string().lines().map(str::to_owned).collect();
+                log::error!(
+                    "configuration {} rejected ({trigger}), the running one stays: {}",
+                    self.path.display(),
+                    lines.join("; ")
+                );
+                Err(ReloadError::Config(e))
+            }
+        }
+    }
+}
+
+impl Reloader {
+    /// After log rotation, a reload (SIGHUP) reopens the access log; a new path applies too.
+    fn reopen_access_log(&self) {
+        let target = self.snapshots.load().config.access_log.target.clone();
+        self.access_log.reopen(target);
+    }
+}
+
+/// Copies the settings a running process cannot change into `new` and returns the TOML
+/// paths of those that differed.
+pub fn keep_restart_only_settings(new: &mut Config, running: &Config) -> Vec<String> {
+    let mut pending = Vec::new();
+    macro_rules! keep {
+        ($($field:ident).+, $path:expr) => {
+            if new.$($field).+ != running.$($field).+ {
+                pending.push($path.to_owned());
+                new.$($field).+ = running.$($field).+.clone();
+            }
+        };
+    }
+    keep!(server.listen, "server.listen");
+    keep!(server.threads, "server.threads");
+    keep!(server.pid_file, "server.pid_file");
+    keep!(server.upgrade_sock, "server.upgrade_sock");
+    keep!(server.grace_period, "server.grace_period");
+    keep!(
+        server.graceful_shutdown_timeout,
+        "server.graceful_shutdown_timeout"
+    );
+    keep!(
+        server.upstream_keepalive_pool_size,
+        "server.upstream_keepalive_pool_size"
+    );
+    keep!(admin.listen, "admin.listen");
+    pending
+}
+
+/// Polls the file's metadata; a change is applied once the file has stopped changing for
+/// one poll interval (an editor's save is several writes and renames).
+pub struct Watcher {
+    reloader: Arc<Reloader>,
+    interval: Duration,
+}
+
+impl Watcher {
+    pub fn new(reloader: Arc<Reloader>, interval: Duration) -> Watcher {
+        Watcher { reloader, interval }
+    }
+}
+
+fn fingerprint(path: &Path) -> Option<(SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}
+
+#[async_trait]
+impl BackgroundService for Watcher {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let path = self.reloader.path().to_owned();
+        let mut applied = fingerprint(&path);
+        let mut seen = applied;
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = tokio::time::sleep(self.interval) => {}
+            }
+            let now = fingerprint(&path);
+            // Debounce: act only when two consecutive polls agree and differ from the last
+            // applied state. A missing file (mid-rename) waits for the next poll.
+            if now.is_some() && now == seen && now != applied {
+                applied = now;
+                // The outcome is logged and counted by the reloader.
+                let _ = self.reloader.reload("file changed").await;
+            }
+            seen = now;
+        }
+    }
+}
+
+/// Reloads on `SIGHUP`.
+pub struct SighupListener {
+    reloader: Arc<Reloader>,
+}
+
+impl SighupListener {
+    pub fn new(reloader: Arc<Reloader>) -> SighupListener {
+        SighupListener { reloader }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for SighupListener {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hangups = match signal(SignalKind::hangup()) {
+            Ok(s) => s,
+            Err(e) => {
+                log::error!(
+                    "cannot listen for SIGHUP, reload by file change or POST /reload only: {e}"
+                );
+                return;
+            }
+        };
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                received = hangups.recv() => {
+                    if received.is_none() {
+                        return;
+                    }
+                    let _ = self.reloader.reload("SIGHUP").await;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "[upstreams.u]\nservers = [\"127.0.0.1:1\"]\n[[routes]]\nname = \"r\"\npath_prefix = \"/\"\nupstream = \"u\"\n";
+
+    #[test]
+    fn restart_only_settings_keep_their_running_value_and_are_reported() {
+        let running = Config::parse(&format!(
+            "[server]\nlisten = \"127.0.0.1:8080\"\nthreads = 2\n{BASE}"
+        ))
+        .unwrap();
+        let mut new = Config::parse(&format!("[server]\nlisten = \"127.0.0.1:9999\"\nthreads = 2\n[admin]\nlisten = \"127.0.0.1:7777\"\n{BASE}")).unwrap();
+        let pending = keep_restart_only_settings(&mut new, &running);
+        assert_eq!(pending, ["server.listen", "admin.listen"]);
+        assert_eq!(new.server.listen, running.server.listen);
+        assert_eq!(new.admin.listen, running.admin.listen);
+        let mut same = running.clone();
+        assert!(keep_restart_only_settings(&mut same, &running).is_empty());
+    }
+
+    #[test]
+    fn hashes_are_short_hex_of_the_content() {
+        assert_eq!(content_hash(b"abc"), "ba7816bf8f01cfea");
+        assert_ne!(content_hash(b"abc"), content_hash(b"abd"));
+    }
+}
