@@ -1,0 +1,258 @@
+//! The access log: one JSON line per request (`[access_log] mode = "on"`), or per sampled
+//! request (`"sampled"`, a fixed fraction), to stdout or a file.
+//!
+//! Off the hot path: a request hands a small owned [`Entry`] to a bounded channel; a writer
+//! thread formats and writes it (buffered, flushed whenever the channel runs dry). If the
+//! writer cannot keep up, entries are dropped and counted
+//! (`turnstile_access_log_dropped_total`) — the log never slows requests down. The file is
+//! reopened on every reload (so `SIGHUP` after log rotation works) and when its path changes.
+//! API keys are never logged: the entry carries the client id.
+
+use prometheus::IntCounter;
+use serde::Serialize;
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    Off,
+    On,
+    /// Log this fraction of requests (0 < f <= 1), spread evenly.
+    Sampled(f64),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Stdout,
+    File(PathBuf),
+}
+
+/// Entries waiting for the writer; beyond this they are dropped.
+const QUEUE: usize = 16 * 1024;
+
+/// One request, as logged.
+#[derive(Debug, Clone, Serialize)]
+pub struct Entry {
+    /// Milliseconds since the Unix epoch (rendered as RFC 3339 by the writer).
+    #[serde(skip)]
+    pub at_ms: u64,
+    pub request_id: String,
+    pub method: String,
+    /// Path only: query strings can carry secrets.
+    pub path: String,
+    pub route: Option<Arc<str>>,
+    pub status: u16,
+    pub client_id: Option<Arc<str>>,
+    pub client_ip: Option<IpAddr>,
+    /// What the limiter did (see README): `allowed`, `rejected`, `unauthorized`,
+    /// `degraded_open`, `degraded_closed`, `local_fallback`, `not_limited`.
+    pub decision: &'static str,
+    pub latency_ms: f64,
+    pub upstream: Option<String>,
+}
+
+enum Message {
+    Line(Box<Entry>),
+    Reopen(Target),
+}
+
+pub struct AccessLog {
+    sender: SyncSender<Message>,
+    sampled: AtomicU64,
+    dropped: IntCounter,
+}
+
+impl AccessLog {
+    /// Starts the writer thread.
+    pub fn start(target: Target, dropped: IntCounter) -> AccessLog {
+        let (sender, receiver) = sync_channel(QUEUE);
+        std::thread::Builder::new()
+            .name("access-log".into())
+            .spawn(move || write_loop(receiver, target))
+            .expect("spawn the access log writer");
+        AccessLog {
+            sender,
+            sampled: AtomicU64::new(0),
+            dropped,
+        }
+    }
+
+    /// Whether this request should be logged under `mode` (cheap: one atomic add when
+    /// sampling, none otherwise).
+    pub fn wants(&self, mode: Mode) -> bool {
+        match mode {
+            Mode::Off => false,
+            Mode::On => true,
+            Mode::Sampled(fraction) => {
+                // Request n is logged when floor((n+1)·f) > floor(n·f): exactly f of them,
+                // evenly spread.
+                let n = self.sampled.fetch_add(1, Ordering::Relaxed) as f64;
+                ((n + 1.0) * fraction).floor() > (n * fraction).floor()
+            }
+        }
+    }
+
+    pub fn log(&self, entry: Entry) {
+        match self.sender.try_send(Message::Line(Box::new(entry))) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => self.dropped.inc(),
+        }
+    }
+
+    /// Reopens the output (after a reload, or log rotation).
+    pub fn reopen(&self, target: Target) {
+        let _ = self.sender.send(Message::Reopen(target));
+    }
+}
+
+fn open(target: &Target) -> Box<dyn Write + Send> {
+    match target {
+        Target::Stdout => Box::new(std::io::stdout()),
+        Target::File(path) => match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            Ok(f) => Box::new(f),
+            Err(e) => {
+                log::error!(
+                    "cannot open access log {}: {e}; writing to stdout",
+                    path.display()
+                );
+                Box::new(std::io::stdout())
+            }
+        },
+    }
+}
+
+fn write_loop(receiver: Receiver<Message>, target: Target) {
+    let mut target = target;
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, open(&target));
+    loop {
+        let message = match receiver.recv_timeout(Duration::from_millis(200)) {
+            Ok(m) => m,
+            Err(RecvTimeoutError::Timeout) => {
+                let _ = out.flush();
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let _ = out.flush();
+                return;
+            }
+        };
+        match message {
+            Message::Line(entry) => {
+                let _ = write_entry(&mut out, &entry);
+                // Flush as soon as the queue is empty, so lines show up promptly.
+                if matches!(
+                    receiver.try_recv(),
+                    Err(std::sync::mpsc::TryRecvError::Empty)
+                ) {
+                    let _ = out.flush();
+                }
+            }
+            Message::Reopen(new) => {
+                let _ = out.flush();
+                target = new;
+                out = std::io::BufWriter::with_capacity(64 * 1024, open(&target));
+            }
+        }
+    }
+}
+
+fn write_entry(out: &mut impl Write, entry: &Entry) -> std::io::Result<()> {
+    #[derive(Serialize)]
+    struct Line<'a> {
+        ts: String,
+        #[serde(flatten)]
+        entry: &'a Entry,
+    }
+    let line = Line {
+        ts: rfc3339(entry.at_ms),
+        entry,
+    };
+    serde_json::to_writer(&mut *out, &line)?;
+    out.write_all(b"\n")
+}
+
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `2026-11-30T21:45:07.123Z` from Unix milliseconds (UTC, proleptic Gregorian).
+pub fn rfc3339(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        unix_ms % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_796_161_507_123), "2026-12-01T21:45:07.123Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn sampling_logs_exactly_the_fraction() {
+        let log = AccessLog::start(Target::Stdout, IntCounter::new("x", "x").unwrap());
+        let logged = (0..1000).filter(|_| log.wants(Mode::Sampled(0.1))).count();
+        assert_eq!(logged, 100);
+        assert!(!log.wants(Mode::Off));
+        assert!(log.wants(Mode::On));
+    }
+
+    #[test]
+    fn entries_are_one_json_line_each() {
+        let entry = Entry {
+            at_ms: 0,
+            request_id: "r1".into(),
+            method: "GET".into(),
+            path: "/orders".into(),
+            route: Some("orders".into()),
+            status: 200,
+            client_id: Some("ada".into()),
+            client_ip: Some("10.0.0.1".parse().unwrap()),
+            decision: "allowed",
+            latency_ms: 1.5,
+            upstream: Some("127.0.0.1:9001".into()),
+        };
+        let mut out = Vec::new();
+        write_entry(&mut out, &entry).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.ends_with('\n') && text.matches('\n').count() == 1);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["ts"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(v["route"], "orders");
+        assert_eq!(v["client_id"], "ada");
+        assert_eq!(v["decision"], "allowed");
+        assert_eq!(v["status"], 200);
+    }
+}
