@@ -1,13 +1,16 @@
 //! The admin listener (its own address, loopback by default): `GET /metrics` (Prometheus
 //! text), `GET /healthz` (the process is up), `GET /readyz` (ready to serve: configuration
 //! loaded, at least one healthy upstream server for every route; the store is reported but
-//! never makes the gateway unready, since every route has decided what to do without it).
+//! never makes the gateway unready, since every route has decided what to do without it),
+//! `GET /config` (the running configuration, secrets redacted, with its version and hash),
+//! `POST /reload` (reload the file now; 422 with the problems if it is invalid).
 //!
 //! With `admin.token` set, every request must carry `Authorization: Bearer <token>`
 //! (compared in constant time) or gets 401.
 
 use crate::limit::breaker::BreakerState;
 use crate::metrics::Metrics;
+use crate::reload::{ReloadError, Reloaded, Reloader};
 use crate::snapshot::{IpTableId, Snapshot, SnapshotHandle};
 use async_trait::async_trait;
 use http::{Response, StatusCode};
@@ -19,11 +22,72 @@ use std::sync::Arc;
 pub struct Admin {
     snapshots: SnapshotHandle,
     metrics: Arc<Metrics>,
+    reloader: Arc<Reloader>,
 }
 
 impl Admin {
-    pub fn new(snapshots: SnapshotHandle, metrics: Arc<Metrics>) -> Admin {
-        Admin { snapshots, metrics }
+    pub fn new(snapshots: SnapshotHandle, metrics: Arc<Metrics>, reloader: Arc<Reloader>) -> Admin {
+        Admin {
+            snapshots,
+            metrics,
+            reloader,
+        }
+    }
+
+    async fn reload(&self) -> Response<Vec<u8>> {
+        match self.reloader.reload("POST /reload").await {
+            Ok(Reloaded::Applied(loaded)) => json_response(
+                StatusCode::OK,
+                &json!({
+                    "result": "applied",
+                    "version": loaded.version,
+                    "hash": loaded.hash,
+                    "pending_restart": loaded.pending_restart,
+                }),
+            ),
+            Ok(Reloaded::Unchanged(loaded)) => json_response(
+                StatusCode::OK,
+                &json!({
+                    "result": "unchanged",
+                    "version": loaded.version,
+                    "hash": loaded.hash,
+                    "pending_restart": loaded.pending_restart,
+                }),
+            ),
+            Err(ReloadError::Busy) => json_response(
+                StatusCode::CONFLICT,
+                &json!({
+                    "result": "busy",
+                    "error": "a reload is already running; try again",
+                }),
+            ),
+            Err(ReloadError::Config(e)) => {
+                let problems: Vec<String> = e.to_string().lines().map(str::to_owned).collect();
+                json_response(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    &json!({
+                        "result": "rejected",
+                        "error": "the configuration file is invalid; the running configuration stays",
+                        "problems": problems,
+                    }),
+                )
+            }
+        }
+    }
+
+    fn config(&self, snapshot: &Snapshot) -> Response<Vec<u8>> {
+        let loaded = self.reloader.loaded();
+        json_response(
+            StatusCode::OK,
+            &json!({
+                "version": loaded.version,
+                "hash": loaded.hash,
+                "loaded_at": loaded.loaded_at,
+                "path": self.reloader.path().display().to_string(),
+                "pending_restart": loaded.pending_restart,
+                "config": crate::config::view::render(&snapshot.config),
+            }),
+        )
     }
 
     /// Gauges that describe current state are set at scrape time, from the live snapshot.
@@ -136,6 +200,8 @@ impl ServeHttp for Admin {
                     .expect("valid response")
             }
             ("GET", "/healthz") => json_response(StatusCode::OK, &json!({"status": "ok"})),
+            ("GET", "/config") => self.config(&snapshot),
+            ("POST", "/reload") => self.reload().await,
             ("GET", "/readyz") => {
                 let (ready, body) = self.readiness(&snapshot);
                 let status = if ready {

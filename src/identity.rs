@@ -26,6 +26,10 @@ impl TrustedProxies {
         self.0.is_empty()
     }
 
+    pub fn nets(&self) -> &[IpNet] {
+        &self.0
+    }
+
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();
         self.0.iter().any(|net| net.contains(&ip))

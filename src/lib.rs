@@ -16,6 +16,7 @@
 //! own modules and is tested without a network; `proxy` only moves data between Pingora and
 //! those functions.
 
+pub mod access_log;
 pub mod admin;
 pub mod auth;
 pub mod chain;
@@ -28,6 +29,7 @@ pub mod limit;
 pub mod metrics;
 pub mod problem;
 pub mod proxy;
+pub mod reload;
 pub mod request_id;
 pub mod router;
 pub mod server;

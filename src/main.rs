@@ -67,14 +67,7 @@ fn report_invalid(file: &std::path::Path, e: &turnstile::config::ConfigError) {
 
 fn run(cli: Cli) -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let config = match Config::load(&cli.config) {
-        Ok(config) => config,
-        Err(e) => {
-            report_invalid(&cli.config, &e);
-            return ExitCode::from(2);
-        }
-    };
-    match turnstile::server::build(config, cli.pingora) {
+    match turnstile::server::build(&cli.config, cli.pingora) {
         Ok(server) => server.run_forever(),
         Err(e) => match e.downcast_ref::<turnstile::config::ConfigError>() {
             Some(invalid) => {

@@ -63,6 +63,7 @@ pub struct Metrics {
     pub config_info: IntGaugeVec,
     pub tracked_entries: IntGaugeVec,
     pub live_instances: IntGauge,
+    pub access_log_dropped: IntCounter,
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -170,6 +171,15 @@ impl Metrics {
                 &["table"],
             ),
             live_instances: gauge(&registry, "turnstile_live_instances", "Gateway instances seen alive in the store's heartbeats (0 = unknown)"),
+            access_log_dropped: {
+                let c = IntCounter::new(
+                    "turnstile_access_log_dropped_total",
+                    "Access log entries dropped because the writer could not keep up",
+                )
+                .expect("valid metric");
+                registry.register(Box::new(c.clone())).expect("unique metric");
+                c
+            },
             registry,
         }
     }

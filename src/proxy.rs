@@ -10,11 +10,13 @@
 //! removed → upstream → `response_filter`: `X-Request-Id`, rate-limit headers →
 //! `fail_to_proxy`: problem+json for upstream failures (502/504).
 
+use crate::access_log::{AccessLog, Entry as AccessEntry};
 use crate::auth::{Client, API_KEY_HEADER};
 use crate::chain::{self, LimitStatus, Reject};
 use crate::clock::{Clock, MonotonicClock};
 use crate::config::{Auth, FailureMode, HeadersMode};
 use crate::headers;
+use crate::identity;
 use crate::limit::store::CheckRequest;
 use crate::metrics::Outcome;
 use crate::problem::{self, Kind};
@@ -31,6 +33,7 @@ use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, ErrorSource, ErrorType};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Error type used when every server of a route's pool is unhealthy.
 const NO_HEALTHY_UPSTREAM: ErrorType = ErrorType::Custom("no healthy upstream");
@@ -41,13 +44,15 @@ pub const CLIENT_ID_HEADER: &str = "x-client-id";
 pub struct Gateway {
     snapshots: SnapshotHandle,
     clock: MonotonicClock,
+    access_log: Arc<AccessLog>,
 }
 
 impl Gateway {
-    pub fn new(snapshots: SnapshotHandle) -> Gateway {
+    pub fn new(snapshots: SnapshotHandle, access_log: Arc<AccessLog>) -> Gateway {
         Gateway {
             snapshots,
             clock: MonotonicClock,
+            access_log,
         }
     }
 }
@@ -61,7 +66,12 @@ pub struct RequestCtx {
     client: Option<Arc<Client>>,
     limits: LimitStatus,
     /// When the request was sent upstream (for the upstream latency histogram).
-    upstream_sent: Option<std::time::Instant>,
+    upstream_sent: Option<Instant>,
+    /// When the request started (for the access log).
+    started: Instant,
+    /// What the limiter did, for the access log.
+    decision: &'static str,
+    upstream_addr: Option<std::net::SocketAddr>,
 }
 
 impl RequestCtx {
@@ -98,14 +108,23 @@ impl Gateway {
             route
                 .metrics
                 .decision(crate::config::IP_POLICY_NAME, outcome);
+            ctx.decision = outcome.as_str();
             if let Err(reject) = checked {
                 route.metrics.ip_rejections.inc();
                 return Err(reject);
             }
         }
         if route.config.auth == Auth::ApiKey {
-            let client = chain::authenticate(&snapshot, &req.headers)?;
-            let admitted = check_plan(&snapshot, route, &client, &mut ctx.limits).await;
+            let client = chain::authenticate(&snapshot, &req.headers)
+                .inspect_err(|_| ctx.decision = "unauthorized")?;
+            let admitted = check_plan(
+                &snapshot,
+                route,
+                &client,
+                &mut ctx.limits,
+                &mut ctx.decision,
+            )
+            .await;
             ctx.client = Some(client);
             admitted?;
         }
@@ -120,6 +139,7 @@ async fn check_plan(
     route: &Route,
     client: &Client,
     limits: &mut LimitStatus,
+    decision: &mut &'static str,
 ) -> Result<(), Reject> {
     let policies = &client.plan.policies;
     let request = || CheckRequest {
@@ -131,14 +151,19 @@ async fn check_plan(
     };
     let (told, verdict) = match snapshot.store.check(request()).await {
         Ok(verdict) => {
-            for (policy, decision) in policies.iter().zip(&verdict.decisions) {
-                let outcome = if decision.allowed {
+            for (policy, d) in policies.iter().zip(&verdict.decisions) {
+                let outcome = if d.allowed {
                     Outcome::Allowed
                 } else {
                     Outcome::Rejected
                 };
                 route.metrics.decision(&policy.name, outcome);
             }
+            *decision = if verdict.allowed() {
+                "allowed"
+            } else {
+                "rejected"
+            };
             (None, verdict)
         }
         Err(error) => {
@@ -152,6 +177,7 @@ async fn check_plan(
             for policy in policies {
                 route.metrics.decision(&policy.name, outcome);
             }
+            *decision = outcome.as_str();
             match mode {
                 FailureMode::FailOpen => return Ok(()),
                 FailureMode::FailClosed => return Err(Reject::Store(error)),
@@ -164,8 +190,8 @@ async fn check_plan(
         }
     };
     let told = told.as_deref().unwrap_or(policies);
-    for (policy, decision) in told.iter().zip(&verdict.decisions) {
-        limits.push(policy, *decision);
+    for (policy, d) in told.iter().zip(&verdict.decisions) {
+        limits.push(policy, *d);
     }
     if verdict.allowed() {
         Ok(())
@@ -187,6 +213,9 @@ impl ProxyHttp for Gateway {
             client: None,
             limits: LimitStatus::default(),
             upstream_sent: None,
+            started: Instant::now(),
+            decision: "not_limited",
+            upstream_addr: None,
         }
     }
 
@@ -212,9 +241,10 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
         ctx.upstream_tries += 1;
-        let route = ctx
-            .route()
-            .expect("request_filter sets the route before proxying");
+        let snapshot = Arc::clone(&ctx.snapshot);
+        let route = &snapshot.routes[ctx
+            .route
+            .expect("request_filter sets the route before proxying")];
         let Some(addr) = route.pool.select() else {
             return Err(Error::explain(
                 NO_HEALTHY_UPSTREAM,
@@ -224,6 +254,7 @@ impl ProxyHttp for Gateway {
                 ),
             ));
         };
+        ctx.upstream_addr = Some(addr);
         let mut peer = HttpPeer::new(addr, false, String::new());
         let options = &mut peer.options;
         options.connection_timeout = Some(route.config.connect_timeout);
@@ -272,7 +303,7 @@ impl ProxyHttp for Gateway {
             upstream_request.insert_header("x-forwarded-for", forwarded)?;
         }
         upstream_request.insert_header(request_id::HEADER, ctx.request_id.clone())?;
-        ctx.upstream_sent = Some(std::time::Instant::now());
+        ctx.upstream_sent = Some(Instant::now());
         // Only the gateway says who the client is.
         upstream_request.remove_header(CLIENT_ID_HEADER);
         if let Some(client) = &ctx.client {
@@ -315,6 +346,9 @@ impl ProxyHttp for Gateway {
         match ctx.route() {
             Some(route) => route.metrics.request(status),
             None => ctx.snapshot.unrouted.request(status),
+        }
+        if self.access_log.wants(ctx.snapshot.config.access_log.mode) {
+            self.access_log.log(access_entry(session, ctx, status));
         }
     }
 
@@ -367,6 +401,35 @@ impl ProxyHttp for Gateway {
             error_code: kind.status(),
             can_reuse_downstream: false,
         }
+    }
+}
+
+/// The access log line of a finished request.
+fn access_entry(session: &Session, ctx: &RequestCtx, status: u16) -> AccessEntry {
+    let req = session.req_header();
+    let client_ip = session
+        .client_addr()
+        .and_then(PeerAddr::as_inet)
+        .map(|peer| {
+            let values = req.headers.get_all("x-forwarded-for");
+            identity::client_ip(
+                peer.ip(),
+                values.iter().map(HeaderValue::as_bytes),
+                &ctx.snapshot.config.server.trusted_proxies,
+            )
+        });
+    AccessEntry {
+        at_ms: crate::access_log::unix_ms(),
+        request_id: ctx.request_id.to_str().unwrap_or_default().to_owned(),
+        method: req.method.as_str().to_owned(),
+        path: req.uri.path().to_owned(),
+        route: ctx.route().map(|r| Arc::clone(&r.name)),
+        status,
+        client_id: ctx.client.as_ref().map(|c| Arc::clone(&c.id)),
+        client_ip,
+        decision: ctx.decision,
+        latency_ms: ctx.started.elapsed().as_secs_f64() * 1000.0,
+        upstream: ctx.upstream_addr.map(|a| a.to_string()),
     }
 }
 

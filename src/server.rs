@@ -1,11 +1,13 @@
 //! Assembles the Pingora server from a validated config: server options (threads, pid file,
 //! upgrade socket, grace periods), the proxy service and the background services.
 
+use crate::access_log::AccessLog;
 use crate::admin::Admin;
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::heartbeat::Heartbeat;
 use crate::metrics::Metrics;
 use crate::proxy::Gateway;
+use crate::reload::{Reloader, SighupListener, Watcher};
 use crate::snapshot::{Snapshot, SnapshotHandle};
 use crate::sweeper::Sweeper;
 use crate::upstream::HealthChecker;
@@ -13,7 +15,9 @@ use arc_swap::ArcSwap;
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::Server;
 use pingora::services::background::background_service;
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Pingora's own server configuration, with what the TOML file decides applied on top of the
 /// optional Pingora YAML file (`--conf`).
@@ -35,12 +39,25 @@ pub fn server_conf(config: &Config, pingora_yaml: Option<&str>) -> anyhow::Resul
     Ok(conf)
 }
 
-/// Builds the server with every service added; the caller runs it.
-pub fn build(config: Config, mut opt: Opt) -> anyhow::Result<Server> {
+/// How often the config file is checked for changes.
+pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Loads the configuration at `path` and builds the server with every service added; the
+/// caller runs it. A `ConfigError` inside the error means the file is at fault.
+pub fn build(path: &Path, mut opt: Opt) -> anyhow::Result<Server> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let config = Config::parse(&text)?;
     let conf = server_conf(&config, opt.conf.as_deref())?;
     let listen = config.server.listen.to_string();
     let admin_listen = config.admin.listen.to_string();
     let metrics = Arc::new(Metrics::new());
+    let access_log = Arc::new(AccessLog::start(
+        config.access_log.target.clone(),
+        metrics.access_log_dropped.clone(),
+    ));
     let snapshot = Snapshot::build(config, None, &metrics)?;
     opt.conf = None;
     let mut server = Server::new_with_opt_and_conf(opt, conf);
@@ -50,7 +67,7 @@ pub fn build(config: Config, mut opt: Opt) -> anyhow::Result<Server> {
 
     let mut proxy = pingora::proxy::http_proxy_service_with_name(
         &server.configuration,
-        Gateway::new(Arc::clone(&snapshots)),
+        Gateway::new(Arc::clone(&snapshots), Arc::clone(&access_log)),
         "turnstile proxy",
     );
     proxy.add_tcp(&listen);
@@ -67,9 +84,24 @@ pub fn build(config: Config, mut opt: Opt) -> anyhow::Result<Server> {
         "store heartbeat",
         Heartbeat::new(Arc::clone(&snapshots)),
     ));
+    let reloader = Arc::new(Reloader::new(
+        path.to_owned(),
+        &text,
+        Arc::clone(&snapshots),
+        Arc::clone(&metrics),
+        access_log,
+    ));
+    server.add_service(background_service(
+        "config file watcher",
+        Watcher::new(Arc::clone(&reloader), WATCH_INTERVAL),
+    ));
+    server.add_service(background_service(
+        "SIGHUP reload",
+        SighupListener::new(Arc::clone(&reloader)),
+    ));
     let mut admin = pingora::services::listening::Service::new(
         "turnstile admin".to_owned(),
-        Admin::new(snapshots, metrics),
+        Admin::new(snapshots, metrics, reloader),
     );
     admin.add_tcp(&admin_listen);
     server.add_service(admin);

@@ -17,6 +17,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub admin: AdminFile,
     #[serde(default)]
+    pub access_log: AccessLogFile,
+    #[serde(default)]
     pub upstreams: BTreeMap<String, UpstreamFile>,
     #[serde(default)]
     pub routes: Vec<RouteFile>,
@@ -53,6 +55,24 @@ pub struct ServerFile {
     pub max_tracked_ips: Option<usize>,
     /// Failure mode of routes that do not choose their own.
     pub on_store_error: Option<FailureModeFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessLogFile {
+    pub mode: Option<AccessLogModeFile>,
+    /// Fraction of requests logged in `sampled` mode.
+    pub sample: Option<f64>,
+    /// `"stdout"` or a file path.
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessLogModeFile {
+    Off,
+    On,
+    Sampled,
 }
 
 #[derive(Default, Deserialize)]

@@ -5,6 +5,7 @@
 pub mod file;
 pub mod units;
 mod validate;
+pub mod view;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -26,6 +27,7 @@ pub use validate::MAX_NAME_LEN;
 pub struct Config {
     pub server: ServerConfig,
     pub admin: AdminConfig,
+    pub access_log: AccessLogConfig,
     pub upstreams: BTreeMap<String, UpstreamConfig>,
     pub routes: Vec<RouteConfig>,
     pub store: StoreConfig,
@@ -50,6 +52,12 @@ pub struct ServerConfig {
     pub max_tracked_ips: usize,
     /// Failure mode of routes that do not choose their own.
     pub on_store_error: FailureMode,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AccessLogConfig {
+    pub mode: crate::access_log::Mode,
+    pub target: crate::access_log::Target,
 }
 
 #[derive(Clone, PartialEq, Eq)]

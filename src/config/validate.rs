@@ -3,15 +3,15 @@
 //! not compile until it is handled here. All problems are collected, not just the first.
 
 use super::file::{
-    AdminFile, AlgorithmFile, AuthFile, ClientFile, FailureModeFile, FileConfig, HeadersModeFile,
-    HealthCheckFile, IpLimitFile, IpLimitSetting, LimitFile, PlanFile, RouteFile, ServerFile,
-    StoreFile, UpstreamFile,
+    AccessLogFile, AccessLogModeFile, AdminFile, AlgorithmFile, AuthFile, ClientFile,
+    FailureModeFile, FileConfig, HeadersModeFile, HealthCheckFile, IpLimitFile, IpLimitSetting,
+    LimitFile, PlanFile, RouteFile, ServerFile, StoreFile, UpstreamFile,
 };
 use super::units::HumanDuration;
 use super::{
-    defaults, AdminConfig, Auth, ClientConfig, Config, FailureMode, HeadersMode, HealthCheckConfig,
-    IpLimitChoice, IpLimitConfig, PlanConfig, Problem, RouteConfig, ServerConfig, StoreConfig,
-    UpstreamConfig, IP_POLICY_NAME,
+    defaults, AccessLogConfig, AdminConfig, Auth, ClientConfig, Config, FailureMode, HeadersMode,
+    HealthCheckConfig, IpLimitChoice, IpLimitConfig, PlanConfig, Problem, RouteConfig,
+    ServerConfig, StoreConfig, UpstreamConfig, IP_POLICY_NAME,
 };
 use crate::auth::KeyDigest;
 use crate::identity::{Grouping, TrustedProxies};
@@ -47,6 +47,7 @@ impl TryFrom<FileConfig> for Config {
         let FileConfig {
             server,
             admin,
+            access_log,
             upstreams,
             routes,
             store,
@@ -56,6 +57,7 @@ impl TryFrom<FileConfig> for Config {
         let mut problems = Problems::default();
         let server = server_config(server, &mut problems);
         let admin = admin_config(admin, &mut problems);
+        let access_log = access_log_config(access_log, &mut problems);
         let store = store_config(store, &mut problems);
         let plans: BTreeMap<String, PlanConfig> = plans
             .into_iter()
@@ -86,6 +88,7 @@ impl TryFrom<FileConfig> for Config {
             Ok(Config {
                 server,
                 admin,
+                access_log,
                 upstreams,
                 routes,
                 store,
@@ -154,6 +157,46 @@ fn server_config(file: ServerFile, problems: &mut Problems) -> ServerConfig {
         },
         on_store_error: on_store_error.map_or(defaults::ON_STORE_ERROR, failure_mode),
     }
+}
+
+fn access_log_config(file: AccessLogFile, problems: &mut Problems) -> AccessLogConfig {
+    use crate::access_log::{Mode, Target};
+    let AccessLogFile { mode, sample, path } = file;
+    let mode = match (mode.unwrap_or(AccessLogModeFile::Off), sample) {
+        (AccessLogModeFile::Sampled, Some(f)) if f > 0.0 && f <= 1.0 => Mode::Sampled(f),
+        (AccessLogModeFile::Sampled, Some(f)) => {
+            problems.push(
+                "access_log.sample",
+                format!("{f}: expected a fraction greater than 0 and at most 1"),
+            );
+            Mode::Off
+        }
+        (AccessLogModeFile::Sampled, None) => {
+            problems.push(
+                "access_log.sample",
+                "mode = \"sampled\" needs a sample fraction, like 0.1",
+            );
+            Mode::Off
+        }
+        (_, Some(_)) => {
+            problems.push(
+                "access_log.sample",
+                "only mode = \"sampled\" takes a sample fraction",
+            );
+            Mode::Off
+        }
+        (AccessLogModeFile::Off, None) => Mode::Off,
+        (AccessLogModeFile::On, None) => Mode::On,
+    };
+    let target = match path.as_deref() {
+        None | Some("stdout") | Some("-") => Target::Stdout,
+        Some("") => {
+            problems.push("access_log.path", "expected \"stdout\" or a file path");
+            Target::Stdout
+        }
+        Some(p) => Target::File(p.into()),
+    };
+    AccessLogConfig { mode, target }
 }
 
 /// Shortest admin token accepted.
