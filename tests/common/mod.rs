@@ -186,6 +186,8 @@ pub struct Gateway {
     pub admin_port: u16,
     pub proc: Proc,
     pub config_path: PathBuf,
+    /// The generated `[server]` and `[admin]` tables, reused by [`Gateway::rewrite`].
+    header: String,
     dir: tempfile::TempDir,
 }
 
@@ -203,11 +205,12 @@ impl Gateway {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port();
         let admin_port = free_port();
-        let text = format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\npid_file = \"{pid}\"\nupgrade_sock = \"{sock}\"\n{server_extra}\n\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n{admin_extra}\n\n{config}",
+        let header = format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\npid_file = \"{pid}\"\nupgrade_sock = \"{sock}\"\n{server_extra}\n\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n{admin_extra}\n\n",
             pid = dir.path().join("turnstile.pid").display(),
             sock = dir.path().join("upgrade.sock").display(),
         );
+        let text = format!("{header}{config}");
         let config_path = dir.path().join("turnstile.toml");
         std::fs::write(&config_path, text).expect("write config");
         let mut proc = Proc::spawn(
@@ -227,6 +230,7 @@ impl Gateway {
             admin_port,
             proc,
             config_path,
+            header,
             dir,
         }
     }
@@ -237,6 +241,37 @@ impl Gateway {
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Replaces the config file the way editors and deploy tools do: write a temporary file
+    /// next to it, then rename it over the original. `config` is the part after the
+    /// generated `[server]` / `[admin]` tables.
+    pub fn rewrite(&self, config: &str) {
+        self.rewrite_raw(&format!("{}{config}", self.header));
+    }
+
+    /// Replaces the whole file (header included), atomically.
+    pub fn rewrite_raw(&self, text: &str) {
+        let tmp = self.dir.path().join(".turnstile.toml.tmp");
+        std::fs::write(&tmp, text).expect("write temporary config");
+        std::fs::rename(&tmp, &self.config_path).expect("rename config into place");
+    }
+
+    /// The generated header (for tests that rewrite the whole file).
+    pub fn header(&self) -> &str {
+        &self.header
+    }
+
+    /// `POST /reload` on the admin listener.
+    pub fn reload(&self) -> http::Response {
+        http::request(self.admin_port, "POST", "/reload", &[], b"")
+    }
+
+    /// The running configuration's version (1 = as started).
+    pub fn config_version(&self) -> u64 {
+        self.admin("/config").json()["version"]
+            .as_u64()
+            .expect("version")
     }
 
     pub fn get(&self, path: &str) -> http::Response {
