@@ -1,0 +1,268 @@
+//! Downstream connections under a deadline for their request headers (slowloris defence).
+//!
+//! Pingora times out each *read* of a request, so a client trickling one header byte every
+//! few seconds could hold a connection for hours. Every accepted connection is therefore
+//! wrapped in a [`GuardedStream`] carrying a deadline: a read after it fails with `TimedOut`
+//! and the connection is closed. The deadline is armed when the connection opens
+//! (`header_timeout`), disarmed by the proxy as soon as a request's headers are complete
+//! (`early_request_filter`), and armed again when the response is done (the idle keep-alive
+//! time plus `header_timeout`, for the next request). Request bodies are covered by the
+//! per-read `body_timeout` instead: a pause in an upload, not its total length, is what is
+//! suspicious. Waiting costs no worker: it is one timer on the connection's task.
+
+use crate::snapshot::SnapshotHandle;
+use async_trait::async_trait;
+use pingora::apps::ServerApp;
+use pingora::protocols::{
+    GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, Ssl, Stream, UniqueID,
+    UniqueIDType,
+};
+use pingora::server::ShutdownWatch;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Sleep;
+
+/// Milliseconds since the first use in this process (a compact, atomic-friendly instant).
+fn now_ms() -> u64 {
+    base().elapsed().as_millis() as u64 + 1
+}
+
+fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+/// A transport stream whose reads fail once its deadline has passed.
+#[derive(Debug)]
+pub struct GuardedStream {
+    inner: Stream,
+    /// Milliseconds (see `now_ms`) after which reads fail; 0 = no deadline.
+    deadline_ms: AtomicU64,
+    timer: Option<(u64, Pin<Box<Sleep>>)>,
+}
+
+impl GuardedStream {
+    pub fn new(inner: Stream, header_timeout: Duration) -> GuardedStream {
+        let s = GuardedStream {
+            inner,
+            deadline_ms: AtomicU64::new(0),
+            timer: None,
+        };
+        s.arm(header_timeout);
+        s
+    }
+
+    /// Reads must complete within `within` from now.
+    pub fn arm(&self, within: Duration) {
+        self.deadline_ms
+            .store(now_ms() + within.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// No deadline (the request's headers are in).
+    pub fn disarm(&self) {
+        self.deadline_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// The guard of a session's stream, if it has one.
+    pub fn of(stream: Option<&Stream>) -> Option<&GuardedStream> {
+        stream.and_then(|s| s.as_any().downcast_ref::<GuardedStream>())
+    }
+}
+
+impl AsyncRead for GuardedStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let deadline = self.deadline_ms.load(Ordering::Relaxed);
+        if deadline != 0 {
+            if now_ms() >= deadline {
+                return Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "request headers not received in time",
+                )));
+            }
+            let stale = self.timer.as_ref().is_none_or(|(at, _)| *at != deadline);
+            if stale {
+                let when = base() + Duration::from_millis(deadline - 1);
+                self.timer = Some((deadline, Box::pin(tokio::time::sleep_until(when.into()))));
+            }
+            if let Some((_, sleep)) = self.timer.as_mut() {
+                if sleep.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "request headers not received in time",
+                    )));
+                }
+            }
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+use std::future::Future;
+
+impl AsyncWrite for GuardedStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[async_trait]
+impl Shutdown for GuardedStream {
+    async fn shutdown(&mut self) {
+        self.inner.shutdown().await
+    }
+}
+
+impl UniqueID for GuardedStream {
+    fn id(&self) -> UniqueIDType {
+        self.inner.id()
+    }
+}
+
+impl Ssl for GuardedStream {}
+
+impl GetTimingDigest for GuardedStream {
+    fn get_timing_digest(&self) -> Vec<Option<pingora::protocols::TimingDigest>> {
+        self.inner.get_timing_digest()
+    }
+}
+
+impl GetProxyDigest for GuardedStream {
+    fn get_proxy_digest(&self) -> Option<Arc<pingora::protocols::raw_connect::ProxyDigest>> {
+        self.inner.get_proxy_digest()
+    }
+}
+
+impl GetSocketDigest for GuardedStream {
+    fn get_socket_digest(&self) -> Option<Arc<pingora::protocols::SocketDigest>> {
+        self.inner.get_socket_digest()
+    }
+}
+
+#[async_trait]
+impl Peek for GuardedStream {
+    async fn try_peek(&mut self, buf: &mut [u8]) -> std::io::Result<bool> {
+        self.inner.try_peek(buf).await
+    }
+}
+
+/// A Pingora app that wraps every accepted connection in a [`GuardedStream`] before handing
+/// it to `inner` (the proxy).
+pub struct Guarded<A> {
+    inner: Arc<A>,
+    snapshots: SnapshotHandle,
+}
+
+impl<A> Guarded<A> {
+    pub fn new(inner: A, snapshots: SnapshotHandle) -> Guarded<A> {
+        Guarded {
+            inner: Arc::new(inner),
+            snapshots,
+        }
+    }
+}
+
+#[async_trait]
+impl<A: ServerApp + Send + Sync + 'static> ServerApp for Guarded<A> {
+    async fn process_new(
+        self: &Arc<Self>,
+        stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let header_timeout = self.snapshots.load().config.server.limits.header_timeout;
+        let guarded: Stream = Box::new(GuardedStream::new(stream, header_timeout));
+        self.inner.process_new(guarded, shutdown).await
+    }
+
+    async fn cleanup(&self) {
+        self.inner.cleanup().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn pair() -> (tokio::net::TcpStream, GuardedStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let l4: pingora::protocols::l4::stream::Stream = server.into();
+        (
+            client,
+            GuardedStream::new(Box::new(l4), Duration::from_millis(100)),
+        )
+    }
+
+    #[tokio::test]
+    async fn reads_fail_after_the_deadline_even_while_bytes_trickle() {
+        let (mut client, mut guarded) = pair().await;
+        let writer = tokio::spawn(async move {
+            for _ in 0..20 {
+                if client.write_all(b"x").await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        let mut buf = [0u8; 16];
+        let mut got = 0;
+        let err = loop {
+            match guarded.read(&mut buf).await {
+                Ok(n) => got += n,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+        assert!(
+            got < 20,
+            "the deadline must cut the trickle short, read {got} bytes"
+        );
+        writer.abort();
+    }
+
+    #[tokio::test]
+    async fn a_disarmed_stream_reads_normally() {
+        let (mut client, mut guarded) = pair().await;
+        guarded.disarm();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        client.write_all(b"hello").await.unwrap();
+        let mut buf = [0u8; 5];
+        guarded.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"hello");
+    }
+}
