@@ -3,6 +3,7 @@
 //! Pingora glue in `proxy.rs` only gathers the inputs and writes the outcome.
 //!
 //! ```text
+//! [0] message checks    → 400 ambiguous framing (smuggling) · 414 · 431 · 413 (Content-Length)
 //! [1] path check        → 400
 //! [2] route match       → 404 / 405
 //! [3] per-IP bucket     → 429 "ip"          (no key lookup, no store call)
@@ -11,6 +12,7 @@
 //! ```
 
 use crate::auth::{extract_key, Client, KeyError, API_KEY_HEADER};
+use crate::config::RequestLimits;
 use crate::headers;
 use crate::identity::{client_ip, group_key};
 use crate::limit::redis::StoreError;
@@ -18,14 +20,20 @@ use crate::limit::{Decision, Policy};
 use crate::problem::Kind;
 use crate::router::{check_request_path, RouteMatch};
 use crate::snapshot::{Route, Snapshot};
-use http::header::AUTHORIZATION;
+use http::header::{AUTHORIZATION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderValue, Method};
+use pingora::http::RequestHeader;
 use std::net::IpAddr;
 use std::sync::Arc;
 
 /// Why the gateway answers a request itself instead of proxying it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reject {
+    /// Ambiguous or unsupported message framing (request smuggling attempts).
+    BadFraming(&'static str),
+    UriTooLong(usize),
+    HeadersTooLarge(String),
+    BodyTooLarge(u64),
     BadPath(&'static str),
     NotFound(String),
     MethodNotAllowed {
@@ -43,7 +51,12 @@ pub enum Reject {
 impl Reject {
     pub fn kind(&self) -> Kind {
         match self {
-            Reject::BadPath(_) | Reject::Key(KeyError::Ambiguous) => Kind::BadRequest,
+            Reject::BadFraming(_) | Reject::BadPath(_) | Reject::Key(KeyError::Ambiguous) => {
+                Kind::BadRequest
+            }
+            Reject::UriTooLong(_) => Kind::UriTooLong,
+            Reject::HeadersTooLarge(_) => Kind::HeadersTooLarge,
+            Reject::BodyTooLarge(_) => Kind::PayloadTooLarge,
             Reject::NotFound(_) => Kind::RouteNotFound,
             Reject::MethodNotAllowed { .. } => Kind::MethodNotAllowed,
             Reject::Key(_) | Reject::UnknownKey => Kind::Unauthorized,
@@ -54,7 +67,10 @@ impl Reject {
 
     pub fn detail(&self) -> String {
         match self {
-            Reject::BadPath(d) => (*d).to_owned(),
+            Reject::BadFraming(d) | Reject::BadPath(d) => (*d).to_owned(),
+            Reject::UriTooLong(max) => format!("the request target is longer than {max} bytes"),
+            Reject::HeadersTooLarge(why) => why.clone(),
+            Reject::BodyTooLarge(max) => format!("the request body is larger than {max} bytes"),
             Reject::NotFound(d) | Reject::MethodNotAllowed { detail: d, .. } => d.clone(),
             Reject::Key(e) => e.detail().to_owned(),
             Reject::UnknownKey => "the API key is not valid".to_owned(),
@@ -65,6 +81,102 @@ impl Reject {
                 "the rate limiter is unavailable; this is not caused by the request".to_owned()
             }
         }
+    }
+}
+
+/// Whether the answer to this rejection must close the connection (the request's body, if
+/// any, was not read, or its framing cannot be trusted).
+pub fn closes_connection(reject: &Reject) -> bool {
+    matches!(
+        reject,
+        Reject::BadFraming(_)
+            | Reject::UriTooLong(_)
+            | Reject::HeadersTooLarge(_)
+            | Reject::BodyTooLarge(_)
+            | Reject::BadPath(_)
+            | Reject::Key(KeyError::Ambiguous)
+    )
+}
+
+/// [0]: request smuggling and size limits, before anything else looks at the request.
+///
+/// Framing must be unambiguous: at most one `Transfer-Encoding` line, whose value is exactly
+/// `chunked`; never together with `Content-Length`; never on HTTP/1.0. (Pingora itself
+/// refuses malformed or conflicting `Content-Length` values and other codings.) `raw_head`
+/// is the request head as received: Pingora drops `Content-Length` from the parsed headers
+/// when `Transfer-Encoding` is present, so the raw bytes are where the conflict shows.
+pub fn check_message(
+    limits: &RequestLimits,
+    req: &RequestHeader,
+    raw_head: Option<&[u8]>,
+) -> Result<(), Reject> {
+    let headers = &req.headers;
+    let mut te = headers.get_all(TRANSFER_ENCODING).iter();
+    if let Some(value) = te.next() {
+        if te.next().is_some() {
+            return Err(Reject::BadFraming("more than one Transfer-Encoding header"));
+        }
+        if !value
+            .as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"chunked")
+        {
+            return Err(Reject::BadFraming(
+                "Transfer-Encoding other than a single \"chunked\"",
+            ));
+        }
+        if headers.contains_key(CONTENT_LENGTH) || raw_head.is_some_and(has_content_length_line) {
+            return Err(Reject::BadFraming(
+                "both Content-Length and Transfer-Encoding",
+            ));
+        }
+        if req.version == http::Version::HTTP_10 {
+            return Err(Reject::BadFraming("Transfer-Encoding on HTTP/1.0"));
+        }
+    }
+    let uri_len = req.raw_path().len();
+    if uri_len > limits.max_uri_length {
+        return Err(Reject::UriTooLong(limits.max_uri_length));
+    }
+    if headers.len() > limits.max_header_count {
+        return Err(Reject::HeadersTooLarge(format!(
+            "more than {} header fields",
+            limits.max_header_count
+        )));
+    }
+    let bytes: usize = uri_len
+        + req.method.as_str().len()
+        + headers
+            .iter()
+            .map(|(k, v)| k.as_str().len() + v.len() + 4)
+            .sum::<usize>();
+    if bytes > limits.max_header_bytes {
+        return Err(Reject::HeadersTooLarge(format!(
+            "request headers larger than {} bytes",
+            limits.max_header_bytes
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a raw request head has a `Content-Length` header line.
+fn has_content_length_line(head: &[u8]) -> bool {
+    head.split(|&b| b == b'\n')
+        .skip(1)
+        .any(|line| line.len() >= 15 && line[..15].eq_ignore_ascii_case(b"content-length:"))
+}
+
+/// The announced body must fit the route's limit (a chunked body is counted as it streams).
+pub fn check_content_length(route: &Route, req: &RequestHeader) -> Result<(), Reject> {
+    let max = route.config.max_body_bytes;
+    let announced = req
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match announced {
+        Some(len) if len > max => Err(Reject::BodyTooLarge(max)),
+        _ => Ok(()),
     }
 }
 
@@ -192,4 +304,95 @@ pub fn authenticate(snapshot: &Snapshot, headers: &HeaderMap) -> Result<Arc<Clie
     )
     .map_err(Reject::Key)?;
     snapshot.keys.lookup(key).cloned().ok_or(Reject::UnknownKey)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::defaults;
+
+    fn limits() -> RequestLimits {
+        RequestLimits {
+            header_timeout: defaults::HEADER_TIMEOUT,
+            body_timeout: defaults::BODY_TIMEOUT,
+            keepalive_timeout: defaults::CLIENT_KEEPALIVE_TIMEOUT,
+            max_header_bytes: 1024,
+            max_header_count: 10,
+            max_uri_length: 64,
+            max_body_bytes: 100,
+        }
+    }
+
+    fn req(version: http::Version, path: &str, headers: &[(&str, &str)]) -> RequestHeader {
+        let mut r = RequestHeader::build("POST", path.as_bytes(), None).unwrap();
+        r.set_version(version);
+        for (k, v) in headers {
+            r.append_header(k.to_string(), *v).unwrap();
+        }
+        r
+    }
+
+    fn check(headers: &[(&str, &str)]) -> Result<(), Reject> {
+        check_message(&limits(), &req(http::Version::HTTP_11, "/x", headers), None)
+    }
+
+    #[test]
+    fn ambiguous_framing_is_refused() {
+        assert!(check(&[("transfer-encoding", "chunked")]).is_ok());
+        assert!(check(&[("transfer-encoding", " Chunked ")]).is_ok());
+        assert!(check(&[("content-length", "5")]).is_ok());
+        for bad in [
+            vec![("transfer-encoding", "chunked"), ("content-length", "5")],
+            vec![
+                ("transfer-encoding", "chunked"),
+                ("transfer-encoding", "chunked"),
+            ],
+            vec![("transfer-encoding", "gzip, chunked")],
+            vec![("transfer-encoding", "chunked, chunked")],
+            vec![("transfer-encoding", "identity")],
+        ] {
+            assert!(matches!(check(&bad), Err(Reject::BadFraming(_))), "{bad:?}");
+        }
+        let old = req(
+            http::Version::HTTP_10,
+            "/x",
+            &[("transfer-encoding", "chunked")],
+        );
+        assert!(matches!(
+            check_message(&limits(), &old, None),
+            Err(Reject::BadFraming(_))
+        ));
+        // Pingora removed Content-Length from the parsed headers; the raw head still has it.
+        let te = req(
+            http::Version::HTTP_11,
+            "/x",
+            &[("transfer-encoding", "chunked")],
+        );
+        let raw = b"POST /x HTTP/1.1\r\nHost: a\r\nCONTENT-LENGTH: 5\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert!(matches!(
+            check_message(&limits(), &te, Some(raw)),
+            Err(Reject::BadFraming(_))
+        ));
+        let clean = b"POST /x HTTP/1.1\r\nHost: a\r\nX-Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert!(check_message(&limits(), &te, Some(clean)).is_ok());
+    }
+
+    #[test]
+    fn size_limits_are_enforced() {
+        let long = format!("/{}", "a".repeat(64));
+        assert_eq!(
+            check_message(&limits(), &req(http::Version::HTTP_11, &long, &[]), None),
+            Err(Reject::UriTooLong(64))
+        );
+        let many: Vec<(String, String)> = (0..11)
+            .map(|i| (format!("x-h{i}"), "v".to_owned()))
+            .collect();
+        let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert!(matches!(check(&many), Err(Reject::HeadersTooLarge(_))));
+        let big = "v".repeat(1100);
+        assert!(matches!(
+            check(&[("x-big", &big)]),
+            Err(Reject::HeadersTooLarge(_))
+        ));
+    }
 }

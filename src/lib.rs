@@ -22,6 +22,9 @@ pub mod auth;
 pub mod chain;
 pub mod clock;
 pub mod config;
+pub mod conn;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod headers;
 pub mod heartbeat;
 pub mod identity;

@@ -15,6 +15,7 @@ use crate::auth::{Client, API_KEY_HEADER};
 use crate::chain::{self, LimitStatus, Reject};
 use crate::clock::{Clock, MonotonicClock};
 use crate::config::{Auth, FailureMode, HeadersMode};
+use crate::conn::GuardedStream;
 use crate::headers;
 use crate::identity;
 use crate::limit::store::CheckRequest;
@@ -72,6 +73,8 @@ pub struct RequestCtx {
     /// What the limiter did, for the access log.
     decision: &'static str,
     upstream_addr: Option<std::net::SocketAddr>,
+    /// Request body bytes received so far.
+    body_bytes: u64,
 }
 
 impl RequestCtx {
@@ -84,6 +87,13 @@ impl Gateway {
     /// Steps [1]–[5] of the chain; on `Err` the caller writes the rejection.
     async fn admit(&self, session: &Session, ctx: &mut RequestCtx) -> Result<(), Reject> {
         let req = session.req_header();
+        // Only a chunked request can hide a second framing header (see check_message).
+        let raw_head = req
+            .headers
+            .contains_key(http::header::TRANSFER_ENCODING)
+            .then(|| session.as_http1().map(|h1| h1.get_headers_raw_bytes()))
+            .flatten();
+        chain::check_message(&ctx.snapshot.config.server.limits, req, raw_head.as_deref())?;
         let host = req
             .uri
             .host()
@@ -92,6 +102,7 @@ impl Gateway {
         ctx.route = Some(index);
         let snapshot = Arc::clone(&ctx.snapshot);
         let route = &snapshot.routes[index];
+        chain::check_content_length(route, req)?;
         if route.ip_limiter.is_some() {
             let peer = session
                 .client_addr()
@@ -204,6 +215,45 @@ async fn check_plan(
 impl ProxyHttp for Gateway {
     type CTX = RequestCtx;
 
+    /// The request's headers are in: lift the connection's header deadline, bound pauses in
+    /// the body, and set how long the connection may idle before the next request.
+    async fn early_request_filter(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if let Some(guard) = GuardedStream::of(session.stream()) {
+            guard.disarm();
+        }
+        let limits = &ctx.snapshot.config.server.limits;
+        session.set_read_timeout(Some(limits.body_timeout));
+        session.set_keepalive(Some(limits.keepalive_timeout.as_secs().max(1)));
+        Ok(())
+    }
+
+    /// Counts the body as it streams: a chunked body larger than the route allows is cut
+    /// off with 413 (or the connection closed, if the response has started).
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let Some(chunk) = body.as_ref() else {
+            return Ok(());
+        };
+        ctx.body_bytes += chunk.len() as u64;
+        let max = ctx.route().map_or(u64::MAX, |r| r.config.max_body_bytes);
+        if ctx.body_bytes > max {
+            return Err(Error::explain(
+                ErrorType::HTTPStatus(413),
+                format!("request body larger than {max} bytes"),
+            ));
+        }
+        Ok(())
+    }
+
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
             snapshot: self.snapshots.load_full(),
@@ -216,6 +266,7 @@ impl ProxyHttp for Gateway {
             started: Instant::now(),
             decision: "not_limited",
             upstream_addr: None,
+            body_bytes: 0,
         }
     }
 
@@ -346,6 +397,11 @@ impl ProxyHttp for Gateway {
         match ctx.route() {
             Some(route) => route.metrics.request(status),
             None => ctx.snapshot.unrouted.request(status),
+        }
+        // The connection may carry another request: its headers get a fresh deadline.
+        if let Some(guard) = GuardedStream::of(session.stream()) {
+            let limits = &ctx.snapshot.config.server.limits;
+            guard.arm(limits.keepalive_timeout + limits.header_timeout);
         }
         if self.access_log.wants(ctx.snapshot.config.access_log.mode) {
             self.access_log.log(access_entry(session, ctx, status));
@@ -547,7 +603,7 @@ async fn respond_reject(session: &mut Session, ctx: &RequestCtx, reject: &Reject
         }
         _ => problem::render(kind, &reject.detail(), request_id),
     };
-    if kind == Kind::BadRequest {
+    if chain::closes_connection(reject) {
         session.set_keepalive(None);
     }
     write_problem(session, ctx, kind, body, extra).await

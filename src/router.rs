@@ -220,6 +220,7 @@ mod tests {
             legacy_rate_limit_headers: false,
             forward_api_key: false,
             on_store_error: crate::config::FailureMode::FailOpen,
+            max_body_bytes: 1024,
         }
     }
 

@@ -4,6 +4,7 @@
 use crate::access_log::AccessLog;
 use crate::admin::Admin;
 use crate::config::{Config, ConfigError};
+use crate::conn::Guarded;
 use crate::heartbeat::Heartbeat;
 use crate::metrics::Metrics;
 use crate::proxy::Gateway;
@@ -65,10 +66,14 @@ pub fn build(path: &Path, mut opt: Opt) -> anyhow::Result<Server> {
 
     let snapshots: SnapshotHandle = Arc::new(ArcSwap::from_pointee(snapshot));
 
-    let mut proxy = pingora::proxy::http_proxy_service_with_name(
+    let proxy = pingora::proxy::http_proxy(
         &server.configuration,
         Gateway::new(Arc::clone(&snapshots), Arc::clone(&access_log)),
-        "turnstile proxy",
+    );
+    // Every connection gets a deadline for its request headers (see conn.rs).
+    let mut proxy = pingora::services::listening::Service::new(
+        "turnstile proxy".to_owned(),
+        Guarded::new(proxy, Arc::clone(&snapshots)),
     );
     proxy.add_tcp(&listen);
     server.add_service(proxy);

@@ -7,6 +7,7 @@
 //! POST /orders            create (JSON body)                  202 {"id":…,"status":"accepted"}
 //! GET  /healthz           health                              200 / 503 when marked down
 //! POST /_control/healthy | /_control/unhealthy               flip /healthz (for demos and tests)
+//! GET  /_control/stats    {"requests": N}: requests served, /_control/* excluded
 //! ANY  /echo/...          what the upstream received (method, path, headers, peer) as JSON
 //! ```
 //! Every response carries `X-Upstream-Name: NAME`, so load balancing is visible. Any request may
@@ -45,6 +46,7 @@ struct OrdersApi {
     name: String,
     healthy: AtomicBool,
     next_id: AtomicU64,
+    served: AtomicU64,
 }
 
 impl OrdersApi {
@@ -100,6 +102,10 @@ impl OrdersApi {
                     self.reply(StatusCode::SERVICE_UNAVAILABLE, json!({"status": "down"}))
                 }
             }
+            ("GET", ["_control", "stats"]) => self.reply(
+                StatusCode::OK,
+                json!({"requests": self.served.load(Ordering::Relaxed)}),
+            ),
             ("POST", ["_control", state @ ("healthy" | "unhealthy")]) => {
                 self.healthy.store(*state == "healthy", Ordering::Relaxed);
                 self.reply(StatusCode::OK, json!({"status": state}))
@@ -170,6 +176,9 @@ fn delay_of(query: Option<&str>) -> Option<Duration> {
 #[async_trait]
 impl ServeHttp for OrdersApi {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        if !session.req_header().uri.path().starts_with("/_control/") {
+            self.served.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(delay) = delay_of(session.req_header().uri.query()) {
             tokio::time::sleep(delay).await;
         }
@@ -189,6 +198,7 @@ fn main() {
         name: args.name,
         healthy: AtomicBool::new(true),
         next_id: AtomicU64::new(0),
+        served: AtomicU64::new(0),
     };
     let mut service = Service::new("orders-api".to_owned(), api);
     service.add_tcp(&format!("{}:{}", args.host, args.port));

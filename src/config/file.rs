@@ -55,6 +55,16 @@ pub struct ServerFile {
     pub max_tracked_ips: Option<usize>,
     /// Failure mode of routes that do not choose their own.
     pub on_store_error: Option<FailureModeFile>,
+    /// Total time to receive a request's headers.
+    pub header_timeout: Option<HumanDuration>,
+    /// Longest pause while receiving a request body.
+    pub body_timeout: Option<HumanDuration>,
+    /// Idle keep-alive connections are closed after this.
+    pub keepalive_timeout: Option<HumanDuration>,
+    pub max_header_bytes: Option<usize>,
+    pub max_header_count: Option<usize>,
+    pub max_uri_length: Option<usize>,
+    pub max_body_bytes: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -283,4 +293,6 @@ pub struct RouteFile {
     /// Pass the API key on to the upstream (default: removed).
     pub forward_api_key: Option<bool>,
     pub on_store_error: Option<FailureModeFile>,
+    /// Largest request body this route accepts (default: `server.max_body_bytes`).
+    pub max_body_bytes: Option<u64>,
 }

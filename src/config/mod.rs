@@ -52,6 +52,26 @@ pub struct ServerConfig {
     pub max_tracked_ips: usize,
     /// Failure mode of routes that do not choose their own.
     pub on_store_error: FailureMode,
+    pub limits: RequestLimits,
+}
+
+/// What a request may cost the gateway before it is refused or cut off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// Total time to receive a request's headers (slowloris); the connection is closed.
+    pub header_timeout: Duration,
+    /// Longest pause while receiving a request body; the connection is closed.
+    pub body_timeout: Duration,
+    /// Idle keep-alive connections are closed after this (whole seconds).
+    pub keepalive_timeout: Duration,
+    /// Request line plus headers, in bytes → 431.
+    pub max_header_bytes: usize,
+    /// Number of header fields → 431.
+    pub max_header_count: usize,
+    /// Request target length → 414.
+    pub max_uri_length: usize,
+    /// Request body size (routes may lower or raise it) → 413.
+    pub max_body_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -205,6 +225,7 @@ pub struct RouteConfig {
     pub legacy_rate_limit_headers: bool,
     pub forward_api_key: bool,
     pub on_store_error: FailureMode,
+    pub max_body_bytes: u64,
 }
 
 /// Defaults, in one place so the docs (`conf/gateway.toml`) and the code agree.
@@ -212,6 +233,13 @@ pub mod defaults {
     use std::time::Duration;
     pub const LISTEN: &str = "0.0.0.0:8080";
     pub const ADMIN_LISTEN: &str = "127.0.0.1:9090";
+    pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+    pub const CLIENT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
+    pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+    pub const MAX_HEADER_COUNT: usize = 100;
+    pub const MAX_URI_LENGTH: usize = 8 * 1024;
+    pub const MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
     pub const PID_FILE: &str = "/tmp/turnstile.pid";
     pub const UPGRADE_SOCK: &str = "/tmp/turnstile_upgrade.sock";
     pub const GRACE_PERIOD: Duration = Duration::from_secs(10);

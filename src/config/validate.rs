@@ -10,8 +10,8 @@ use super::file::{
 use super::units::HumanDuration;
 use super::{
     defaults, AccessLogConfig, AdminConfig, Auth, ClientConfig, Config, FailureMode, HeadersMode,
-    HealthCheckConfig, IpLimitChoice, IpLimitConfig, PlanConfig, Problem, RouteConfig,
-    ServerConfig, StoreConfig, UpstreamConfig, IP_POLICY_NAME,
+    HealthCheckConfig, IpLimitChoice, IpLimitConfig, PlanConfig, Problem, RequestLimits,
+    RouteConfig, ServerConfig, StoreConfig, UpstreamConfig, IP_POLICY_NAME,
 };
 use crate::auth::KeyDigest;
 use crate::identity::{Grouping, TrustedProxies};
@@ -80,7 +80,7 @@ impl TryFrom<FileConfig> for Config {
         let routes: Vec<RouteConfig> = routes
             .into_iter()
             .enumerate()
-            .map(|(i, r)| route_config(i, r, &upstreams, server.on_store_error, &mut problems))
+            .map(|(i, r)| route_config(i, r, &upstreams, &server, &mut problems))
             .collect();
         check_route_overlaps(&routes, &mut problems);
         check_costs(&routes, &plans, &mut problems);
@@ -116,6 +116,13 @@ fn server_config(file: ServerFile, problems: &mut Problems) -> ServerConfig {
         ip_limit,
         max_tracked_ips,
         on_store_error,
+        header_timeout,
+        body_timeout,
+        keepalive_timeout,
+        max_header_bytes,
+        max_header_count,
+        max_uri_length,
+        max_body_bytes,
     } = file;
     let listen_text = listen.unwrap_or_else(|| defaults::LISTEN.to_owned());
     let listen = listen_text.parse::<SocketAddr>().unwrap_or_else(|_| {
@@ -156,6 +163,82 @@ fn server_config(file: ServerFile, problems: &mut Problems) -> ServerConfig {
             None => defaults::MAX_TRACKED_IPS,
         },
         on_store_error: on_store_error.map_or(defaults::ON_STORE_ERROR, failure_mode),
+        limits: RequestLimits {
+            header_timeout: positive(
+                "server.header_timeout".into(),
+                header_timeout,
+                defaults::HEADER_TIMEOUT,
+                problems,
+            ),
+            body_timeout: positive(
+                "server.body_timeout".into(),
+                body_timeout,
+                defaults::BODY_TIMEOUT,
+                problems,
+            ),
+            keepalive_timeout: {
+                let d = positive(
+                    "server.keepalive_timeout".into(),
+                    keepalive_timeout,
+                    defaults::CLIENT_KEEPALIVE_TIMEOUT,
+                    problems,
+                );
+                if d < Duration::from_secs(1) {
+                    problems.push(
+                        "server.keepalive_timeout",
+                        "must be at least 1s (whole seconds)",
+                    );
+                }
+                d
+            },
+            max_header_bytes: bounded(
+                "server.max_header_bytes",
+                max_header_bytes,
+                defaults::MAX_HEADER_BYTES,
+                256,
+                MAX_HEADER_BYTES_CAP,
+                problems,
+            ),
+            max_header_count: bounded(
+                "server.max_header_count",
+                max_header_count,
+                defaults::MAX_HEADER_COUNT,
+                1,
+                MAX_HEADER_COUNT_CAP,
+                problems,
+            ),
+            max_uri_length: bounded(
+                "server.max_uri_length",
+                max_uri_length,
+                defaults::MAX_URI_LENGTH,
+                16,
+                MAX_HEADER_BYTES_CAP,
+                problems,
+            ),
+            max_body_bytes: max_body_bytes.unwrap_or(defaults::MAX_BODY_BYTES),
+        },
+    }
+}
+
+/// Pingora refuses headers beyond 1 MiB and 256 fields by itself; our limits stay below.
+const MAX_HEADER_BYTES_CAP: usize = 1024 * 1024 - 1;
+const MAX_HEADER_COUNT_CAP: usize = 256;
+
+fn bounded(
+    path: &str,
+    value: Option<usize>,
+    default: usize,
+    min: usize,
+    max: usize,
+    problems: &mut Problems,
+) -> usize {
+    match value {
+        Some(v) if v < min || v > max => {
+            problems.push(path, format!("{v}: expected {min} to {max}"));
+            default
+        }
+        Some(v) => v,
+        None => default,
     }
 }
 
@@ -782,7 +865,7 @@ fn route_config(
     index: usize,
     file: RouteFile,
     upstreams: &BTreeMap<String, UpstreamConfig>,
-    server_mode: FailureMode,
+    server: &ServerConfig,
     problems: &mut Problems,
 ) -> RouteConfig {
     let RouteFile {
@@ -801,6 +884,7 @@ fn route_config(
         legacy_rate_limit_headers,
         forward_api_key,
         on_store_error,
+        max_body_bytes,
     } = file;
     let base = format!("routes[{index}]");
     let ip_limit = match ip_limit {
@@ -916,7 +1000,8 @@ fn route_config(
         rate_limit_headers,
         legacy_rate_limit_headers: legacy_rate_limit_headers.unwrap_or(false),
         forward_api_key: forward_api_key.unwrap_or(false),
-        on_store_error: on_store_error.map_or(server_mode, failure_mode),
+        on_store_error: on_store_error.map_or(server.on_store_error, failure_mode),
+        max_body_bytes: max_body_bytes.unwrap_or(server.limits.max_body_bytes),
     }
 }
 

@@ -66,12 +66,12 @@ impl Policy {
     /// (its sustained rate is exactly `q` per `w`, and `q` is also the largest burst).
     pub fn quota(&self) -> (u64, u64) {
         match self.algorithm {
-            Algorithm::TokenBucket => (
-                self.burst,
-                (self.burst * self.window_ms)
-                    .div_ceil(self.limit * 1000)
-                    .max(1),
-            ),
+            Algorithm::TokenBucket => {
+                // Wide arithmetic: never overflows, whatever the numbers.
+                let refill = (u128::from(self.burst) * u128::from(self.window_ms))
+                    .div_ceil(u128::from(self.limit.max(1)) * 1000);
+                (self.burst, u64::try_from(refill).unwrap_or(u64::MAX).max(1))
+            }
             _ => (self.limit, self.window_ms.div_ceil(1000).max(1)),
         }
     }
