@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps build demo test lint fmt bench clean
+.PHONY: all deps build demo test lint fmt bench fuzz clean
 
 all: build
 
@@ -28,6 +28,18 @@ fmt:
 
 bench: deps
 	$(CARGO) bench
+
+# Runs each libFuzzer target for FUZZ_SECONDS (needs `cargo install cargo-fuzz`; the stable
+# toolchain is allowed the nightly flags cargo-fuzz uses). The committed seeds in
+# fuzz/corpus/<target>/ are read; new inputs go to fuzz/work/ (not committed) and crashers to
+# fuzz/artifacts/: copy a crasher into fuzz/corpus/<target>/ once fixed — `make test` replays
+# that directory.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@command -v cargo-fuzz >/dev/null || { echo "install cargo-fuzz first: cargo install cargo-fuzz"; exit 1; }
+	cd fuzz && for t in config client_ip api_key headers; do \
+		mkdir -p work/$$t && RUSTC_BOOTSTRAP=1 cargo fuzz run -O $$t work/$$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -max_len=4096 || exit 1; \
+	done
 
 clean:
 	$(CARGO) clean

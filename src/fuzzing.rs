@@ -1,0 +1,150 @@
+//! Fuzz targets: the parsers that see untrusted bytes, each with the invariants it must keep.
+//! `fuzz/` drives them with libFuzzer (`make fuzz`); `tests/fuzz_replay.rs` replays the
+//! committed corpus and random inputs through the same functions in `make test`. A crash is
+//! a panic here.
+
+use crate::auth::{extract_key, MAX_KEY_LEN};
+use crate::config::Config;
+use crate::headers;
+use crate::identity::{client_ip, group_key, parse_entry, Grouping, TrustedProxies};
+use crate::limit::{Algorithm, Decision, Policy};
+use std::net::IpAddr;
+
+/// The config loader never panics; what it accepts is internally consistent and renders.
+pub fn config(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match Config::parse(text) {
+        Ok(config) => {
+            for route in &config.routes {
+                assert!(config.upstreams.contains_key(&route.upstream));
+            }
+            for client in &config.clients {
+                assert!(config.plans.contains_key(&client.plan));
+            }
+            let view = crate::config::view::render(&config).to_string();
+            assert!(!view.is_empty());
+        }
+        Err(e) => {
+            // Every error names a path and renders.
+            assert!(!e.to_string().is_empty());
+            assert!(e.problems().iter().all(|p| !p.path.is_empty()));
+        }
+    }
+}
+
+/// Client-IP extraction never panics and only ever answers the peer or an address that
+/// appears in the header.
+pub fn client_ip_extraction(data: &[u8]) {
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    let peer: IpAddr = if selector & 1 == 0 {
+        "10.0.0.1".parse().expect("literal")
+    } else {
+        "203.0.113.5".parse().expect("literal")
+    };
+    let trusted = TrustedProxies::new(vec![
+        "10.0.0.0/8".parse().expect("literal"),
+        "fd00::/8".parse().expect("literal"),
+    ]);
+    let lines: Vec<&[u8]> = rest.split(|&b| b == b'\n').collect();
+    let ip = client_ip(peer, lines.iter().copied(), &trusted);
+    let appears = lines
+        .iter()
+        .flat_map(|l| l.split(|&b| b == b','))
+        .filter_map(|e| parse_entry(e.trim_ascii()))
+        .any(|e| e == ip);
+    assert!(
+        ip == peer || appears,
+        "{ip} is neither the peer nor in the header"
+    );
+    if !trusted.contains(peer) {
+        assert_eq!(ip, peer, "an untrusted peer chose its address");
+    }
+    let _ = group_key(ip, Grouping::default());
+}
+
+/// API-key extraction never panics; a key it returns is short, visible ASCII, and was sent.
+pub fn api_key(data: &[u8]) {
+    // Lines before a NUL are X-Api-Key values, after it Authorization values.
+    let (api, auth) = match data.iter().position(|&b| b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    };
+    let api: Vec<&[u8]> = api
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    let auth: Vec<&[u8]> = auth
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    if let Ok(key) = extract_key(api.iter().copied(), auth.iter().copied()) {
+        assert!(!key.is_empty() && key.len() <= MAX_KEY_LEN);
+        assert!(key.iter().all(|b| (0x21..=0x7e).contains(b)));
+        assert!(data.windows(key.len()).any(|w| w == key));
+    }
+}
+
+/// Header rendering: any policy and decision numbers give valid header values with exactly
+/// the numbers they were given.
+pub fn header_rendering(data: &[u8]) {
+    let mut n = data.chunks(8).map(|c| {
+        let mut b = [0u8; 8];
+        b[..c.len()].copy_from_slice(c);
+        u64::from_le_bytes(b)
+    });
+    let mut next = || n.next().unwrap_or(1);
+    let name_chars = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.";
+    let name: String = data
+        .iter()
+        .take(32)
+        .map(|b| name_chars[*b as usize % name_chars.len()] as char)
+        .collect();
+    let name = if name.is_empty() {
+        "p".to_owned()
+    } else {
+        name
+    };
+    let algorithm = [
+        Algorithm::TokenBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ][(next() % 4) as usize];
+    let policy = Policy::new(
+        &name,
+        algorithm,
+        next() % (1 << 40) + 1,
+        next() % (1 << 40) + 1,
+        next() % (1 << 40) + 1,
+    );
+    let decision = Decision {
+        allowed: next() % 2 == 0,
+        limit: policy.capacity(),
+        remaining: next(),
+        reset_ms: next(),
+        retry_after_ms: next(),
+    };
+    let policy_header = headers::policy_header(std::iter::once(&policy));
+    let ratelimit = headers::ratelimit_header(std::iter::once((&policy, &decision)));
+    for value in [&policy_header, &ratelimit] {
+        assert!(
+            http::HeaderValue::from_str(value).is_ok(),
+            "{value:?} is not a valid header value"
+        );
+    }
+    let (q, w) = policy.quota();
+    assert_eq!(policy_header, format!("\"{name}\";q={q};w={w}"));
+    assert_eq!(
+        ratelimit,
+        format!(
+            "\"{name}\";r={};t={}",
+            decision.remaining,
+            headers::secs_ceil(decision.reset_ms)
+        )
+    );
+    assert!(headers::retry_after(decision.retry_after_ms) >= 1);
+}

@@ -1,0 +1,109 @@
+//! The fuzz targets (src/fuzzing.rs) in `make test`: every file of the committed corpus
+//! (`fuzz/corpus/<target>/`, including crashers found by `make fuzz`, kept as regression
+//! inputs) and a few thousand random inputs per target through the same functions libFuzzer
+//! drives. A panic is a failure.
+
+use proptest::prelude::*;
+use std::path::Path;
+use turnstile::fuzzing;
+
+fn replay(target: &str, run: fn(&[u8])) -> usize {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target);
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            let data = std::fs::read(&path).unwrap();
+            let outcome = std::panic::catch_unwind(|| run(&data));
+            assert!(outcome.is_ok(), "{target}: {} crashes", path.display());
+            n += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn the_committed_corpus_replays_cleanly() {
+    assert!(replay("config", fuzzing::config) >= 10);
+    assert!(replay("client_ip", fuzzing::client_ip_extraction) >= 4);
+    assert!(replay("api_key", fuzzing::api_key) >= 3);
+    assert!(replay("headers", fuzzing::header_rendering) >= 1);
+}
+
+/// Bytes that look like the inputs: mostly printable, with the separators that matter.
+fn bytes() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(
+        prop_oneof![
+            4 => 0x20u8..0x7f,
+            1 => Just(b'\n'),
+            1 => Just(b','),
+            1 => Just(0u8),
+            1 => any::<u8>(),
+        ],
+        0..200,
+    )
+}
+
+/// TOML-ish text: fragments of valid configs shuffled and cut.
+fn config_text() -> impl Strategy<Value = String> {
+    let pieces = [
+        "[server]\n",
+        "listen = \"127.0.0.1:8080\"\n",
+        "threads = 2\n",
+        "[upstreams.u]\n",
+        "servers = [\"127.0.0.1:1\"]\n",
+        "[[routes]]\n",
+        "name = \"r\"\n",
+        "path_prefix = \"/\"\n",
+        "upstream = \"u\"\n",
+        "auth = \"api_key\"\n",
+        "cost = 3\n",
+        "[plans.p]\n",
+        "limits = [{ name = \"l\", algorithm = \"token_bucket\", limit = 5, window = \"1s\" }]\n",
+        "[[clients]]\n",
+        "id = \"c\"\n",
+        "plan = \"p\"\n",
+        "api_keys = [\"0123456789abcdef0\"]\n",
+        "[store]\n",
+        "kind = \"redis\"\n",
+        "url = \"redis://127.0.0.1:6379\"\n",
+        "ip_limit = \"off\"\n",
+        "ip_limit = { rate = \"5/s\" }\n",
+        "[access_log]\n",
+        "mode = \"sampled\"\n",
+        "sample = 0.5\n",
+        "= \n",
+        "[[",
+        "\"",
+        "{",
+        "window = \"0s\"\n",
+        "limit = 0\n",
+    ];
+    prop::collection::vec(prop::sample::select(pieces.to_vec()), 0..30).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, .. ProptestConfig::default() })]
+
+    #[test]
+    fn config_never_panics(text in config_text()) {
+        fuzzing::config(text.as_bytes());
+    }
+
+    #[test]
+    fn client_ip_never_panics(data in bytes()) {
+        fuzzing::client_ip_extraction(&data);
+    }
+
+    #[test]
+    fn api_key_never_panics(data in bytes()) {
+        fuzzing::api_key(&data);
+    }
+
+    #[test]
+    fn header_rendering_keeps_its_numbers(data in prop::collection::vec(any::<u8>(), 0..80)) {
+        fuzzing::header_rendering(&data);
+    }
+}
