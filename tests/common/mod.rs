@@ -169,6 +169,13 @@ impl Upstream {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// Requests this instance has served (its control endpoints excluded).
+    pub fn served(&self) -> u64 {
+        http::get(self.port, "/_control/stats").json()["requests"]
+            .as_u64()
+            .expect("request count")
+    }
+
     pub fn set_healthy(&self, healthy: bool) {
         let path = if healthy {
             "/_control/healthy"
