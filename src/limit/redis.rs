@@ -125,12 +125,42 @@ pub struct RedisConfig {
 enum Backend {
     Single {
         client: redis::Client,
-        conn: OnceCell<ConnectionManager>,
+        conns: Connections<ConnectionManager>,
     },
     Cluster {
         client: ClusterClient,
-        conn: OnceCell<ClusterConnection>,
+        conns: Connections<ClusterConnection>,
     },
+}
+
+/// Two lazily made connections: one for decisions, made (and so driven) by the runtime that
+/// serves requests, and one for background work (heartbeats), so that neither runtime does
+/// the other's socket I/O: a decision never hops threads to reach Redis.
+struct Connections<C> {
+    requests: OnceCell<C>,
+    background: OnceCell<C>,
+}
+
+impl<C> Connections<C> {
+    fn new() -> Connections<C> {
+        Connections {
+            requests: OnceCell::new(),
+            background: OnceCell::new(),
+        }
+    }
+
+    fn pick(&self, lane: Lane) -> &OnceCell<C> {
+        match lane {
+            Lane::Requests => &self.requests,
+            Lane::Background => &self.background,
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Lane {
+    Requests,
+    Background,
 }
 
 pub struct RedisStore {
@@ -147,7 +177,7 @@ impl RedisStore {
             Topology::Single(url) => Backend::Single {
                 client: redis::Client::open(url.as_str())
                     .map_err(|e| StoreError::Unavailable(e.to_string()))?,
-                conn: OnceCell::new(),
+                conns: Connections::new(),
             },
             Topology::Cluster(nodes) => Backend::Cluster {
                 client: ClusterClient::builder(nodes.iter().map(String::as_str))
@@ -156,7 +186,7 @@ impl RedisStore {
                     .retries(0)
                     .build()
                     .map_err(|e| StoreError::Unavailable(e.to_string()))?,
-                conn: OnceCell::new(),
+                conns: Connections::new(),
             },
         };
         Ok(RedisStore {
@@ -223,7 +253,7 @@ impl RedisStore {
                 .arg(p.window_ms)
                 .arg(p.burst);
         }
-        let reply: Vec<Value> = self.invoke(&invocation).await?;
+        let reply: Vec<Value> = self.invoke(&invocation, Lane::Requests).await?;
         parse_reply(&reply, policies)
     }
 }
@@ -235,10 +265,12 @@ impl RedisStore {
     async fn invoke<T: redis::FromRedisValue>(
         &self,
         invocation: &redis::ScriptInvocation<'_>,
+        lane: Lane,
     ) -> Result<T, StoreError> {
         Ok(match &self.backend {
-            Backend::Single { client, conn } => {
-                let conn = conn
+            Backend::Single { client, conns } => {
+                let conn = conns
+                    .pick(lane)
                     .get_or_try_init(|| async {
                         let config = ConnectionManagerConfig::new()
                             .set_connection_timeout(Some(self.config.timeout))
@@ -253,8 +285,9 @@ impl RedisStore {
                     .await?;
                 invocation.invoke_async(&mut conn.clone()).await?
             }
-            Backend::Cluster { client, conn } => {
-                let conn = conn
+            Backend::Cluster { client, conns } => {
+                let conn = conns
+                    .pick(lane)
                     .get_or_try_init(|| async {
                         let mut conn = client.get_async_connection().await?;
                         self.script.prepare_invoke().load_async(&mut conn).await?;
@@ -280,7 +313,7 @@ impl RedisStore {
             .arg(instance)
             .arg(liveness.as_millis() as u64)
             .arg(if leave { "1" } else { "0" });
-        match tokio::time::timeout(self.config.timeout, self.invoke::<u64>(&invocation)).await {
+        match tokio::time::timeout(self.config.timeout, self.invoke::<u64>(&invocation, Lane::Background)).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout(self.config.timeout)),
         }
