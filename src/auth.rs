@@ -57,6 +57,19 @@ pub struct Client {
 pub struct Plan {
     pub name: Arc<str>,
     pub policies: Vec<Policy>,
+    /// `RateLimit-Policy` for these limits, rendered once.
+    pub policy_header: http::HeaderValue,
+}
+
+impl Plan {
+    pub fn new(name: &str, policies: Vec<Policy>) -> Plan {
+        let header = crate::headers::policy_header(policies.iter());
+        Plan {
+            name: name.into(),
+            policy_header: http::HeaderValue::from_str(&header).expect("policy names are header-safe"),
+            policies,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -153,10 +166,7 @@ mod tests {
     use super::*;
 
     fn ring() -> KeyRing {
-        let plan = Arc::new(Plan {
-            name: "free".into(),
-            policies: vec![],
-        });
+        let plan = Arc::new(Plan::new("free", vec![]));
         let ada = Arc::new(Client {
             id: "ada".into(),
             plan: Arc::clone(&plan),

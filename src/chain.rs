@@ -205,11 +205,18 @@ pub fn route(
 #[derive(Debug, Default)]
 pub struct LimitStatus {
     pub entries: Vec<(Policy, Decision)>,
+    /// `RateLimit-Policy` parts (rendered once per plan / per-IP table), in entry order.
+    policy_parts: Vec<HeaderValue>,
 }
 
 impl LimitStatus {
     pub fn push(&mut self, policy: &Policy, decision: Decision) {
         self.entries.push((policy.clone(), decision));
+    }
+
+    /// Adds the rendered `RateLimit-Policy` of the policies pushed by one step.
+    pub fn push_policy_header(&mut self, value: HeaderValue) {
+        self.policy_parts.push(value);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -236,20 +243,28 @@ impl LimitStatus {
     }
 
     /// The rate-limit headers for this request's response.
-    pub fn headers(&self, legacy: bool) -> Vec<(&'static str, String)> {
+    pub fn headers(&self, legacy: bool) -> Vec<(&'static str, HeaderValue)> {
         let mut out = Vec::with_capacity(5);
-        out.push((
-            "ratelimit-policy",
-            headers::policy_header(self.entries.iter().map(|(p, _)| p)),
-        ));
-        out.push((
-            "ratelimit",
-            headers::ratelimit_header(self.entries.iter().map(|(p, d)| (p, d))),
-        ));
+        let policy = match self.policy_parts.as_slice() {
+            [one] => one.clone(),
+            parts => {
+                let mut joined = Vec::with_capacity(parts.iter().map(|p| p.len() + 2).sum());
+                for (i, part) in parts.iter().enumerate() {
+                    if i > 0 {
+                        joined.extend_from_slice(b", ");
+                    }
+                    joined.extend_from_slice(part.as_bytes());
+                }
+                HeaderValue::from_bytes(&joined).expect("joined header values stay valid")
+            }
+        };
+        out.push(("ratelimit-policy", policy));
+        let ratelimit = headers::ratelimit_header(self.entries.iter().map(|(p, d)| (p, d)));
+        out.push(("ratelimit", HeaderValue::from_str(&ratelimit).expect("ASCII")));
         if legacy {
             if let Some(d) = headers::most_restrictive(self.entries.iter().map(|(_, d)| d)) {
                 for (name, value) in headers::legacy_headers(d) {
-                    out.push((name, value.to_string()));
+                    out.push((name, HeaderValue::from(value)));
                 }
             }
         }
@@ -283,6 +298,7 @@ pub fn check_ip(
     );
     let decision = limiter.check(group_key(ip, server.grouping), now_ms);
     status.push(&limiter.policy, decision);
+    status.push_policy_header(limiter.policy_header.clone());
     if decision.allowed {
         Ok(())
     } else {

@@ -74,23 +74,19 @@ impl GuardedStream {
 }
 
 impl AsyncRead for GuardedStream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         let deadline = self.deadline_ms.load(Ordering::Relaxed);
         if deadline != 0 {
-            if now_ms() >= deadline {
-                return Poll::Ready(Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "request headers not received in time",
-                )));
-            }
-            let stale = self.timer.as_ref().is_none_or(|(at, _)| *at != deadline);
-            if stale {
-                let when = base() + Duration::from_millis(deadline - 1);
-                self.timer = Some((deadline, Box::pin(tokio::time::sleep_until(when.into()))));
+            // One timer per connection, moved (not re-created) when the deadline changes;
+            // no clock read here unless the deadline moved.
+            let when = || tokio::time::Instant::from_std(base() + Duration::from_millis(deadline - 1));
+            match self.timer.as_mut() {
+                Some((at, sleep)) if *at != deadline => {
+                    sleep.as_mut().reset(when());
+                    *at = deadline;
+                }
+                Some(_) => {}
+                None => self.timer = Some((deadline, Box::pin(tokio::time::sleep_until(when())))),
             }
             if let Some((_, sleep)) = self.timer.as_mut() {
                 if sleep.as_mut().poll(cx).is_ready() {

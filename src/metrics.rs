@@ -240,7 +240,7 @@ pub struct RouteMetrics {
     /// One lazily created counter per status code (an atomic load once created).
     by_status: Box<[OnceLock<IntCounter>]>,
     pub ip_rejections: IntCounter,
-    decisions: HashMap<Arc<str>, [IntCounter; 5]>,
+    decisions: HashMap<Arc<str>, [IntCounter; 5], foldhash::fast::RandomState>,
 }
 
 impl RouteMetrics {

@@ -200,6 +200,14 @@ async fn check_plan(
             }
         }
     };
+    match &told {
+        // The local fallback's divided limits: rendered now (a degraded, rare path).
+        Some(divided) => {
+            let rendered = crate::headers::policy_header(divided.iter());
+            limits.push_policy_header(HeaderValue::from_str(&rendered).expect("header-safe names"));
+        }
+        None => limits.push_policy_header(client.plan.policy_header.clone()),
+    }
     let told = told.as_deref().unwrap_or(policies);
     for (policy, d) in told.iter().zip(&verdict.decisions) {
         limits.push(policy, *d);
@@ -567,10 +575,7 @@ async fn respond_reject(session: &mut Session, ctx: &RequestCtx, reject: &Reject
                 .route()
                 .is_some_and(|r| r.config.legacy_rate_limit_headers);
             for (name, value) in ctx.limits.headers(legacy) {
-                extra.push((
-                    http::HeaderName::from_static(name),
-                    HeaderValue::from_str(&value).expect("ASCII"),
-                ));
+                extra.push((http::HeaderName::from_static(name), value));
             }
             extra.push((
                 RETRY_AFTER,

@@ -26,7 +26,18 @@ pub fn generate() -> String {
         h.finish()
     });
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{prefix:016x}{:016x}", splitmix64(n ^ prefix))
+    let mut out = [0u8; 32];
+    hex(prefix, &mut out[..16]);
+    hex(splitmix64(n ^ prefix), &mut out[16..]);
+    String::from_utf8(out.to_vec()).expect("hex digits are ASCII")
+}
+
+/// `value` as 16 lower-case hex digits into `out`.
+fn hex(value: u64, out: &mut [u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = DIGITS[((value >> (60 - 4 * i)) & 0xf) as usize];
+    }
 }
 
 /// A bijection on u64 (distinct inputs give distinct outputs).
@@ -49,6 +60,13 @@ mod tests {
         assert!(ids
             .iter()
             .all(|id| id.len() == 32 && is_acceptable(id.as_bytes())));
+    }
+
+    #[test]
+    fn hex_is_zero_padded_lower_case() {
+        let mut out = [0u8; 16];
+        hex(0xab, &mut out);
+        assert_eq!(&out, b"00000000000000ab");
     }
 
     #[test]

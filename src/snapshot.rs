@@ -203,11 +203,7 @@ fn key_ring(config: &Config) -> KeyRing {
         .plans
         .values()
         .map(|p| {
-            let plan = Plan {
-                name: Arc::from(p.name.as_str()),
-                policies: p.limits.clone(),
-            };
-            (p.name.as_str(), Arc::new(plan))
+            (p.name.as_str(), Arc::new(Plan::new(&p.name, p.limits.clone())))
         })
         .collect();
     KeyRing::new(config.clients.iter().flat_map(|c| {

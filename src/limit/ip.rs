@@ -25,6 +25,8 @@ pub type IpKey = u128;
 
 pub struct IpLimiter {
     pub policy: Policy,
+    /// `RateLimit-Policy` for this table's policy, rendered once.
+    pub policy_header: http::HeaderValue,
     table: Sharded<IpKey, TokenBucket>,
     max_per_shard: usize,
     overflow: Box<[Mutex<TokenBucket>]>,
@@ -39,8 +41,10 @@ impl IpLimiter {
         let overflow = (0..shards)
             .map(|_| Mutex::new(TokenBucket::full(&policy)))
             .collect();
+        let header = crate::headers::policy_header(std::iter::once(&policy));
         IpLimiter {
             max_per_shard: max_tracked.div_ceil(shards).max(1),
+            policy_header: http::HeaderValue::from_str(&header).expect("policy names are header-safe"),
             policy,
             table,
             overflow,

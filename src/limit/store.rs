@@ -56,6 +56,8 @@ pub struct Store {
     live_instances: AtomicU64,
     instance_id: String,
     metrics: Arc<Metrics>,
+    /// `turnstile_store_calls_total` by result, resolved once: ok, then each error kind.
+    results: [prometheus::IntCounter; 5],
     last_degraded_log_ms: AtomicU64,
     degraded_since_log: AtomicU64,
 }
@@ -93,7 +95,10 @@ impl Store {
 
     fn new(backend: Backend, failure: FailureSettings, metrics: Arc<Metrics>) -> Store {
         metrics.breaker_state.set(BreakerState::Closed as i64);
+        let results = ["ok", "timeout", "unavailable", "refused", "protocol"]
+            .map(|label| metrics.store_calls.with_label_values(&[label]));
         Store {
+            results,
             backend,
             breaker: CircuitBreaker::new(
                 failure.breaker_failures,
@@ -131,11 +136,14 @@ impl Store {
         self.metrics
             .store_duration
             .observe(started.elapsed().as_secs_f64());
-        let label = match &result {
-            Ok(_) => "ok",
-            Err(e) => e.kind(),
+        let slot = match &result {
+            Ok(_) => 0,
+            Err(StoreError::Timeout(_)) => 1,
+            Err(StoreError::Unavailable(_) | StoreError::CircuitOpen) => 2,
+            Err(StoreError::Refused(_)) => 3,
+            Err(StoreError::Protocol(_)) => 4,
         };
-        self.metrics.store_calls.with_label_values(&[label]).inc();
+        self.results[slot].inc();
         let transition = match &result {
             Err(e) if e.is_outage() => self.breaker.on_failure(permit, MonotonicClock.now_ms()),
             _ => self.breaker.on_success(permit),
