@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps build demo test lint fmt bench fuzz clean
+.PHONY: all deps build demo test lint fmt bench bench-load fuzz clean
 
 all: build
 
@@ -25,6 +25,9 @@ lint:
 
 fmt:
 	$(CARGO) fmt --all
+
+bench-load: deps
+	benches/load/run.sh
 
 bench: deps
 	$(CARGO) bench

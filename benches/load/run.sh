@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Whole-gateway load test, in one run, on this machine (`make bench-load`).
+#
+# Starts: nginx as a fast origin (return 200), nginx as a reverse proxy (1 worker, upstream
+# keep-alive) and with limit_req, a local redis-server, and turnstile (1 worker thread, same
+# as nginx) in four modes: pass-through, per-IP limit, global Redis limit on every request,
+# and both. Limits are far above the offered load: nothing is rejected.
+#
+# 1. Throughput: wrk -t1 -c$CONNS for $DURATION s per target, targets alternated over $ROUNDS
+#    rounds (machine drift hits all alike); the median is reported, with the median CPU time
+#    the proxying process spent per request (steadier than req/s on a shared machine).
+# 2. Latency at a fixed rate: oha -q $RATE --latency-correction for $LAT_DURATION s per target.
+# 3. Redis commands per request (INFO commandstats), peak RSS of every gateway (VmHWM), and a
+#    flood of distinct client addresses through the per-IP table (RSS and tracked entries).
+#
+# Prints one markdown table; copy it into BENCHMARKS.md with the machine and date.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-5}
+CONNS=${CONNS:-50}
+RATE=${RATE:-5000}
+LAT_DURATION=${LAT_DURATION:-10}
+FLOOD_DURATION=${FLOOD_DURATION:-10}
+
+for tool in nginx wrk oha redis-server redis-cli; do
+  command -v "$tool" >/dev/null || { echo "missing $tool (apt install nginx wrk redis-server; cargo install oha)" >&2; exit 1; }
+done
+cargo build --release --bins --quiet
+BIN=target/release
+
+WORK=$(mktemp -d /tmp/turnstile-load.XXXXXX)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ -n "${KEEP_WORK:-}" ] && echo "kept $WORK" >&2 || rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+
+ORIGIN=$(port); NGX=$(port); NGXL=$(port); REDIS=$(port)
+KEY="load-test-key-0123456789"
+
+cat > "$WORK/origin.conf" <<EOF
+worker_processes 1; daemon off; pid $WORK/origin.pid; error_log $WORK/origin.err;
+events { worker_connections 4096; }
+http { access_log off;
+  server { listen 127.0.0.1:$ORIGIN; keepalive_requests 1000000; location / { return 200 "ok\n"; } } }
+EOF
+cat > "$WORK/nginx.conf" <<EOF
+worker_processes 1; daemon off; pid $WORK/nginx.pid; error_log $WORK/nginx.err;
+events { worker_connections 4096; }
+http { access_log off;
+  upstream origin { server 127.0.0.1:$ORIGIN; keepalive 64; }
+  limit_req_zone \$binary_remote_addr zone=ip:10m rate=1000000r/s;
+  server { listen 127.0.0.1:$NGX; keepalive_requests 1000000;
+    location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; } }
+  server { listen 127.0.0.1:$NGXL; keepalive_requests 1000000;
+    location / { limit_req zone=ip burst=1000000 nodelay;
+      proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
+EOF
+nginx -c "$WORK/origin.conf" & pids+=($!)
+nginx -c "$WORK/nginx.conf" & pids+=($!)
+redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" >/dev/null & pids+=($!)
+
+# mode name -> extra route lines / store
+gateway() { # name ip_limit(0/1) redis(0/1)
+  local name=$1 ip=$2 redis=$3 p a
+  p=$(port); a=$(port)
+  {
+    echo "[server]"; echo "listen = \"127.0.0.1:$p\""; echo "threads = 1"
+    echo "pid_file = \"$WORK/$name.pid\""; echo "upgrade_sock = \"$WORK/$name.sock\""
+    echo "trusted_proxies = [\"127.0.0.1/32\"]"; echo "max_tracked_ips = ${MAX_TRACKED:-100000}"
+    echo "[admin]"; echo "listen = \"127.0.0.1:$a\""
+    if [ "$redis" = 1 ]; then
+      echo "[store]"; echo "kind = \"redis\""; echo "url = \"redis://127.0.0.1:$REDIS\""; echo "timeout = \"50ms\""
+    fi
+    echo "[upstreams.origin]"; echo "servers = [\"127.0.0.1:$ORIGIN\"]"
+    echo "[plans.load]"
+    echo "limits = [{ name = \"per-day\", algorithm = \"token_bucket\", limit = 1000000000, window = \"1s\" }]"
+    echo "[[clients]]"; echo "id = \"load\""; echo "plan = \"load\""; echo "api_keys = [\"$KEY\"]"
+    echo "[[routes]]"; echo "name = \"all\""; echo "path_prefix = \"/\""; echo "upstream = \"origin\""
+    [ "$ip" = 1 ] && echo "ip_limit = { rate = \"1000000000/s\", burst = 1000000000 }"
+    # A realistic limit for the flood: buckets stay partly drained, so they stay tracked.
+    [ "$ip" = flood ] && echo "ip_limit = { rate = \"1/m\", burst = 5 }"
+    [ "$redis" = 1 ] && echo "auth = \"api_key\""
+  } > "$WORK/$name.toml"
+  "$BIN/turnstile" --config "$WORK/$name.toml" > "$WORK/$name.log" 2>&1 & pids+=($!)
+  eval "PORT_$name=$p; ADMIN_$name=$a; PID_$name=$!"
+}
+gateway passthrough 0 0
+gateway per_ip 1 0
+gateway redis 0 1
+gateway both 1 1
+MAX_TRACKED=50000 gateway flood flood 0
+for p in $ORIGIN $NGX $NGXL $PORT_passthrough $PORT_per_ip $PORT_redis $PORT_both $PORT_flood $REDIS; do wait_port "$p"; done
+
+TARGETS=(origin nginx nginx_limit_req passthrough per_ip redis both)
+target_port() { case $1 in origin) echo $ORIGIN;; nginx) echo $NGX;; nginx_limit_req) echo $NGXL;; *) eval echo "\$PORT_$1";; esac; }
+# The process doing the proxying for a target (its CPU time is reported per request).
+target_pid() { case $1 in origin) pgrep -P "$(cat "$WORK/origin.pid")" | head -1;; nginx|nginx_limit_req) pgrep -P "$(cat "$WORK/nginx.pid")" | head -1;; *) eval echo "\$PID_$1";; esac; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TICK=$(getconf CLK_TCK)
+target_header() { case $1 in redis|both) echo "X-Api-Key: $KEY";; *) echo "X-Bench: 1";; esac; }
+# Round trips (script calls) and all commands (those run inside scripts count too).
+redis_calls() { redis-cli -p "$REDIS" INFO commandstats | awk -F'[=,:]' '$1 == "cmdstat_evalsha" || $1 == "cmdstat_eval" {s+=$3} END {print s+0}'; }
+redis_cmds() { redis-cli -p "$REDIS" INFO commandstats | awk -F'[=,:]' '/^cmdstat_/ && $1 != "cmdstat_info" {s+=$3} END {print s+0}'; }
+
+# Warm up every target (connections, scripts).
+for t in "${TARGETS[@]}"; do wrk -t1 -c"$CONNS" -d1s -H "$(target_header "$t")" "http://127.0.0.1:$(target_port "$t")/" >/dev/null; done
+
+declare -A RPS CALLS CMDS REQS CPU
+echo "throughput: $ROUNDS rounds x ${DURATION}s per target, wrk -t1 -c$CONNS" >&2
+for round in $(seq "$ROUNDS"); do
+  for t in "${TARGETS[@]}"; do
+    pid=$(target_pid "$t"); ticks_before=$(cpu_ticks "$pid")
+    calls_before=$(redis_calls); before=$(redis_cmds)
+    out=$(wrk -t1 -c"$CONNS" -d"${DURATION}s" -H "$(target_header "$t")" "http://127.0.0.1:$(target_port "$t")/")
+    calls_after=$(redis_calls); after=$(redis_cmds); ticks_after=$(cpu_ticks "$pid")
+    rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+    reqs=$(echo "$out" | awk '/requests in/ {print $1}')
+    non2xx=$(echo "$out" | awk '/Non-2xx/ {print $5}')
+    [ -n "$non2xx" ] && { echo "$t: $non2xx non-2xx responses: the limits are too low" >&2; exit 1; }
+    RPS[$t]="${RPS[$t]:-} $rps"
+    CMDS[$t]=$(( ${CMDS[$t]:-0} + after - before )); REQS[$t]=$(( ${REQS[$t]:-0} + reqs ))
+    CALLS[$t]=$(( ${CALLS[$t]:-0} + calls_after - calls_before ))
+    CPU[$t]="${CPU[$t]:-} $(awk -v t=$((ticks_after - ticks_before)) -v hz="$TICK" -v r="$reqs" 'BEGIN {printf "%.1f", t / hz * 1e6 / r}')"
+    echo "  round $round $t: $rps req/s" >&2
+  done
+done
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+declare -A P50 P99 P999
+echo "latency: oha -q $RATE --latency-correction -z ${LAT_DURATION}s -c $CONNS" >&2
+for t in "${TARGETS[@]}"; do
+  out=$(oha --no-tui -q "$RATE" --latency-correction -z "${LAT_DURATION}s" -c "$CONNS" -H "$(target_header "$t")" "http://127.0.0.1:$(target_port "$t")/")
+  # oha prints "99.00% in 0.4583 ms" (unit: secs, ms or µs depending on magnitude).
+  ms() { echo "$out" | awk -v p="$1" '$1 == p && $2 == "in" {
+      v = $3; if ($4 == "secs") v *= 1000; else if ($4 != "ms") v /= 1000; printf "%.3f", v }'; }
+  P50[$t]=$(ms "50.00%"); P99[$t]=$(ms "99.00%"); P999[$t]=$(ms "99.90%")
+done
+
+# A flood of distinct client addresses through the per-IP table (trusted proxy header).
+cat > "$WORK/flood.lua" <<'EOF'
+counter = 0
+request = function()
+  counter = counter + 1
+  local a = counter % 256; local b = math.floor(counter / 256) % 256; local c = math.floor(counter / 65536) % 256
+  wrk.headers["X-Forwarded-For"] = "10." .. c .. "." .. b .. "." .. a
+  return wrk.format(nil, "/")
+end
+EOF
+flood_before=$(awk '/VmHWM/ {print $2}' "/proc/$PID_flood/status")
+wrk -t1 -c"$CONNS" -d"${FLOOD_DURATION}s" -s "$WORK/flood.lua" "http://127.0.0.1:$PORT_flood/" > "$WORK/flood.txt"
+flood_reqs=$(awk '/requests in/ {print $1}' "$WORK/flood.txt")
+flood_after=$(awk '/VmHWM/ {print $2}' "/proc/$PID_flood/status")
+tracked=$(curl -s "http://127.0.0.1:$ADMIN_flood/metrics" | awk '/^turnstile_tracked_entries\{table="ip:all"\}/ {print $2}')
+
+NGINX_RPS=$(echo "${RPS[nginx]}" | median); PASS_RPS=$(echo "${RPS[passthrough]}" | median)
+printf '\n| target | req/s (median of %s) | vs nginx | vs pass-through | CPU µs/req | p50 ms | p99 ms | p99.9 ms | Redis calls/req | Redis cmds/req | peak RSS MiB |\n' "$ROUNDS"
+printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
+for t in "${TARGETS[@]}"; do
+  rps=$(echo "${RPS[$t]}" | median)
+  vs_ngx=$(awk -v a="$rps" -v b="$NGINX_RPS" 'BEGIN {printf "%.2f", a/b}')
+  vs_pass=$(awk -v a="$rps" -v b="$PASS_RPS" 'BEGIN {printf "%.2f", a/b}')
+  calls="-"; cmds="-"; rss="-"
+  case $t in
+    redis|both)
+      calls=$(awk -v c="${CALLS[$t]}" -v r="${REQS[$t]}" 'BEGIN {printf "%.3f", c/r}')
+      cmds=$(awk -v c="${CMDS[$t]}" -v r="${REQS[$t]}" 'BEGIN {printf "%.2f", c/r}');;
+  esac
+  case $t in
+    passthrough|per_ip|redis|both) pid=$(eval echo "\$PID_$t"); rss=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$pid/status");;
+  esac
+  cpu=$(echo "${CPU[$t]}" | median)
+  printf '| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$t" "$rps" "$vs_ngx" "$vs_pass" "$cpu" "${P50[$t]}" "${P99[$t]}" "${P999[$t]}" "$calls" "$cmds" "$rss"
+done
+printf '\nflood: %s requests from distinct addresses in %ss through a per-IP table (ip_limit 1/m burst 5, max_tracked_ips = 50000):\n' "$flood_reqs" "$FLOOD_DURATION"
+printf 'tracked entries after: %s; gateway peak RSS %.1f MiB before, %.1f MiB after\n' "${tracked:-?}" "$(awk -v k="$flood_before" 'BEGIN {print k/1024}')" "$(awk -v k="$flood_after" 'BEGIN {print k/1024}')"
