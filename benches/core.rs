@@ -3,10 +3,15 @@
 //! Run with `cargo bench --bench core`; results and machine in BENCHMARKS.md.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use std::sync::Arc;
 use turnstile::config::Config;
+use turnstile::headers;
+use turnstile::limit::{Algorithm, Decision, Policy};
+use turnstile::metrics::Metrics;
 use turnstile::problem::{self, Kind};
 use turnstile::request_id;
 use turnstile::router::{check_request_path, Router};
+use turnstile::snapshot::Snapshot;
 
 fn router() -> Router {
     let config = Config::parse(
@@ -67,5 +72,48 @@ fn bench(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench);
+fn headers_and_snapshot(c: &mut Criterion) {
+    let ip = Policy::new("ip", Algorithm::TokenBucket, 50, 1000, 100);
+    let minute = Policy::new("per-minute", Algorithm::SlidingWindow, 100, 60_000, 100);
+    let d = Decision {
+        allowed: true,
+        limit: 100,
+        remaining: 42,
+        reset_ms: 17_250,
+        retry_after_ms: 0,
+    };
+    c.bench_function("headers/RateLimit-Policy 2 policies", |b| {
+        b.iter(|| headers::policy_header([black_box(&ip), black_box(&minute)].into_iter()))
+    });
+    c.bench_function("headers/RateLimit 2 policies", |b| {
+        b.iter(|| {
+            headers::ratelimit_header([(black_box(&ip), &d), (black_box(&minute), &d)].into_iter())
+        })
+    });
+    let mut status = turnstile::chain::LimitStatus::default();
+    status.push(&ip, d);
+    status.push(&minute, d);
+    status.push_policy_header(http::HeaderValue::from_static("\"ip\";q=100;w=2"));
+    status.push_policy_header(http::HeaderValue::from_static("\"per-minute\";q=100;w=60"));
+    c.bench_function("headers/LimitStatus::headers (cached policy parts)", |b| {
+        b.iter(|| status.headers(false))
+    });
+
+    let config = Config::parse(
+        "[upstreams.u]\nservers = [\"127.0.0.1:1\"]\n[[routes]]\nname = \"orders\"\npath_prefix = \"/orders\"\nupstream = \"u\"\n[[routes]]\nname = \"root\"\npath_prefix = \"/\"\nupstream = \"u\"\n",
+    )
+    .expect("valid");
+    let metrics = Arc::new(Metrics::new());
+    let handle =
+        arc_swap::ArcSwap::from_pointee(Snapshot::build(config, None, &metrics).expect("builds"));
+    let get = http::Method::GET;
+    c.bench_function("snapshot/load_full + route lookup", |b| {
+        b.iter(|| {
+            let snapshot = handle.load_full();
+            snapshot.router.find(None, &get, black_box("/orders/42"))
+        })
+    });
+}
+
+criterion_group!(benches, bench, headers_and_snapshot);
 criterion_main!(benches);

@@ -66,7 +66,8 @@ impl Plan {
         let header = crate::headers::policy_header(policies.iter());
         Plan {
             name: name.into(),
-            policy_header: http::HeaderValue::from_str(&header).expect("policy names are header-safe"),
+            policy_header: http::HeaderValue::from_str(&header)
+                .expect("policy names are header-safe"),
             policies,
         }
     }

@@ -260,7 +260,10 @@ impl LimitStatus {
         };
         out.push(("ratelimit-policy", policy));
         let ratelimit = headers::ratelimit_header(self.entries.iter().map(|(p, d)| (p, d)));
-        out.push(("ratelimit", HeaderValue::from_str(&ratelimit).expect("ASCII")));
+        out.push((
+            "ratelimit",
+            HeaderValue::from_str(&ratelimit).expect("ASCII"),
+        ));
         if legacy {
             if let Some(d) = headers::most_restrictive(self.entries.iter().map(|(_, d)| d)) {
                 for (name, value) in headers::legacy_headers(d) {

@@ -74,12 +74,17 @@ impl GuardedStream {
 }
 
 impl AsyncRead for GuardedStream {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
         let deadline = self.deadline_ms.load(Ordering::Relaxed);
         if deadline != 0 {
             // One timer per connection, moved (not re-created) when the deadline changes;
             // no clock read here unless the deadline moved.
-            let when = || tokio::time::Instant::from_std(base() + Duration::from_millis(deadline - 1));
+            let when =
+                || tokio::time::Instant::from_std(base() + Duration::from_millis(deadline - 1));
             match self.timer.as_mut() {
                 Some((at, sleep)) if *at != deadline => {
                     sleep.as_mut().reset(when());

@@ -203,7 +203,10 @@ fn key_ring(config: &Config) -> KeyRing {
         .plans
         .values()
         .map(|p| {
-            (p.name.as_str(), Arc::new(Plan::new(&p.name, p.limits.clone())))
+            (
+                p.name.as_str(),
+                Arc::new(Plan::new(&p.name, p.limits.clone())),
+            )
         })
         .collect();
     KeyRing::new(config.clients.iter().flat_map(|c| {

@@ -44,7 +44,8 @@ impl IpLimiter {
         let header = crate::headers::policy_header(std::iter::once(&policy));
         IpLimiter {
             max_per_shard: max_tracked.div_ceil(shards).max(1),
-            policy_header: http::HeaderValue::from_str(&header).expect("policy names are header-safe"),
+            policy_header: http::HeaderValue::from_str(&header)
+                .expect("policy names are header-safe"),
             policy,
             table,
             overflow,

@@ -313,7 +313,12 @@ impl RedisStore {
             .arg(instance)
             .arg(liveness.as_millis() as u64)
             .arg(if leave { "1" } else { "0" });
-        match tokio::time::timeout(self.config.timeout, self.invoke::<u64>(&invocation, Lane::Background)).await {
+        match tokio::time::timeout(
+            self.config.timeout,
+            self.invoke::<u64>(&invocation, Lane::Background),
+        )
+        .await
+        {
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout(self.config.timeout)),
         }
