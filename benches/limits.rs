@@ -118,10 +118,7 @@ fn identity(c: &mut Criterion) {
         b.iter(|| group_key(black_box(v6), Grouping::default()))
     });
 
-    let plan = Arc::new(Plan {
-        name: "p".into(),
-        policies: vec![],
-    });
+    let plan = Arc::new(Plan::new("p", vec![]));
     let ring = KeyRing::new((0..10_000).map(|i| {
         let key = format!("client-key-{i:012}");
         (
