@@ -37,7 +37,25 @@ const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Sends `request` (raw bytes) and reads one response.
 pub fn raw(port: u16, request: &[u8]) -> std::io::Result<Response> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    raw_from(None, port, request)
+}
+
+/// Like [`raw`], from a chosen local address (any 127.0.0.0/8 address works on loopback), so
+/// tests can play several clients.
+pub fn raw_from(
+    source: Option<std::net::Ipv4Addr>,
+    port: u16,
+    request: &[u8],
+) -> std::io::Result<Response> {
+    let mut stream = match source {
+        None => TcpStream::connect(("127.0.0.1", port))?,
+        Some(ip) => {
+            let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            socket.bind(&std::net::SocketAddr::from((ip, 0)).into())?;
+            socket.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())?;
+            socket.into()
+        }
+    };
     stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
     stream.write_all(request)?;

@@ -49,9 +49,20 @@ pub struct Proc {
     pub name: String,
     child: Option<std::process::Child>,
     log: PathBuf,
+    group: bool,
 }
 
 impl Proc {
+    /// Spawns `cmd` as the leader of its own process group; dropping the [`Proc`] kills the
+    /// whole group (a script and everything it started).
+    pub fn spawn_group(name: &str, cmd: &mut Command, log: PathBuf) -> Proc {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+        let mut p = Proc::spawn(name, cmd, log);
+        p.group = true;
+        p
+    }
+
     pub fn spawn(name: &str, cmd: &mut Command, log: PathBuf) -> Proc {
         let out = std::fs::File::create(&log).expect("create log file");
         let err = out.try_clone().expect("clone log file");
@@ -65,6 +76,7 @@ impl Proc {
             name: name.to_owned(),
             child: Some(child),
             log,
+            group: false,
         }
     }
 
@@ -100,8 +112,7 @@ impl Proc {
     /// Sends a signal by name (`STOP`, `CONT`, `HUP`, `TERM`, ...).
     pub fn signal(&self, sig: &str) {
         let status = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(self.pid().to_string())
+            .args(["-s", sig, "--", &self.pid().to_string()])
             .status()
             .expect("run kill");
         assert!(status.success(), "kill -{sig} {}", self.name);
@@ -109,6 +120,13 @@ impl Proc {
 
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
+            if self.group {
+                // `--` matters: without it procps-ng 4.0's kill does not read `-PGID` as a
+                // process group (and can end up signalling every process).
+                let _ = Command::new("kill")
+                    .args(["-s", "KILL", "--", &format!("-{}", child.id())])
+                    .status();
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
