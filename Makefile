@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps build demo test lint fmt bench bench-load fuzz clean
+.PHONY: all deps build demo cluster-demo test lint fmt bench bench-load fuzz clean
 
 all: build
 
@@ -15,6 +15,10 @@ build: deps
 
 demo: build
 	@scripts/demo.sh
+
+# The docker-compose topology without Docker: Redis, 2 orders-api, 3 gateways, HAProxy.
+cluster-demo: build
+	@scripts/cluster.sh
 
 test: deps
 	$(CARGO) test --all-targets

@@ -3,6 +3,7 @@
 #   cmake        — Pingora's build
 #   redis-server — the tests start their own Redis servers
 #   redis-tools  — redis-cli, to create the test Redis Cluster
+#   haproxy      — the load balancer of the cluster topology test (scripts/cluster.sh)
 # Uses apt-get when root (or via passwordless sudo); otherwise says what to install.
 set -euo pipefail
 
@@ -11,6 +12,7 @@ command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 
 if ! command -v cargo >/dev/null 2>&1; then
   echo "error: cargo not found: install Rust first (https://rustup.rs), then re-run." >&2
