@@ -91,7 +91,7 @@ async fn run(
                 let client = format!("client-{}", t % 64);
                 while Instant::now() < deadline {
                     store
-                        .check(&client, "orders", &policies, 1, None)
+                        .check_limits(&client, "orders", &policies, 1, None)
                         .await
                         .expect("store call");
                     done.fetch_add(1, Ordering::Relaxed);
@@ -124,6 +124,7 @@ fn main() {
             topology: Topology::Single(url.clone()),
             prefix: "bench".into(),
             timeout: Duration::from_secs(1),
+            concurrency_lease: Duration::from_secs(60),
         })
         .unwrap(),
     );
@@ -162,7 +163,7 @@ fn main() {
     runtime.block_on(async {
         // Connect and load the script before measuring.
         store
-            .check("warmup", "orders", &one, 1, None)
+            .check_limits("warmup", "orders", &one, 1, None)
             .await
             .unwrap();
     });

@@ -8,16 +8,21 @@ KEYS[i]   one key per limit: <prefix>:{<client id>}:<route>:<limit name>@<defini
 ARGV[1]   now in milliseconds, or "" to use the server's clock (TIME). An explicit time is
           for deterministic tests only (window-edge scenarios replayed exactly).
 ARGV[2]   cost: units the request asks of every limit (an integer >= 1)
-ARGV[3..] five per limit, in KEYS order: name, algorithm (tb | fw | sw | sl), limit,
-          window_ms, burst (capacity; only the token bucket uses it)
-Reply     { admitted 0/1, now_ms, name of the first rejecting limit or "",
+ARGV[3]   the request's lease id (used by concurrency limits; "" when there are none)
+ARGV[4..] six per limit, in KEYS order: name, algorithm (tb | fw | sw | sl | cc), limit,
+          window_ms (for cc: the slot lease), burst (only the token bucket uses it), and
+          shadow ("1": decided and counted, but never blocks the request)
+Reply     { admitted 0/1, now_ms, name of the first enforced limit that rejected, or "",
             then four per limit: admitted 0/1, remaining, reset_ms, retry_after_ms }
-Writes    nothing unless every limit admits; then each limit's new state, each key with a
-          TTL after which it reads exactly like a missing key.
+Writes    nothing unless every enforced limit admits; then the new state of every limit that
+          admits (a shadow limit that would have rejected is left as it is, as if the request
+          had been refused by it), each key with a TTL after which it reads exactly like a
+          missing key.
 ]]
+local PER = 6
 local n = #KEYS
-if #ARGV ~= 2 + 5 * n then
-  return redis.error_reply('turnstile check.lua: expected 2 + 5 arguments per key, got ' .. #ARGV .. ' for ' .. n .. ' keys')
+if #ARGV ~= 3 + PER * n then
+  return redis.error_reply('turnstile check.lua: expected 3 + 6 arguments per key, got ' .. #ARGV .. ' for ' .. n .. ' keys')
 end
 local now
 if ARGV[1] == '' then
@@ -27,27 +32,31 @@ else
   now = tonumber(ARGV[1])
 end
 local cost = tonumber(ARGV[2])
-local algorithms = { tb = token_bucket, fw = fixed_window, sw = sliding_window, sl = sliding_log }
+local lease_id = ARGV[3]
+local algorithms = { tb = token_bucket, fw = fixed_window, sw = sliding_window, sl = sliding_log, cc = concurrency }
+
+local function arg(i, k) return ARGV[3 + PER * (i - 1) + k] end
 
 local function decide(i, c)
-  local base = 2 + 5 * (i - 1)
-  local algorithm = algorithms[ARGV[base + 2]]
+  local algorithm = algorithms[arg(i, 2)]
   if not algorithm then
-    error('turnstile check.lua: unknown algorithm ' .. tostring(ARGV[base + 2]))
+    error('turnstile check.lua: unknown algorithm ' .. tostring(arg(i, 2)))
   end
-  return algorithm(KEYS[i], now, c, tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]))
+  return algorithm(KEYS[i], now, c, tonumber(arg(i, 3)), tonumber(arg(i, 4)), tonumber(arg(i, 5)), lease_id)
 end
 
 local decisions, commits, rejected = {}, {}, ''
 for i = 1, n do
   decisions[i], commits[i] = decide(i, cost)
-  if decisions[i][1] == 0 and rejected == '' then
-    rejected = ARGV[2 + 5 * (i - 1) + 1]
+  if decisions[i][1] == 0 and rejected == '' and arg(i, 6) ~= '1' then
+    rejected = arg(i, 1)
   end
 end
 
 if rejected == '' then
-  for i = 1, n do commits[i]() end
+  for i = 1, n do
+    if commits[i] then commits[i]() end
+  end
 else
   -- Nothing is written: limits that would have admitted report their state as it stays.
   for i = 1, n do

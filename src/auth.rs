@@ -56,19 +56,33 @@ pub struct Client {
 #[derive(Debug)]
 pub struct Plan {
     pub name: Arc<str>,
+    /// The rate limits, then the client-wide concurrency limit if the plan has one.
     pub policies: Vec<Policy>,
-    /// `RateLimit-Policy` for these limits, rendered once.
+    /// `shadow[i]`: `policies[i]` is a dry run (decides, never blocks).
+    pub shadow: Vec<bool>,
+    /// `RateLimit-Policy` for the enforced limits, rendered once.
     pub policy_header: http::HeaderValue,
 }
 
 impl Plan {
     pub fn new(name: &str, policies: Vec<Policy>) -> Plan {
-        let header = crate::headers::policy_header(policies.iter());
+        let shadow = vec![false; policies.len()];
+        Plan::with_shadow(name, policies, shadow)
+    }
+
+    pub fn with_shadow(name: &str, policies: Vec<Policy>, shadow: Vec<bool>) -> Plan {
+        let enforced = policies
+            .iter()
+            .zip(&shadow)
+            .filter(|(_, s)| !**s)
+            .map(|(p, _)| p);
+        let header = crate::headers::policy_header(enforced);
         Plan {
             name: name.into(),
             policy_header: http::HeaderValue::from_str(&header)
                 .expect("policy names are header-safe"),
             policies,
+            shadow,
         }
     }
 }

@@ -32,7 +32,11 @@ pub fn policy_header<'a>(policies: impl Iterator<Item = &'a Policy>) -> String {
             out.push_str(", ");
         }
         let (q, w) = p.quota();
-        let _ = write!(out, "\"{}\";q={q};w={w}", p.name);
+        if p.is_concurrency() {
+            let _ = write!(out, "\"{}\";q={q};qu=\"concurrent-requests\"", p.name);
+        } else {
+            let _ = write!(out, "\"{}\";q={q};w={w}", p.name);
+        }
     }
     out
 }
@@ -44,13 +48,17 @@ pub fn ratelimit_header<'a>(entries: impl Iterator<Item = (&'a Policy, &'a Decis
         if i > 0 {
             out.push_str(", ");
         }
-        let _ = write!(
-            out,
-            "\"{}\";r={};t={}",
-            p.name,
-            d.remaining,
-            secs_ceil(d.reset_ms)
-        );
+        if p.is_concurrency() {
+            let _ = write!(out, "\"{}\";r={}", p.name, d.remaining);
+        } else {
+            let _ = write!(
+                out,
+                "\"{}\";r={};t={}",
+                p.name,
+                d.remaining,
+                secs_ceil(d.reset_ms)
+            );
+        }
     }
     out
 }
@@ -111,6 +119,20 @@ mod tests {
         assert_eq!(policy_header(std::iter::once(&p)), r#""ip";q=100;w=2"#);
         let p = Policy::new("ip", Algorithm::TokenBucket, 1, 60_000, 3);
         assert_eq!(policy_header(std::iter::once(&p)), r#""ip";q=3;w=180"#);
+    }
+
+    #[test]
+    fn concurrency_limits_use_the_concurrent_requests_unit_and_no_window() {
+        let p = Policy::concurrency("concurrency", 2, 60_000, crate::limit::Scope::Client);
+        assert_eq!(
+            policy_header(std::iter::once(&p)),
+            r#""concurrency";q=2;qu="concurrent-requests""#
+        );
+        let d = d(false, 2, 0, 0);
+        assert_eq!(
+            ratelimit_header(std::iter::once((&p, &d))),
+            r#""concurrency";r=0"#
+        );
     }
 
     #[test]

@@ -24,15 +24,18 @@ pub enum Outcome {
     DegradedClosed = 3,
     /// Store failed, decided by the in-process fallback.
     LocalFallback = 4,
+    /// A dry-run (shadow) limit that would have rejected the request.
+    ShadowRejected = 5,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 5] = [
+    pub const ALL: [Outcome; 6] = [
         Outcome::Allowed,
         Outcome::Rejected,
         Outcome::DegradedOpen,
         Outcome::DegradedClosed,
         Outcome::LocalFallback,
+        Outcome::ShadowRejected,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -42,6 +45,7 @@ impl Outcome {
             Outcome::DegradedOpen => "degraded_open",
             Outcome::DegradedClosed => "degraded_closed",
             Outcome::LocalFallback => "local_fallback",
+            Outcome::ShadowRejected => "shadow_rejected",
         }
     }
 }
@@ -240,7 +244,7 @@ pub struct RouteMetrics {
     /// One lazily created counter per status code (an atomic load once created).
     by_status: Box<[OnceLock<IntCounter>]>,
     pub ip_rejections: IntCounter,
-    decisions: HashMap<Arc<str>, [IntCounter; 5], foldhash::fast::RandomState>,
+    decisions: HashMap<Arc<str>, [IntCounter; 6], foldhash::fast::RandomState>,
 }
 
 impl RouteMetrics {

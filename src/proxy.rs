@@ -19,6 +19,7 @@ use crate::conn::GuardedStream;
 use crate::headers;
 use crate::identity;
 use crate::limit::store::CheckRequest;
+use crate::limit::Policy;
 use crate::metrics::Outcome;
 use crate::problem::{self, Kind};
 use crate::request_id;
@@ -33,6 +34,7 @@ use pingora::prelude::*;
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, ErrorSource, ErrorType};
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -41,6 +43,18 @@ const NO_HEALTHY_UPSTREAM: ErrorType = ErrorType::Custom("no healthy upstream");
 
 /// Header carrying the authenticated client id to the upstream (any incoming one is removed).
 pub const CLIENT_ID_HEADER: &str = "x-client-id";
+
+/// Response header naming the dry-run (shadow) limits that would have rejected the request.
+pub const WOULD_LIMIT_HEADER: &str = "x-turnstile-would-limit";
+
+/// The `X-Turnstile-Would-Limit` value, if any dry-run limit would have rejected.
+fn would_limit_value(names: &[Arc<str>]) -> Option<HeaderValue> {
+    if names.is_empty() {
+        return None;
+    }
+    let joined: Vec<&str> = names.iter().map(|n| &**n).collect();
+    HeaderValue::from_str(&joined.join(", ")).ok()
+}
 
 pub struct Gateway {
     snapshots: SnapshotHandle,
@@ -75,6 +89,10 @@ pub struct RequestCtx {
     upstream_addr: Option<std::net::SocketAddr>,
     /// Request body bytes received so far.
     body_bytes: u64,
+    /// Dry-run limits that would have rejected this request.
+    would_limit: Vec<Arc<str>>,
+    /// Concurrency slots held until the request ends.
+    slots: Option<SlotGuard>,
 }
 
 impl RequestCtx {
@@ -111,16 +129,24 @@ impl Gateway {
             let now = self.clock.now_ms();
             let checked =
                 chain::check_ip(&snapshot, route, peer, &req.headers, now, &mut ctx.limits);
-            let outcome = if checked.is_ok() {
-                Outcome::Allowed
-            } else {
-                Outcome::Rejected
+            let shadow = route.config.shadow;
+            let outcome = match (checked.is_ok(), shadow) {
+                (true, _) => Outcome::Allowed,
+                (false, false) => Outcome::Rejected,
+                (false, true) => Outcome::ShadowRejected,
             };
             route
                 .metrics
                 .decision(crate::config::IP_POLICY_NAME, outcome);
             ctx.decision = outcome.as_str();
-            if let Err(reject) = checked {
+            if shadow {
+                // A dry run: clients are not shown limits that are not enforced.
+                ctx.limits = LimitStatus::default();
+                if checked.is_err() {
+                    ctx.would_limit
+                        .push(Arc::from(crate::config::IP_POLICY_NAME));
+                }
+            } else if let Err(reject) = checked {
                 route.metrics.ip_rejections.inc();
                 return Err(reject);
             }
@@ -128,14 +154,7 @@ impl Gateway {
         if route.config.auth == Auth::ApiKey {
             let client = chain::authenticate(&snapshot, &req.headers)
                 .inspect_err(|_| ctx.decision = "unauthorized")?;
-            let admitted = check_plan(
-                &snapshot,
-                route,
-                &client,
-                &mut ctx.limits,
-                &mut ctx.decision,
-            )
-            .await;
+            let admitted = check_plan(&snapshot, route, &client, ctx).await;
             ctx.client = Some(client);
             admitted?;
         }
@@ -143,40 +162,55 @@ impl Gateway {
     }
 }
 
-/// [5]: the client's plan limits in the store, and the route's failure mode when the store
-/// cannot decide. Decisions that feed headers are recorded in `limits`.
-async fn check_plan(
-    snapshot: &Snapshot,
+/// The policies a request of `client` on `route` is decided against, with their shadow flags:
+/// the plan's (rate limits, client-wide concurrency), then the route's concurrency limit; on
+/// a shadow route every one of them is a dry run.
+fn request_policies<'a>(
     route: &Route,
-    client: &Client,
-    limits: &mut LimitStatus,
-    decision: &mut &'static str,
+    plan: &'a crate::auth::Plan,
+) -> (Cow<'a, [Policy]>, Cow<'a, [bool]>) {
+    if route.concurrency.is_none() && !route.config.shadow {
+        return (Cow::Borrowed(&plan.policies), Cow::Borrowed(&plan.shadow));
+    }
+    let mut policies = plan.policies.clone();
+    let mut shadow = plan.shadow.clone();
+    if let Some((policy, _)) = &route.concurrency {
+        policies.push(policy.clone());
+        shadow.push(false);
+    }
+    if route.config.shadow {
+        shadow.iter_mut().for_each(|s| *s = true);
+    }
+    (Cow::Owned(policies), Cow::Owned(shadow))
+}
+
+/// [5]: the client's plan limits in the store, and the route's failure mode when the store
+/// cannot decide. Decisions that feed headers are recorded in `ctx.limits`; a request admitted
+/// with concurrency limits gets the guard that frees its slots when it ends.
+async fn check_plan(
+    snapshot: &Arc<Snapshot>,
+    route: &Route,
+    client: &Arc<Client>,
+    ctx: &mut RequestCtx,
 ) -> Result<(), Reject> {
-    let policies = &client.plan.policies;
+    let (policies, shadow) = request_policies(route, &client.plan);
+    let has_concurrency = policies.iter().any(Policy::is_concurrency);
+    let lease_id = if has_concurrency {
+        request_id::generate()
+    } else {
+        String::new()
+    };
     let request = || CheckRequest {
         client: &client.id,
         route: &route.name,
-        policies,
+        policies: &policies,
+        shadow: &shadow,
         cost: route.config.cost,
+        lease_id: &lease_id,
         now_ms: None,
     };
-    let (told, verdict) = match snapshot.store.check(request()).await {
-        Ok(verdict) => {
-            for (policy, d) in policies.iter().zip(&verdict.decisions) {
-                let outcome = if d.allowed {
-                    Outcome::Allowed
-                } else {
-                    Outcome::Rejected
-                };
-                route.metrics.decision(&policy.name, outcome);
-            }
-            *decision = if verdict.allowed() {
-                "allowed"
-            } else {
-                "rejected"
-            };
-            (None, verdict)
-        }
+    let (told, verdict, fallback) = match snapshot.store.check(request()).await {
+        Ok(verdict) => (None, verdict, false),
         Err(error) => {
             let mode = route.config.on_store_error;
             snapshot.store.note_degraded(&error, mode.as_str());
@@ -185,37 +219,117 @@ async fn check_plan(
                 FailureMode::FailClosed => Outcome::DegradedClosed,
                 FailureMode::Local => Outcome::LocalFallback,
             };
-            for policy in policies {
+            for policy in policies.iter() {
                 route.metrics.decision(&policy.name, outcome);
             }
-            *decision = outcome.as_str();
+            ctx.decision = outcome.as_str();
             match mode {
                 FailureMode::FailOpen => return Ok(()),
                 FailureMode::FailClosed => return Err(Reject::Store(error)),
                 FailureMode::Local => {
                     // The client is told the divided limits it is actually held to.
                     let (divided, verdict) = snapshot.store.check_fallback(request());
-                    (Some(divided), verdict)
+                    (Some(divided), verdict, true)
                 }
             }
         }
     };
-    match &told {
-        // The local fallback's divided limits: rendered now (a degraded, rare path).
-        Some(divided) => {
-            let rendered = crate::headers::policy_header(divided.iter());
-            limits.push_policy_header(HeaderValue::from_str(&rendered).expect("header-safe names"));
+    if !fallback {
+        for ((policy, d), is_shadow) in policies.iter().zip(&verdict.decisions).zip(shadow.iter()) {
+            let outcome = match (d.allowed, *is_shadow) {
+                (true, _) => Outcome::Allowed,
+                (false, false) => Outcome::Rejected,
+                (false, true) => Outcome::ShadowRejected,
+            };
+            route.metrics.decision(&policy.name, outcome);
         }
-        None => limits.push_policy_header(client.plan.policy_header.clone()),
+        ctx.decision = if verdict.allowed() {
+            "allowed"
+        } else {
+            "rejected"
+        };
     }
-    let told = told.as_deref().unwrap_or(policies);
-    for (policy, d) in told.iter().zip(&verdict.decisions) {
-        limits.push(policy, *d);
+    let told = told.as_deref().unwrap_or(&policies);
+    // Headers show the enforced limits only; dry runs are named in X-Turnstile-Would-Limit.
+    match (&told, fallback, route.config.shadow) {
+        (_, _, true) => {}
+        (divided, true, false) => {
+            let enforced = divided
+                .iter()
+                .zip(shadow.iter())
+                .filter(|(_, s)| !**s)
+                .map(|(p, _)| p);
+            let rendered = crate::headers::policy_header(enforced);
+            ctx.limits
+                .push_policy_header(HeaderValue::from_str(&rendered).expect("header-safe names"));
+        }
+        (_, false, false) => {
+            ctx.limits
+                .push_policy_header(client.plan.policy_header.clone());
+            if let Some((_, header)) = &route.concurrency {
+                ctx.limits.push_policy_header(header.clone());
+            }
+        }
     }
-    if verdict.allowed() {
-        Ok(())
-    } else {
-        Err(Reject::TooManyRequests)
+    for ((policy, d), is_shadow) in told.iter().zip(&verdict.decisions).zip(shadow.iter()) {
+        if !*is_shadow {
+            ctx.limits.push(policy, *d);
+        } else if !d.allowed {
+            ctx.would_limit.push(Arc::clone(&policy.name));
+        }
+    }
+    if !verdict.allowed() {
+        return Err(Reject::TooManyRequests);
+    }
+    let held: Vec<Policy> = policies
+        .iter()
+        .zip(&verdict.decisions)
+        .filter(|(p, d)| p.is_concurrency() && d.allowed)
+        .map(|(p, _)| p.clone())
+        .collect();
+    if !held.is_empty() {
+        ctx.slots = Some(SlotGuard {
+            store: Arc::clone(&snapshot.store),
+            client: Arc::clone(&client.id),
+            route: Arc::clone(&route.name),
+            policies: held,
+            lease_id,
+            fallback,
+        });
+    }
+    Ok(())
+}
+
+/// Concurrency slots a request holds; dropping the guard (when the request's context is
+/// dropped: response done, upstream failed, client gone) gives them back.
+pub struct SlotGuard {
+    store: Arc<crate::limit::store::Store>,
+    client: Arc<str>,
+    route: Arc<str>,
+    policies: Vec<Policy>,
+    lease_id: String,
+    fallback: bool,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        let store = Arc::clone(&self.store);
+        let (client, route) = (Arc::clone(&self.client), Arc::clone(&self.route));
+        let policies = std::mem::take(&mut self.policies);
+        let lease_id = std::mem::take(&mut self.lease_id);
+        let fallback = self.fallback;
+        let release = async move {
+            store
+                .release(&client, &route, &policies, &lease_id, fallback)
+                .await
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(release);
+            }
+            // No runtime (shutdown): Redis slots expire with their lease.
+            Err(_) => log::debug!("no runtime to release concurrency slots"),
+        }
     }
 }
 
@@ -275,6 +389,8 @@ impl ProxyHttp for Gateway {
             decision: "not_limited",
             upstream_addr: None,
             body_bytes: 0,
+            would_limit: Vec::new(),
+            slots: None,
         }
     }
 
@@ -436,6 +552,9 @@ impl ProxyHttp for Gateway {
                     upstream_response.insert_header(name, value)?;
                 }
             }
+        }
+        if let Some(value) = would_limit_value(&ctx.would_limit) {
+            upstream_response.insert_header(WOULD_LIMIT_HEADER, value)?;
         }
         Ok(())
     }
@@ -608,6 +727,9 @@ async fn respond_reject(session: &mut Session, ctx: &RequestCtx, reject: &Reject
         }
         _ => problem::render(kind, &reject.detail(), request_id),
     };
+    if let Some(value) = would_limit_value(&ctx.would_limit) {
+        extra.push((http::HeaderName::from_static(WOULD_LIMIT_HEADER), value));
+    }
     if chain::closes_connection(reject) {
         session.set_keepalive(None);
     }

@@ -221,6 +221,8 @@ mod tests {
             forward_api_key: false,
             on_store_error: crate::config::FailureMode::FailOpen,
             max_body_bytes: 1024,
+            shadow: false,
+            max_concurrent: None,
         }
     }
 

@@ -10,6 +10,7 @@ use crate::auth::{Client, KeyRing, Plan};
 use crate::config::{Config, ConfigError, IpLimitChoice, IpLimitConfig, RouteConfig, StoreConfig};
 use crate::limit::ip::IpLimiter;
 use crate::limit::store::Store;
+use crate::limit::{Policy, Scope};
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::router::Router;
 use crate::upstream::Pool;
@@ -51,6 +52,8 @@ pub const UNROUTED: &str = "(none)";
 
 pub struct Route {
     pub config: RouteConfig,
+    /// The per-client concurrency limit of this route, and its rendered `RateLimit-Policy`.
+    pub concurrency: Option<(Policy, http::HeaderValue)>,
     /// The route name, shared cheaply with limiter keys.
     pub name: Arc<str>,
     pub pool: Arc<Pool>,
@@ -68,9 +71,16 @@ impl Snapshot {
         metrics: &Arc<Metrics>,
     ) -> Result<Snapshot, ConfigError> {
         let pools = build_pools(&config, previous)?;
+        let lease_ms = concurrency_lease(&config.store).as_millis() as u64;
         let ip_tables = build_ip_tables(&config, previous);
         // Every policy name a route's decisions can be labelled with.
-        let mut policy_names: Vec<Arc<str>> = vec![Arc::from(crate::config::IP_POLICY_NAME)];
+        let mut policy_names: Vec<Arc<str>> = [
+            crate::config::IP_POLICY_NAME,
+            crate::config::CONCURRENCY_POLICY_NAME,
+            crate::config::ROUTE_CONCURRENCY_POLICY_NAME,
+        ]
+        .map(Arc::from)
+        .to_vec();
         for plan in config.plans.values() {
             for p in &plan.limits {
                 if !policy_names.contains(&p.name) {
@@ -88,6 +98,19 @@ impl Snapshot {
                     IpLimitChoice::Own(_) => Some(IpTableId::Route(r.name.clone())),
                 };
                 Route {
+                    concurrency: r.max_concurrent.map(|n| {
+                        let policy = Policy::concurrency(
+                            crate::config::ROUTE_CONCURRENCY_POLICY_NAME,
+                            n,
+                            lease_ms,
+                            Scope::Route,
+                        );
+                        let header = crate::headers::policy_header(std::iter::once(&policy));
+                        (
+                            policy,
+                            http::HeaderValue::from_str(&header).expect("header-safe names"),
+                        )
+                    }),
                     config: r.clone(),
                     name: Arc::from(r.name.as_str()),
                     pool: Arc::clone(&pools[&r.upstream]),
@@ -108,7 +131,7 @@ impl Snapshot {
             routes,
             pools,
             ip_tables,
-            keys: key_ring(&config),
+            keys: key_ring(&config, lease_ms),
             store,
             unrouted: metrics.route(UNROUTED, []),
             metrics: Arc::clone(metrics),
@@ -198,14 +221,29 @@ fn build_ip_tables(config: &Config, previous: Option<&Snapshot>) -> BTreeMap<IpT
         .collect()
 }
 
-fn key_ring(config: &Config) -> KeyRing {
+/// How long a concurrency slot lives unreleased (only the Redis store keeps leases).
+fn concurrency_lease(store: &StoreConfig) -> std::time::Duration {
+    match store {
+        StoreConfig::Redis(redis, _) => redis.concurrency_lease,
+        StoreConfig::Memory => crate::config::defaults::CONCURRENCY_LEASE,
+    }
+}
+
+fn key_ring(config: &Config, lease_ms: u64) -> KeyRing {
     let plans: BTreeMap<&str, Arc<Plan>> = config
         .plans
         .values()
         .map(|p| {
+            let mut policies = p.limits.clone();
+            let mut shadow = p.shadow.clone();
+            if let Some(n) = p.max_concurrent {
+                let name = crate::config::CONCURRENCY_POLICY_NAME;
+                policies.push(Policy::concurrency(name, n, lease_ms, Scope::Client));
+                shadow.push(false);
+            }
             (
                 p.name.as_str(),
-                Arc::new(Plan::new(&p.name, p.limits.clone())),
+                Arc::new(Plan::with_shadow(&p.name, policies, shadow)),
             )
         })
         .collect();

@@ -1,7 +1,7 @@
 //! The Lua scripts (run by a real redis-server) and the Rust reference implementations (the
 //! memory store) make the same decisions: driven with the same random request sequences and
 //! the same explicit times, every decision — admitted, remaining, reset, retry-after — must be
-//! identical.
+//! identical, with random plans of up to three limits, some of them dry runs (shadow).
 
 mod common;
 
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use turnstile::clock::ManualClock;
 use turnstile::limit::memory::MemoryStore;
-use turnstile::limit::redis::{RedisConfig, RedisStore, Topology};
+use turnstile::limit::redis::{Call, RedisConfig, RedisStore, Topology};
 use turnstile::limit::{Algorithm, Policy};
 
 /// xorshift64*: a small deterministic generator, so a failing seed can be replayed.
@@ -57,6 +57,7 @@ async fn lua_and_rust_decide_identically_on_random_sequences() {
         topology: Topology::Single(server.url()),
         prefix: "agree".into(),
         timeout: std::time::Duration::from_secs(5),
+        concurrency_lease: std::time::Duration::from_secs(60),
     })
     .unwrap();
     let started = Instant::now();
@@ -67,6 +68,8 @@ async fn lua_and_rust_decide_identically_on_random_sequences() {
         let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
         let n = 1 + rng.below(3) as usize;
         let policies: Vec<Policy> = (0..n).map(|i| random_policy(&mut rng, i)).collect();
+        // Some limits are dry runs (shadow): they decide and count, never block.
+        let shadow: Vec<bool> = (0..n).map(|_| rng.below(4) == 0).collect();
         // Every capacity must admit the cost at least once (the config loader guarantees it).
         let max_cost = policies.iter().map(Policy::capacity).min().unwrap().min(3);
         let client: Arc<str> = format!("client-{seed}").into();
@@ -78,14 +81,22 @@ async fn lua_and_rust_decide_identically_on_random_sequences() {
             // Explicit time never runs behind real time: a key that Redis expires by its TTL
             // (real milliseconds) is then also idle in explicit time, as it must be.
             let now = base + offset + started.elapsed().as_millis() as u64;
-            let expected = memory.check(&client, &route, &policies, cost, Some(now));
+            let expected = memory.check(&client, &route, &policies, &shadow, cost, Some(now));
             let actual = redis
-                .check(&client, &route, &policies, cost, Some(now))
+                .check(Call {
+                    client: &client,
+                    route: &route,
+                    policies: &policies,
+                    shadow: &shadow,
+                    cost,
+                    lease_id: "",
+                    now_ms: Some(now),
+                })
                 .await
                 .unwrap();
             assert_eq!(
                 actual, expected,
-                "seed {seed}, step {step}, now {now}, cost {cost}, policies {policies:?}"
+                "seed {seed}, step {step}, now {now}, cost {cost}, policies {policies:?}, shadow {shadow:?}"
             );
             compared += 1;
         }

@@ -19,6 +19,7 @@ fn store(server: &RedisServer, prefix: &str) -> RedisStore {
         topology: Topology::Single(server.url()),
         prefix: prefix.into(),
         timeout: Duration::from_secs(5),
+        concurrency_lease: Duration::from_secs(60),
     })
     .unwrap()
 }
@@ -28,7 +29,7 @@ async fn run(store: &RedisStore, client: &str, policies: &[Policy], times: &[u64
     for &t in times {
         out.push(
             store
-                .check(client, "route", policies, 1, Some(t))
+                .check_limits(client, "route", policies, 1, Some(t))
                 .await
                 .unwrap(),
         );
@@ -118,7 +119,7 @@ async fn every_written_key_has_a_ttl() {
         for _ in 0..3 {
             // Redis's own clock here (no explicit time).
             assert!(s
-                .check(client, "route", &policies, 1, None)
+                .check_limits(client, "route", &policies, 1, None)
                 .await
                 .unwrap()
                 .allowed());
@@ -137,13 +138,17 @@ async fn noscript_after_script_flush_is_recovered_transparently() {
     let server = RedisServer::start();
     let s = store(&server, "noscript");
     let p = [Policy::new("p", Algorithm::FixedWindow, 100, 60_000, 100)];
-    assert!(s.check("ada", "r", &p, 1, None).await.unwrap().allowed());
+    assert!(s
+        .check_limits("ada", "r", &p, 1, None)
+        .await
+        .unwrap()
+        .allowed());
     let exists: Vec<i64> = server.cmd(&["SCRIPT", "EXISTS", s.script_sha()]);
     assert_eq!(exists, [1]);
     let _: String = server.cmd(&["SCRIPT", "FLUSH"]);
     let exists: Vec<i64> = server.cmd(&["SCRIPT", "EXISTS", s.script_sha()]);
     assert_eq!(exists, [0]);
-    let v = s.check("ada", "r", &p, 1, None).await.unwrap();
+    let v = s.check_limits("ada", "r", &p, 1, None).await.unwrap();
     assert!(v.allowed());
     assert_eq!(v.decisions[0].remaining, 98, "the count survived the flush");
     let exists: Vec<i64> = server.cmd(&["SCRIPT", "EXISTS", s.script_sha()]);
@@ -207,7 +212,7 @@ async fn read_then_write_over_admits_under_parallel_load_the_script_does_not() {
         .map(|_| {
             let (s, p) = (Arc::clone(&s), Arc::clone(&p));
             tokio::spawn(async move {
-                s.check("ada", "r", &p[..], 1, None)
+                s.check_limits("ada", "r", &p[..], 1, None)
                     .await
                     .unwrap()
                     .allowed()
@@ -237,6 +242,7 @@ async fn cluster_keys_of_one_client_share_a_slot_and_the_limit_is_exact() {
             topology: Topology::Cluster(cluster.urls()),
             prefix: "cl".into(),
             timeout: Duration::from_secs(5),
+            concurrency_lease: Duration::from_secs(60),
         })
         .unwrap(),
     );
@@ -252,7 +258,10 @@ async fn cluster_keys_of_one_client_share_a_slot_and_the_limit_is_exact() {
             tasks.push(tokio::spawn(async move {
                 (
                     c.clone(),
-                    s.check(&c, "r", &p, 1, None).await.unwrap().allowed(),
+                    s.check_limits(&c, "r", &p, 1, None)
+                        .await
+                        .unwrap()
+                        .allowed(),
                 )
             }));
         }

@@ -165,6 +165,7 @@ pub enum StoreFile {
         breaker_cooldown: Option<HumanDuration>,
         expected_instances: Option<u64>,
         heartbeat_interval: Option<HumanDuration>,
+        concurrency_lease: Option<HumanDuration>,
     },
     /// A Redis Cluster, given by seed nodes.
     RedisCluster {
@@ -175,6 +176,7 @@ pub enum StoreFile {
         breaker_cooldown: Option<HumanDuration>,
         expected_instances: Option<u64>,
         heartbeat_interval: Option<HumanDuration>,
+        concurrency_lease: Option<HumanDuration>,
     },
 }
 
@@ -182,6 +184,8 @@ pub enum StoreFile {
 #[serde(deny_unknown_fields)]
 pub struct PlanFile {
     pub limits: Vec<LimitFile>,
+    /// Most requests of one client in flight, all routes together.
+    pub max_concurrent: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -202,6 +206,8 @@ pub struct LimitFile {
     pub window: HumanDuration,
     /// Token bucket only: capacity (default `limit`).
     pub burst: Option<u64>,
+    /// Decide and count, but never reject (dry run).
+    pub shadow: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -295,4 +301,8 @@ pub struct RouteFile {
     pub on_store_error: Option<FailureModeFile>,
     /// Largest request body this route accepts (default: `server.max_body_bytes`).
     pub max_body_bytes: Option<u64>,
+    /// Every limit on this route decides and counts but never rejects (dry run).
+    pub shadow: Option<bool>,
+    /// Most requests of one client in flight on this route.
+    pub max_concurrent: Option<u64>,
 }

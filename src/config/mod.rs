@@ -174,6 +174,9 @@ impl FailureMode {
 pub struct PlanConfig {
     pub name: String,
     pub limits: Vec<Policy>,
+    /// `shadow[i]`: `limits[i]` is a dry run.
+    pub shadow: Vec<bool>,
+    pub max_concurrent: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,7 +229,15 @@ pub struct RouteConfig {
     pub forward_api_key: bool,
     pub on_store_error: FailureMode,
     pub max_body_bytes: u64,
+    /// Every limit on this route is a dry run.
+    pub shadow: bool,
+    /// Per client, on this route.
+    pub max_concurrent: Option<u64>,
 }
+
+/// Policy names used by concurrency limits (reserved for plans' rate limits).
+pub const CONCURRENCY_POLICY_NAME: &str = "concurrency";
+pub const ROUTE_CONCURRENCY_POLICY_NAME: &str = "route-concurrency";
 
 /// Defaults, in one place so the docs (`conf/gateway.toml`) and the code agree.
 pub mod defaults {
@@ -260,6 +271,7 @@ pub mod defaults {
     pub const BREAKER_COOLDOWN: Duration = Duration::from_secs(1);
     pub const EXPECTED_INSTANCES: u64 = 1;
     pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+    pub const CONCURRENCY_LEASE: Duration = Duration::from_secs(60);
     pub const UNHEALTHY_THRESHOLD: usize = 2;
     pub const HEALTHY_THRESHOLD: usize = 1;
     pub fn threads() -> usize {

@@ -318,6 +318,7 @@ fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> StoreConfig
         breaker_cooldown,
         expected_instances,
         heartbeat_interval,
+        concurrency_lease,
     ) = match file {
         None | Some(StoreFile::Memory {}) => return StoreConfig::Memory,
         Some(StoreFile::Redis {
@@ -328,6 +329,7 @@ fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> StoreConfig
             breaker_cooldown,
             expected_instances,
             heartbeat_interval,
+            concurrency_lease,
         }) => {
             check_redis_url("store.url", &url, problems);
             (
@@ -338,6 +340,7 @@ fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> StoreConfig
                 breaker_cooldown,
                 expected_instances,
                 heartbeat_interval,
+                concurrency_lease,
             )
         }
         Some(StoreFile::RedisCluster {
@@ -348,6 +351,7 @@ fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> StoreConfig
             breaker_cooldown,
             expected_instances,
             heartbeat_interval,
+            concurrency_lease,
         }) => {
             if nodes.is_empty() {
                 problems.push("store.nodes", "at least one seed node is required");
@@ -363,6 +367,7 @@ fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> StoreConfig
                 breaker_cooldown,
                 expected_instances,
                 heartbeat_interval,
+                concurrency_lease,
             )
         }
     };
@@ -402,6 +407,12 @@ fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> StoreConfig
                 "store.timeout".to_owned(),
                 timeout,
                 defaults::STORE_TIMEOUT,
+                problems,
+            ),
+            concurrency_lease: positive(
+                "store.concurrency_lease".to_owned(),
+                concurrency_lease,
+                defaults::CONCURRENCY_LEASE,
                 problems,
             ),
         },
@@ -515,13 +526,20 @@ fn algorithm(file: AlgorithmFile) -> Algorithm {
 pub const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
 
 fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -> PlanConfig {
-    let PlanFile { limits } = file;
+    let PlanFile {
+        limits,
+        max_concurrent,
+    } = file;
     let base = format!("plans.{name}");
     check_name(&base, name, problems);
     if limits.is_empty() {
         problems.push(format!("{base}.limits"), "a plan needs at least one limit");
     }
     let mut policies: Vec<Policy> = Vec::with_capacity(limits.len());
+    let mut shadows: Vec<bool> = Vec::with_capacity(limits.len());
+    if max_concurrent == Some(0) {
+        problems.push(format!("{base}.max_concurrent"), "must be at least 1");
+    }
     for (i, limit) in limits.into_iter().enumerate() {
         let LimitFile {
             name: limit_name,
@@ -529,8 +547,10 @@ fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -> PlanConfi
             limit,
             window,
             burst,
+            shadow,
         } = limit;
         let path = format!("{base}.limits[{i}]");
+        shadows.push(shadow.unwrap_or(false));
         check_name(&format!("{path}.name"), &limit_name, problems);
         if limit_name == IP_POLICY_NAME {
             problems.push(
@@ -591,6 +611,8 @@ fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -> PlanConfi
     PlanConfig {
         name: name.to_owned(),
         limits: policies,
+        shadow: shadows,
+        max_concurrent: max_concurrent.filter(|n| *n > 0),
     }
 }
 
@@ -885,8 +907,18 @@ fn route_config(
         forward_api_key,
         on_store_error,
         max_body_bytes,
+        shadow,
+        max_concurrent,
     } = file;
     let base = format!("routes[{index}]");
+    match max_concurrent {
+        Some(0) => problems.push(format!("{base}.max_concurrent"), "must be at least 1"),
+        Some(_) if auth != Some(AuthFile::ApiKey) => problems.push(
+            format!("{base}.max_concurrent"),
+            "a concurrency limit is per client: it needs auth = \"api_key\"",
+        ),
+        _ => {}
+    }
     let ip_limit = match ip_limit {
         None => IpLimitChoice::ServerDefault,
         Some(IpLimitSetting::Off) => IpLimitChoice::Off,
@@ -1002,6 +1034,8 @@ fn route_config(
         forward_api_key: forward_api_key.unwrap_or(false),
         on_store_error: on_store_error.map_or(server.on_store_error, failure_mode),
         max_body_bytes: max_body_bytes.unwrap_or(server.limits.max_body_bytes),
+        shadow: shadow.unwrap_or(false),
+        max_concurrent: max_concurrent.filter(|n| *n > 0),
     }
 }
 

@@ -29,6 +29,7 @@ pub enum State {
     FixedWindow(FixedWindow),
     SlidingWindow(SlidingWindow),
     SlidingLog(SlidingLog),
+    Concurrency(Concurrency),
 }
 
 impl State {
@@ -39,6 +40,7 @@ impl State {
             Algorithm::FixedWindow => State::FixedWindow(FixedWindow::default()),
             Algorithm::SlidingWindow => State::SlidingWindow(SlidingWindow::default()),
             Algorithm::SlidingLog => State::SlidingLog(SlidingLog::default()),
+            Algorithm::Concurrency => State::Concurrency(Concurrency::default()),
         }
     }
 
@@ -48,6 +50,7 @@ impl State {
             State::FixedWindow(_) => Algorithm::FixedWindow,
             State::SlidingWindow(_) => Algorithm::SlidingWindow,
             State::SlidingLog(_) => Algorithm::SlidingLog,
+            State::Concurrency(_) => Algorithm::Concurrency,
         }
     }
 
@@ -71,6 +74,10 @@ impl State {
                 let (d, s) = s.clone().decide(policy, now, cost);
                 (d, State::SlidingLog(s))
             }
+            State::Concurrency(s) => {
+                let (d, s) = s.decide(policy, cost);
+                (d, State::Concurrency(s))
+            }
         }
     }
 
@@ -87,6 +94,7 @@ impl State {
                 .entries
                 .back()
                 .is_none_or(|(ts, _)| ts + policy.window_ms <= now),
+            State::Concurrency(s) => s.in_flight == 0,
         }
     }
 }
@@ -289,6 +297,39 @@ impl SlidingWindow {
                 retry_after_ms,
             };
             (decision, s)
+        }
+    }
+}
+
+/// Requests in flight (in one process; the Redis store keeps leases with an expiry instead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Concurrency {
+    pub in_flight: u64,
+}
+
+impl Concurrency {
+    /// A request takes one slot whatever its cost; cost 0 only reports.
+    pub fn decide(&self, policy: &Policy, cost: u64) -> (Decision, Concurrency) {
+        let take = u64::from(cost > 0);
+        if self.in_flight + take <= policy.limit {
+            let in_flight = self.in_flight + take;
+            let decision = Decision {
+                allowed: true,
+                limit: policy.limit,
+                remaining: policy.limit - in_flight,
+                reset_ms: 0,
+                retry_after_ms: 0,
+            };
+            (decision, Concurrency { in_flight })
+        } else {
+            let decision = Decision {
+                allowed: false,
+                limit: policy.limit,
+                remaining: 0,
+                reset_ms: 0,
+                retry_after_ms: 1000,
+            };
+            (decision, *self)
         }
     }
 }

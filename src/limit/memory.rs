@@ -1,20 +1,26 @@
-//! The embedded store (`store.kind = "memory"`): per-(client, route) limiter state in this
-//! process. Exact for one gateway instance; with several instances each keeps its own counts
-//! (which is what the Redis store exists to fix).
+//! The embedded store (`store.kind = "memory"`): limiter state in this process. Exact for one
+//! gateway instance; with several instances each keeps its own counts (which is what the
+//! Redis store exists to fix).
 //!
-//! All policies of one request are evaluated under one shard lock and committed only if all
-//! admit the request, so a limit that rejects never burns tokens of the others. State is
-//! keyed by the full policy definition: a policy whose definition changed starts fresh, an
-//! unchanged one keeps its counts. Client ids come from the configuration, so the number of
-//! keys is bounded by clients × routes; idle state is swept.
+//! All policies of one request are decided together and committed only if every enforced
+//! policy admits the request (a shadow policy never blocks; it is committed only where it
+//! would have admitted). Rate-limit state is keyed by (client, route) and the full policy
+//! definition: a changed definition starts fresh, an unchanged one keeps its counts. Client
+//! ids come from the configuration, so the number of keys is bounded by clients × routes;
+//! idle state is swept. Concurrency counts live in one small table (one lock, taken before a
+//! shard's), incremented on admission and decremented by [`MemoryStore::release`].
 
 use super::algorithm::State;
 use super::sharded::Sharded;
-use super::{Decision, Policy, Verdict};
+use super::{Decision, Policy, Scope, Verdict};
 use crate::clock::Clock;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 type Key = (Arc<str>, Arc<str>);
+
+/// The route segment of a client-wide (all routes) concurrency count.
+const ALL_ROUTES: &str = "*";
 
 struct Slot {
     policy: Policy,
@@ -24,6 +30,15 @@ struct Slot {
 pub struct MemoryStore<C: Clock> {
     clock: C,
     table: Sharded<Key, Vec<Slot>>,
+    /// (client, route or "*", policy name) → requests in flight.
+    in_flight: Mutex<HashMap<(Arc<str>, Arc<str>, Arc<str>), u64>>,
+}
+
+fn scope_route<'a>(policy: &Policy, route: &'a Arc<str>) -> Arc<str> {
+    match policy.scope {
+        Scope::Route => Arc::clone(route),
+        Scope::Client => Arc::from(ALL_ROUTES),
+    }
 }
 
 impl<C: Clock> MemoryStore<C> {
@@ -31,60 +46,127 @@ impl<C: Clock> MemoryStore<C> {
         MemoryStore {
             clock,
             table: Sharded::new(Sharded::<Key, Vec<Slot>>::default_shards()),
+            in_flight: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Evaluates `policies` for one request of `cost` by `client` on `route`, at `now_ms` or
-    /// the store's clock.
+    /// Decides one request of `cost` by `client` on `route` against `policies` (`shadow[i]`:
+    /// policy `i` never blocks), at `now_ms` or the store's clock.
     pub fn check(
         &self,
         client: &Arc<str>,
         route: &Arc<str>,
         policies: &[Policy],
+        shadow: &[bool],
         cost: u64,
         now_ms: Option<u64>,
     ) -> Verdict {
         let now = now_ms.unwrap_or_else(|| self.clock.now_ms());
+        let is_shadow = |i: usize| shadow.get(i).copied().unwrap_or(false);
+        let has_concurrency = policies.iter().any(Policy::is_concurrency);
+        // Lock order: the in-flight table, then a shard.
+        let mut in_flight = has_concurrency.then(|| {
+            self.in_flight
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        });
         let key = (Arc::clone(client), Arc::clone(route));
         let (_, mut shard) = self.table.lock_key(&key);
         let slots = shard.get(&key);
-        let mut decisions: Vec<Decision> = Vec::with_capacity(policies.len());
-        let mut next: Vec<Slot> = Vec::with_capacity(policies.len());
-        for policy in policies {
-            let current = slots
+        let current = |policy: &Policy| -> State {
+            if policy.is_concurrency() {
+                let n = in_flight
+                    .as_ref()
+                    .and_then(|t| {
+                        t.get(&(
+                            Arc::clone(client),
+                            scope_route(policy, route),
+                            Arc::clone(&policy.name),
+                        ))
+                    })
+                    .copied()
+                    .unwrap_or(0);
+                return State::Concurrency(super::algorithm::Concurrency { in_flight: n });
+            }
+            slots
                 .and_then(|s| s.iter().find(|slot| slot.policy == *policy))
-                .map(|slot| &slot.state);
-            let fresh;
-            let state = match current {
-                Some(state) => state,
-                None => {
-                    fresh = State::new(policy);
-                    &fresh
-                }
-            };
+                .map_or_else(|| State::new(policy), |slot| slot.state.clone())
+        };
+        let before: Vec<State> = policies.iter().map(current).collect();
+        let mut decisions: Vec<Decision> = Vec::with_capacity(policies.len());
+        let mut next: Vec<State> = Vec::with_capacity(policies.len());
+        for (policy, state) in policies.iter().zip(&before) {
             let (decision, state) = state.decide(policy, now, cost);
             decisions.push(decision);
-            next.push(Slot {
-                policy: policy.clone(),
-                state,
-            });
+            next.push(state);
         }
-        let mut verdict = Verdict { decisions };
-        if verdict.allowed() {
-            shard.insert(key, next);
+        let admitted = decisions
+            .iter()
+            .enumerate()
+            .all(|(i, d)| d.allowed || is_shadow(i));
+        if admitted {
+            let mut kept: Vec<Slot> = Vec::with_capacity(policies.len());
+            for (i, (policy, state)) in policies.iter().zip(next).enumerate() {
+                // A shadow policy that would have rejected is left as it was.
+                let state = if decisions[i].allowed {
+                    state
+                } else {
+                    before[i].clone()
+                };
+                match state {
+                    State::Concurrency(c) => {
+                        if let Some(table) = in_flight.as_mut() {
+                            table.insert(
+                                (
+                                    Arc::clone(client),
+                                    scope_route(policy, route),
+                                    Arc::clone(&policy.name),
+                                ),
+                                c.in_flight,
+                            );
+                        }
+                    }
+                    state => kept.push(Slot {
+                        policy: policy.clone(),
+                        state,
+                    }),
+                }
+            }
+            shard.insert(key, kept);
         } else {
             // Nothing is committed: policies that would have admitted the request report
             // their state as it stays (the same decision at cost 0).
-            for (decision, policy) in verdict.decisions.iter_mut().zip(policies) {
+            for ((decision, policy), state) in decisions.iter_mut().zip(policies).zip(&before) {
                 if decision.allowed {
-                    let current = slots
-                        .and_then(|s| s.iter().find(|slot| slot.policy == *policy))
-                        .map_or_else(|| State::new(policy), |slot| slot.state.clone());
-                    *decision = current.decide(policy, now, 0).0;
+                    *decision = state.decide(policy, now, 0).0;
                 }
             }
         }
-        verdict
+        Verdict {
+            admitted,
+            decisions,
+        }
+    }
+
+    /// A request admitted with these concurrency policies ended: free its slots.
+    pub fn release(&self, client: &Arc<str>, route: &Arc<str>, policies: &[Policy]) {
+        let mut table = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for policy in policies.iter().filter(|p| p.is_concurrency()) {
+            let key = (
+                Arc::clone(client),
+                scope_route(policy, route),
+                Arc::clone(&policy.name),
+            );
+            if let Some(n) = table.get_mut(&key) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    table.remove(&key);
+                }
+            }
+        }
     }
 
     /// Drops state that no longer affects any decision; returns how many keys were dropped.
@@ -94,9 +176,14 @@ impl<C: Clock> MemoryStore<C> {
             .retain(|_, slots| !slots.iter().all(|s| s.state.is_idle(&s.policy, now)))
     }
 
-    /// Number of (client, route) keys held.
+    /// Number of (client, route) keys held, plus clients with requests in flight.
     pub fn keys(&self) -> usize {
         self.table.len()
+            + self
+                .in_flight
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .len()
     }
 }
 
@@ -121,14 +208,14 @@ mod tests {
             Policy::new("per-minute", Algorithm::FixedWindow, 3, 60_000, 3),
         ];
         for _ in 0..3 {
-            assert!(s.check(&c, &r, &policies, 1, None).allowed());
+            assert!(s.check(&c, &r, &policies, &[], 1, None).allowed());
         }
-        let v = s.check(&c, &r, &policies, 1, None);
+        let v = s.check(&c, &r, &policies, &[], 1, None);
         assert!(!v.allowed());
         assert!(v.decisions[0].allowed && !v.decisions[1].allowed);
         // It reports the per-second bucket as it stays (7 tokens), and burnt none of them.
         assert_eq!(v.decisions[0].remaining, 7);
-        let v = s.check(&c, &r, &policies[..1], 1, None);
+        let v = s.check(&c, &r, &policies[..1], &[], 1, None);
         assert_eq!(v.decisions[0].remaining, 6);
     }
 
@@ -142,10 +229,10 @@ mod tests {
             Arc::from("r1"),
             Arc::from("r2"),
         );
-        assert!(s.check(&a, &r1, &p, 1, None).allowed());
-        assert!(!s.check(&a, &r1, &p, 1, None).allowed());
-        assert!(s.check(&b, &r1, &p, 1, None).allowed());
-        assert!(s.check(&a, &r2, &p, 1, None).allowed());
+        assert!(s.check(&a, &r1, &p, &[], 1, None).allowed());
+        assert!(!s.check(&a, &r1, &p, &[], 1, None).allowed());
+        assert!(s.check(&b, &r1, &p, &[], 1, None).allowed());
+        assert!(s.check(&a, &r2, &p, &[], 1, None).allowed());
     }
 
     #[test]
@@ -155,12 +242,65 @@ mod tests {
         let (c, r) = (Arc::from("c"), Arc::from("r"));
         let old = [Policy::new("p", Algorithm::FixedWindow, 1, 1000, 1)];
         let new = [Policy::new("p", Algorithm::FixedWindow, 2, 1000, 2)];
-        assert!(s.check(&c, &r, &old, 1, None).allowed());
-        assert!(!s.check(&c, &r, &old, 1, None).allowed());
-        assert!(s.check(&c, &r, &new, 1, None).allowed());
+        assert!(s.check(&c, &r, &old, &[], 1, None).allowed());
+        assert!(!s.check(&c, &r, &old, &[], 1, None).allowed());
+        assert!(s.check(&c, &r, &new, &[], 1, None).allowed());
         assert_eq!(s.sweep(), 0);
         clock.advance(1000);
         assert_eq!(s.sweep(), 1);
         assert_eq!(s.keys(), 0);
+    }
+
+    #[test]
+    fn shadow_policies_decide_and_count_but_never_block() {
+        let s = store();
+        let (c, r) = (Arc::from("c"), Arc::from("r"));
+        let p = [
+            Policy::new("enforced", Algorithm::FixedWindow, 10, 60_000, 10),
+            Policy::new("trial", Algorithm::FixedWindow, 2, 60_000, 2),
+        ];
+        let shadow = [false, true];
+        let verdicts: Vec<Verdict> = (0..4)
+            .map(|_| s.check(&c, &r, &p, &shadow, 1, None))
+            .collect();
+        assert!(verdicts.iter().all(Verdict::allowed), "shadow never blocks");
+        let trial: Vec<bool> = verdicts.iter().map(|v| v.decisions[1].allowed).collect();
+        assert_eq!(
+            trial,
+            [true, true, false, false],
+            "but it decides as if enforced"
+        );
+        // The enforced limit counted all four; the shadow one only what it would have let in.
+        let v = s.check(&c, &r, &p, &shadow, 1, None);
+        assert_eq!(v.decisions[0].remaining, 5);
+        assert_eq!(v.decisions[1].remaining, 0);
+    }
+
+    #[test]
+    fn concurrency_slots_are_taken_and_released_across_routes() {
+        let s = store();
+        let c = Arc::from("c");
+        let (r1, r2) = (Arc::from("r1"), Arc::from("r2"));
+        let p = [Policy::concurrency("concurrency", 2, 60_000, Scope::Client)];
+        assert!(s.check(&c, &r1, &p, &[], 1, None).allowed());
+        assert!(s.check(&c, &r2, &p, &[], 1, None).allowed());
+        let third = s.check(&c, &r1, &p, &[], 1, None);
+        assert!(!third.allowed());
+        assert_eq!(third.decisions[0].retry_after_ms, 1000);
+        s.release(&c, &r2, &p);
+        assert!(s.check(&c, &r1, &p, &[], 1, None).allowed());
+        // A rate limit rejecting the request does not take a slot.
+        let mixed = [
+            p[0].clone(),
+            Policy::new("rate", Algorithm::FixedWindow, 1, 60_000, 1),
+        ];
+        s.release(&c, &r1, &p);
+        s.release(&c, &r1, &p);
+        assert!(s.check(&c, &r1, &mixed, &[], 1, None).allowed());
+        assert!(!s.check(&c, &r1, &mixed, &[], 1, None).allowed());
+        assert!(
+            s.check(&c, &r2, &p, &[], 1, None).allowed(),
+            "the refused request held no slot"
+        );
     }
 }

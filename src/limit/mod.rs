@@ -20,6 +20,8 @@ pub enum Algorithm {
     FixedWindow,
     SlidingWindow,
     SlidingLog,
+    /// At most `limit` requests in flight; `window_ms` is how long a slot lease lives.
+    Concurrency,
 }
 
 impl Algorithm {
@@ -29,6 +31,7 @@ impl Algorithm {
             Algorithm::FixedWindow => "fixed_window",
             Algorithm::SlidingWindow => "sliding_window",
             Algorithm::SlidingLog => "sliding_log",
+            Algorithm::Concurrency => "concurrency",
         }
     }
 }
@@ -37,6 +40,15 @@ impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// What a limit is counted over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// Per client and route (every rate limit; a route's concurrency limit).
+    Route,
+    /// Per client, all routes together (a plan's concurrency limit).
+    Client,
 }
 
 /// One named limit: `limit` units per `window_ms`. For the token bucket, `burst` is the
@@ -48,6 +60,7 @@ pub struct Policy {
     pub limit: u64,
     pub window_ms: u64,
     pub burst: u64,
+    pub scope: Scope,
 }
 
 impl Policy {
@@ -58,12 +71,22 @@ impl Policy {
             limit,
             window_ms,
             burst,
+            scope: Scope::Route,
+        }
+    }
+
+    /// A concurrency limit: `limit` in flight, slot leases living `lease_ms`.
+    pub fn concurrency(name: &str, limit: u64, lease_ms: u64, scope: Scope) -> Policy {
+        Policy {
+            scope,
+            ..Policy::new(name, Algorithm::Concurrency, limit, lease_ms, limit)
         }
     }
 
     /// `(q, w)` of `RateLimit-Policy`: the quota and its window in whole seconds. A token
     /// bucket advertises its capacity over the time a refill of the whole capacity takes
-    /// (its sustained rate is exactly `q` per `w`, and `q` is also the largest burst).
+    /// (its sustained rate is exactly `q` per `w`, and `q` is also the largest burst). A
+    /// concurrency limit has no window (`w` is not sent for it).
     pub fn quota(&self) -> (u64, u64) {
         match self.algorithm {
             Algorithm::TokenBucket => {
@@ -74,6 +97,10 @@ impl Policy {
             }
             _ => (self.limit, self.window_ms.div_ceil(1000).max(1)),
         }
+    }
+
+    pub fn is_concurrency(&self) -> bool {
+        self.algorithm == Algorithm::Concurrency
     }
 
     /// The most units one request may cost and still be admissible at all.
@@ -103,16 +130,19 @@ pub struct Decision {
     pub retry_after_ms: u64,
 }
 
-/// Decisions of several policies evaluated together (committed only if all allow).
+/// Decisions of several policies evaluated together: the request is admitted when every
+/// enforced (non-shadow) policy allows it, and only then is anything committed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Verdict {
+    pub admitted: bool,
     /// Same order as the policies asked about.
     pub decisions: Vec<Decision>,
 }
 
 impl Verdict {
+    /// Whether the request is admitted (shadow policies never block it).
     pub fn allowed(&self) -> bool {
-        self.decisions.iter().all(|d| d.allowed)
+        self.admitted
     }
 
     /// The longest wait among the rejecting policies.

@@ -34,8 +34,13 @@ pub const SCRIPT_SOURCE: &str = concat!(
     "\n",
     include_str!("../../lua/sliding_log.lua"),
     "\n",
+    include_str!("../../lua/concurrency.lua"),
+    "\n",
     include_str!("../../lua/check.lua"),
 );
+
+/// Frees a finished request's concurrency slots (`lua/release.lua`).
+pub const RELEASE_SOURCE: &str = include_str!("../../lua/release.lua");
 
 /// The instance heartbeat script (`lua/heartbeat.lua`).
 pub const HEARTBEAT_SOURCE: &str = include_str!("../../lua/heartbeat.lua");
@@ -118,6 +123,9 @@ pub struct RedisConfig {
     pub prefix: String,
     /// Bound on every call (connecting included).
     pub timeout: Duration,
+    /// How long a concurrency slot lives if its request never releases it (a crashed
+    /// gateway): the longest a request can hold a slot.
+    pub concurrency_lease: Duration,
 }
 
 // One per process, created once and never moved: variant sizes do not matter.
@@ -168,6 +176,7 @@ pub struct RedisStore {
     backend: Backend,
     script: Script,
     heartbeat: Script,
+    release: Script,
 }
 
 impl RedisStore {
@@ -194,6 +203,7 @@ impl RedisStore {
             backend,
             script: Script::new(SCRIPT_SOURCE),
             heartbeat: Script::new(HEARTBEAT_SOURCE),
+            release: Script::new(RELEASE_SOURCE),
         })
     }
 
@@ -212,30 +222,26 @@ impl RedisStore {
     }
 
     /// Decides one request: every policy in one script call, within the timeout.
-    /// `now_ms` replaces Redis's clock (deterministic tests only).
-    pub async fn check(
-        &self,
-        client: &str,
-        route: &str,
-        policies: &[Policy],
-        cost: u64,
-        now_ms: Option<u64>,
-    ) -> Result<Verdict, StoreError> {
-        let call = self.call(client, route, policies, cost, now_ms);
+    /// `shadow[i]`: policy `i` decides but never blocks. `lease_id` names the request's
+    /// concurrency slots. `now_ms` replaces Redis's clock (deterministic tests only).
+    pub async fn check(&self, call: Call<'_>) -> Result<Verdict, StoreError> {
+        let call = self.call(call);
         match tokio::time::timeout(self.config.timeout, call).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout(self.config.timeout)),
         }
     }
 
-    async fn call(
-        &self,
-        client: &str,
-        route: &str,
-        policies: &[Policy],
-        cost: u64,
-        now_ms: Option<u64>,
-    ) -> Result<Verdict, StoreError> {
+    async fn call(&self, call: Call<'_>) -> Result<Verdict, StoreError> {
+        let Call {
+            client,
+            route,
+            policies,
+            shadow,
+            cost,
+            lease_id,
+            now_ms,
+        } = call;
         let mut invocation = self.script.prepare_invoke();
         for policy in policies {
             invocation.key(self.key(client, route, policy));
@@ -244,14 +250,16 @@ impl RedisStore {
             Some(now) => invocation.arg(now),
             None => invocation.arg(""),
         };
-        invocation.arg(cost);
-        for p in policies {
+        invocation.arg(cost).arg(lease_id);
+        for (i, p) in policies.iter().enumerate() {
+            let is_shadow = shadow.get(i).copied().unwrap_or(false);
             invocation
                 .arg(&*p.name)
                 .arg(algorithm_code(p.algorithm))
                 .arg(p.limit)
                 .arg(p.window_ms)
-                .arg(p.burst);
+                .arg(p.burst)
+                .arg(if is_shadow { "1" } else { "0" });
         }
         let reply: Vec<Value> = self.invoke(&invocation, Lane::Requests).await?;
         parse_reply(&reply, policies)
@@ -299,6 +307,56 @@ impl RedisStore {
         })
     }
 
+    /// [`check`](Self::check) for enforced rate limits only (no shadow flags, no slots).
+    pub async fn check_limits(
+        &self,
+        client: &str,
+        route: &str,
+        policies: &[Policy],
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> Result<Verdict, StoreError> {
+        self.check(Call {
+            client,
+            route,
+            policies,
+            shadow: &[],
+            cost,
+            lease_id: "",
+            now_ms,
+        })
+        .await
+    }
+
+    /// Frees the concurrency slots a finished request holds (one call, within the timeout).
+    pub async fn release(
+        &self,
+        client: &str,
+        route: &str,
+        policies: &[Policy],
+        lease_id: &str,
+    ) -> Result<(), StoreError> {
+        let mut invocation = self.release.prepare_invoke();
+        let mut any = false;
+        for policy in policies.iter().filter(|p| p.is_concurrency()) {
+            invocation.key(self.key(client, route, policy));
+            any = true;
+        }
+        if !any {
+            return Ok(());
+        }
+        invocation.arg(lease_id);
+        match tokio::time::timeout(
+            self.config.timeout,
+            self.invoke::<u64>(&invocation, Lane::Requests),
+        )
+        .await
+        {
+            Ok(result) => result.map(|_| ()),
+            Err(_) => Err(StoreError::Timeout(self.config.timeout)),
+        }
+    }
+
     /// Announces `instance` (or, with `leave`, withdraws it) and returns how many instances
     /// have announced themselves within `liveness`. Bounded by the store timeout.
     pub async fn heartbeat(
@@ -325,8 +383,27 @@ impl RedisStore {
     }
 }
 
-/// `<prefix>:{<client>}:<route>:<name>@<definition>`.
+/// One request's question to the Redis store.
+pub struct Call<'a> {
+    pub client: &'a str,
+    pub route: &'a str,
+    pub policies: &'a [Policy],
+    /// `shadow[i]`: policy `i` decides and counts but never blocks (missing = enforced).
+    pub shadow: &'a [bool],
+    pub cost: u64,
+    /// Names the request's concurrency slots ("" when it takes none).
+    pub lease_id: &'a str,
+    /// Replaces Redis's clock: deterministic tests only.
+    pub now_ms: Option<u64>,
+}
+
+/// `<prefix>:{<client>}:<route>:<name>@<definition>`; `*` as the route of a client-wide
+/// (all routes) limit.
 pub fn key(prefix: &str, client: &str, route: &str, policy: &Policy) -> String {
+    let route = match policy.scope {
+        super::Scope::Route => route,
+        super::Scope::Client => "*",
+    };
     let mut key =
         String::with_capacity(prefix.len() + client.len() + route.len() + policy.name.len() + 32);
     let _ = write!(key, "{prefix}:{{{client}}}:{route}:{}@", policy.name);
@@ -353,6 +430,7 @@ fn algorithm_code(algorithm: Algorithm) -> &'static str {
         Algorithm::FixedWindow => "fw",
         Algorithm::SlidingWindow => "sw",
         Algorithm::SlidingLog => "sl",
+        Algorithm::Concurrency => "cc",
     }
 }
 
@@ -387,14 +465,19 @@ fn parse_reply(reply: &[Value], policies: &[Policy]) -> Result<Verdict, StoreErr
             })
         })
         .collect::<Result<Vec<Decision>, StoreError>>()?;
-    let admitted = int(&reply[0])? == 1;
-    let verdict = Verdict { decisions };
-    if admitted != verdict.allowed() {
-        return Err(StoreError::Protocol(
-            "admitted flag disagrees with the decisions".into(),
-        ));
-    }
-    Ok(verdict)
+    let admitted = match &reply[0] {
+        Value::Int(0) => false,
+        Value::Int(1) => true,
+        other => {
+            return Err(StoreError::Protocol(format!(
+                "expected 0 or 1, got {other:?}"
+            )))
+        }
+    };
+    Ok(Verdict {
+        admitted,
+        decisions,
+    })
 }
 
 #[cfg(test)]
@@ -457,8 +540,13 @@ mod tests {
             parse_reply(&ok, &[p.clone(), p.clone()]),
             Err(StoreError::Protocol(_))
         ));
+        let mut rejected = ok.clone();
+        rejected[0] = Value::Int(0);
+        assert!(!parse_reply(&rejected, std::slice::from_ref(&p))
+            .unwrap()
+            .allowed());
         let mut bad = ok.clone();
-        bad[0] = Value::Int(0);
+        bad[0] = Value::Int(7);
         assert!(matches!(
             parse_reply(&bad, &[p]),
             Err(StoreError::Protocol(_))

@@ -67,7 +67,11 @@ pub struct CheckRequest<'a> {
     pub client: &'a Arc<str>,
     pub route: &'a Arc<str>,
     pub policies: &'a [Policy],
+    /// `shadow[i]`: policy `i` decides and counts but never blocks (missing = enforced).
+    pub shadow: &'a [bool],
     pub cost: u64,
+    /// Names the request's concurrency slots, if it takes any.
+    pub lease_id: &'a str,
     /// Replaces the store's clock: for deterministic tests only.
     pub now_ms: Option<u64>,
 }
@@ -118,7 +122,14 @@ impl Store {
     pub async fn check(&self, req: CheckRequest<'_>) -> Result<Verdict, StoreError> {
         let redis = match &self.backend {
             Backend::Memory(m) => {
-                return Ok(m.check(req.client, req.route, req.policies, req.cost, req.now_ms))
+                return Ok(m.check(
+                    req.client,
+                    req.route,
+                    req.policies,
+                    req.shadow,
+                    req.cost,
+                    req.now_ms,
+                ))
             }
             Backend::Redis(r) => r,
         };
@@ -131,7 +142,15 @@ impl Store {
         }
         let started = Instant::now();
         let result = redis
-            .check(req.client, req.route, req.policies, req.cost, req.now_ms)
+            .check(super::redis::Call {
+                client: req.client,
+                route: req.route,
+                policies: req.policies,
+                shadow: req.shadow,
+                cost: req.cost,
+                lease_id: req.lease_id,
+                now_ms: req.now_ms,
+            })
             .await;
         self.metrics
             .store_duration
@@ -157,10 +176,38 @@ impl Store {
     /// Returns the divided policies (what the client is told) with the verdict.
     pub fn check_fallback(&self, req: CheckRequest<'_>) -> (Vec<Policy>, Verdict) {
         let divided = divide(req.policies, self.divisor());
-        let verdict = self
-            .fallback
-            .check(req.client, req.route, &divided, req.cost, req.now_ms);
+        let verdict = self.fallback.check(
+            req.client, req.route, &divided, req.shadow, req.cost, req.now_ms,
+        );
         (divided, verdict)
+    }
+
+    /// A request admitted with concurrency policies ended: free its slots. `fallback`: it was
+    /// admitted by the local fallback (whose slots are in this process).
+    pub async fn release(
+        &self,
+        client: &Arc<str>,
+        route: &Arc<str>,
+        policies: &[Policy],
+        lease_id: &str,
+        fallback: bool,
+    ) {
+        if fallback {
+            self.fallback
+                .release(client, route, &divide(policies, self.divisor()));
+            return;
+        }
+        match &self.backend {
+            Backend::Memory(m) => m.release(client, route, policies),
+            Backend::Redis(r) => {
+                // A slot that cannot be released now expires with its lease.
+                if let Err(e) = r.release(client, route, policies, lease_id).await {
+                    log::debug!(
+                        "releasing concurrency slots failed (they expire with their lease): {e}"
+                    );
+                }
+            }
+        }
     }
 
     /// The instance count the fallback divides by.
@@ -327,7 +374,9 @@ mod tests {
             client: &c,
             route: &r,
             policies: &p,
+            shadow: &[],
             cost: 1,
+            lease_id: "",
             now_ms: Some(1 << 40),
         };
         assert!(store.check(req()).await.unwrap().allowed());

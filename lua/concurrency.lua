@@ -1,0 +1,29 @@
+--[[ concurrency.lua — requests of a client in flight, on one ZSET key.
+
+Function  concurrency(key, now, cost, limit, lease_ms, _, lease_id) -> decision, commit
+  key     ZSET: member = a request's lease id, score = when the lease expires (ms). A lease
+          past its expiry no longer counts, so a gateway that crashed holding slots gives
+          them back after at most `lease_ms`.
+  cost    a request takes one slot whatever its cost; 0 = only report.
+  limit   most requests in flight.
+Returns   decision = {admitted 0/1, slots left, reset_ms (0: unknown), retry_after_ms (1000)}
+          commit   = function dropping expired leases and adding this request's lease (nil when
+                     not admitted). The lease is removed by release.lua when the request ends.
+TTL       `lease_ms` after the newest lease.
+]]
+local function concurrency(key, now, cost, limit, lease_ms, _, lease_id)
+  local live = redis.call('ZCOUNT', key, string.format('(%d', now), '+inf')
+  local take = 0
+  if cost > 0 then take = 1 end
+  if live + take <= limit then
+    local commit = function()
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+      if take > 0 then
+        redis.call('ZADD', key, now + lease_ms, lease_id)
+        redis.call('PEXPIRE', key, lease_ms)
+      end
+    end
+    return {1, limit - live - take, 0, 0}, commit
+  end
+  return {0, 0, 0, 1000}, nil
+end
