@@ -111,7 +111,10 @@ impl Admin {
                 .with_label_values(&[&label])
                 .set(table.limiter.tracked() as i64);
         }
-        let (primary, fallback) = snapshot.store.local_entries();
+        let (primary, fallback, leases) = snapshot.store.local_entries();
+        m.tracked_entries
+            .with_label_values(&["store:leases"])
+            .set(leases as i64);
         m.tracked_entries
             .with_label_values(&["store:memory"])
             .set(primary as i64);

@@ -62,6 +62,8 @@ pub struct Plan {
     pub shadow: Vec<bool>,
     /// `RateLimit-Policy` for the enforced limits, rendered once.
     pub policy_header: http::HeaderValue,
+    /// Quota leasing: the most units one instance reserves at once (`None`: no leasing).
+    pub lease: Option<u64>,
 }
 
 impl Plan {
@@ -83,7 +85,12 @@ impl Plan {
                 .expect("policy names are header-safe"),
             policies,
             shadow,
+            lease: None,
         }
+    }
+
+    pub fn with_lease(self, lease: Option<u64>) -> Plan {
+        Plan { lease, ..self }
     }
 }
 

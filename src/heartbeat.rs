@@ -1,6 +1,7 @@
 //! Background heartbeat: while the shared store is up, this instance announces itself in it
 //! and learns how many instances are alive — the number the local fallback divides limits
-//! by when the store goes away. On shutdown it withdraws itself.
+//! by when the store goes away. On shutdown it gives back the unspent units of its quota
+//! leases and withdraws itself.
 
 use crate::snapshot::SnapshotHandle;
 use async_trait::async_trait;
@@ -37,6 +38,10 @@ impl BackgroundService for Heartbeat {
             };
             tokio::select! {
                 _ = shutdown.changed() => {
+                    let back = store.give_back_leases().await;
+                    if back > 0 {
+                        log::info!("gave back {back} unspent leased unit(s)");
+                    }
                     if store.heartbeat_interval().is_some() {
                         let _ = store.heartbeat(true).await;
                     }

@@ -58,6 +58,8 @@ pub struct Metrics {
     pub store_duration: Histogram,
     pub store_calls: IntCounterVec,
     pub store_short_circuits: IntCounter,
+    /// Decisions made from a local quota lease (or a remembered refusal), without a store call.
+    pub lease_local: IntCounter,
     pub breaker_state: IntGauge,
     pub breaker_transitions: IntCounterVec,
     pub upstream_duration: HistogramVec,
@@ -134,7 +136,16 @@ impl Metrics {
         registry
             .register(Box::new(store_short_circuits.clone()))
             .expect("unique metric");
+        let lease_local = IntCounter::new(
+            "turnstile_lease_local_decisions_total",
+            "Decisions made from a local quota lease or a remembered refusal, without a store call",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(lease_local.clone()))
+            .expect("unique metric");
         Metrics {
+            lease_local,
             requests: counter_vec(&registry, "turnstile_requests_total", "Requests by route and response status", &["route", "status"]),
             decisions: counter_vec(
                 &registry,

@@ -194,6 +194,12 @@ async fn check_plan(
     ctx: &mut RequestCtx,
 ) -> Result<(), Reject> {
     let (policies, shadow) = request_policies(route, &client.plan);
+    // Leasing needs the plan's own limits, all enforced: not on routes adding a concurrency
+    // limit or dry-running everything.
+    let lease = client
+        .plan
+        .lease
+        .filter(|_| route.concurrency.is_none() && !route.config.shadow);
     let has_concurrency = policies.iter().any(Policy::is_concurrency);
     let lease_id = if has_concurrency {
         request_id::generate()
@@ -208,6 +214,7 @@ async fn check_plan(
         cost: route.config.cost,
         lease_id: &lease_id,
         now_ms: None,
+        lease,
     };
     let (told, verdict, fallback) = match snapshot.store.check(request()).await {
         Ok(verdict) => (None, verdict, false),

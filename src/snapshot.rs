@@ -243,7 +243,7 @@ fn key_ring(config: &Config, lease_ms: u64) -> KeyRing {
             }
             (
                 p.name.as_str(),
-                Arc::new(Plan::with_shadow(&p.name, policies, shadow)),
+                Arc::new(Plan::with_shadow(&p.name, policies, shadow).with_lease(p.lease)),
             )
         })
         .collect();

@@ -51,7 +51,8 @@ fn get(gw: &Gateway, path: &str) -> http::Response {
 /// A request left running on a raw socket (the upstream delays its answer).
 fn start_slow(gw: &Gateway, path: &str) -> TcpStream {
     let mut s = TcpStream::connect(("127.0.0.1", gw.port)).unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nX-Api-Key: {KEY}\r\nConnection: close\r\n\r\n");
+    let req =
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nX-Api-Key: {KEY}\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).unwrap();
     s
 }
@@ -70,20 +71,37 @@ fn a_concurrency_limit_holds_across_instances_and_slots_come_back() {
     let b = Gateway::start(&text);
 
     // Two slow requests, one through each gateway: the client's two slots.
-    let slow = [start_slow(&a, "/echo/slow?delay_ms=2000"), start_slow(&b, "/echo/slow?delay_ms=2000")];
+    let slow = [
+        start_slow(&a, "/echo/slow?delay_ms=2000"),
+        start_slow(&b, "/echo/slow?delay_ms=2000"),
+    ];
     wait_until("both slow requests at the upstream", || up.served() == 2);
     for gw in [&a, &b] {
         let resp = get(gw, "/echo/x");
         assert_eq!(resp.status, 429, "{}", resp.text());
-        assert_eq!(resp.header("ratelimit-policy"), Some(r#""per-hour";q=1000;w=3600, "concurrency";q=2;qu="concurrent-requests""#));
-        assert!(resp.header("ratelimit").unwrap().contains(r#""concurrency";r=0"#));
-        assert_eq!(resp.json()["violated-policies"], serde_json::json!(["concurrency"]));
+        assert_eq!(
+            resp.header("ratelimit-policy"),
+            Some(r#""per-hour";q=1000;w=3600, "concurrency";q=2;qu="concurrent-requests""#)
+        );
+        assert!(resp
+            .header("ratelimit")
+            .unwrap()
+            .contains(r#""concurrency";r=0"#));
+        assert_eq!(
+            resp.json()["violated-policies"],
+            serde_json::json!(["concurrency"])
+        );
     }
     // When they end, their slots come back.
     drop(slow);
-    wait_until("the slots to be released after the responses", || get(&a, "/echo/x").status == 200);
+    wait_until("the slots to be released after the responses", || {
+        get(&a, "/echo/x").status == 200
+    });
     let statuses: Vec<u16> = (0..5).map(|_| get(&b, "/echo/y").status).collect();
-    assert_eq!(statuses, [200; 5], "sequential requests never hold more than one slot");
+    assert_eq!(
+        statuses, [200; 5],
+        "sequential requests never hold more than one slot"
+    );
 
     // An upstream failure releases the slot too: 502s, never 429s.
     let failures: Vec<u16> = (0..5).map(|_| get(&a, "/dead").status).collect();
@@ -106,14 +124,21 @@ fn a_client_that_disconnects_gives_its_slot_back() {
     wait_until("the slow request at the upstream", || up.served() == 1);
     let held = get(&gw, "/echo/other");
     assert_eq!(held.status, 429, "the route's single slot is taken");
-    assert_eq!(held.json()["violated-policies"], serde_json::json!(["route-concurrency"]));
+    assert_eq!(
+        held.json()["violated-policies"],
+        serde_json::json!(["route-concurrency"])
+    );
     // The client goes away mid-request.
     drop(slow);
-    wait_until("the abandoned request's slot to come back", || get(&gw, "/echo/other").status == 200);
+    wait_until("the abandoned request's slot to come back", || {
+        get(&gw, "/echo/other").status == 200
+    });
     // Upstream timeouts release it as well.
     let timeout_text = text.replace("read_timeout = \"5s\"", "read_timeout = \"200ms\"");
     let gw2 = Gateway::start(&timeout_text);
-    let timeouts: Vec<u16> = (0..3).map(|_| get(&gw2, "/echo/slow?delay_ms=1000").status).collect();
+    let timeouts: Vec<u16> = (0..3)
+        .map(|_| get(&gw2, "/echo/slow?delay_ms=1000").status)
+        .collect();
     assert_eq!(timeouts, [504; 3]);
     assert_eq!(get(&gw2, "/echo/fast").status, 200);
 }
@@ -133,7 +158,10 @@ fn shadow_limits_never_reject_count_globally_and_can_be_switched_on() {
         let resp = get(gw, "/echo/x");
         assert_eq!(resp.status, 200, "request {i}: {}", resp.text());
         // Clients are shown the enforced limit only.
-        assert_eq!(resp.header("ratelimit-policy"), Some(r#""per-hour";q=1000;w=3600"#));
+        assert_eq!(
+            resp.header("ratelimit-policy"),
+            Some(r#""per-hour";q=1000;w=3600"#)
+        );
         if let Some(would) = resp.header("x-turnstile-would-limit") {
             assert_eq!(would, "trial");
             flagged += 1;
@@ -141,7 +169,14 @@ fn shadow_limits_never_reject_count_globally_and_can_be_switched_on() {
     }
     assert_eq!(flagged, 20);
     let shadow_rejected = |gw: &Gateway| {
-        gw.metric("turnstile_limiter_decisions_total", &[("route", "echo"), ("policy", "trial"), ("outcome", "shadow_rejected")])
+        gw.metric(
+            "turnstile_limiter_decisions_total",
+            &[
+                ("route", "echo"),
+                ("policy", "trial"),
+                ("outcome", "shadow_rejected"),
+            ],
+        )
     };
     assert_eq!(shadow_rejected(&a) + shadow_rejected(&b), 20.0);
 
@@ -150,14 +185,30 @@ fn shadow_limits_never_reject_count_globally_and_can_be_switched_on() {
     assert_eq!(a.reload().json()["result"], "applied");
     let resp = get(&a, "/echo/x");
     assert_eq!(resp.status, 429);
-    assert_eq!(resp.json()["violated-policies"], serde_json::json!(["trial"]));
+    assert_eq!(
+        resp.json()["violated-policies"],
+        serde_json::json!(["trial"])
+    );
 
     // A whole route in shadow: nothing rejects there, not even the per-IP limit.
-    let shadow_route = route("dry", "/echo", "orders", "shadow = true\nip_limit = { rate = \"1/h\", burst = 1 }");
-    let c = Gateway::start(&config(&up, &redis, "limits = [{ name = \"tiny\", algorithm = \"fixed_window\", limit = 1, window = \"1h\" }]", &shadow_route));
+    let shadow_route = route(
+        "dry",
+        "/echo",
+        "orders",
+        "shadow = true\nip_limit = { rate = \"1/h\", burst = 1 }",
+    );
+    let c = Gateway::start(&config(
+        &up,
+        &redis,
+        "limits = [{ name = \"tiny\", algorithm = \"fixed_window\", limit = 1, window = \"1h\" }]",
+        &shadow_route,
+    ));
     let resps: Vec<http::Response> = (0..3).map(|_| get(&c, "/echo/z")).collect();
     assert!(resps.iter().all(|r| r.status == 200));
     assert_eq!(resps[0].header("x-turnstile-would-limit"), None);
     assert_eq!(resps[2].header("x-turnstile-would-limit"), Some("ip, tiny"));
-    assert!(resps[2].header("ratelimit").is_none(), "no quota headers for limits that are not enforced");
+    assert!(
+        resps[2].header("ratelimit").is_none(),
+        "no quota headers for limits that are not enforced"
+    );
 }

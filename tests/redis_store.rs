@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use turnstile::headers::retry_after;
-use turnstile::limit::redis::{RedisConfig, RedisStore, Topology};
+use turnstile::limit::redis::{LeaseCall, RedisConfig, RedisStore, Topology};
 use turnstile::limit::{Algorithm, Policy, Verdict};
 
 /// A window boundary for 1 s windows, in explicit milliseconds.
@@ -303,4 +303,121 @@ async fn cluster_keys_of_one_client_share_a_slot_and_the_limit_is_exact() {
         nodes_used.len() > 1,
         "clients should spread over the cluster's nodes"
     );
+}
+
+fn lease_call<'a>(
+    policies: &'a [Policy],
+    need: u64,
+    want: u64,
+    give_back: (u64, &'a [u64]),
+    now: u64,
+) -> LeaseCall<'a> {
+    LeaseCall {
+        client: "lessee",
+        route: "route",
+        policies,
+        need,
+        want,
+        give_back: give_back.0,
+        give_back_starts: give_back.1,
+        now_ms: Some(now),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_takes_the_same_slice_of_every_limit_in_the_keys_requests_use() {
+    let server = RedisServer::start();
+    let s = store(&server, "lease");
+    let plan = [
+        Policy::new("second", Algorithm::FixedWindow, 10, 1000, 10),
+        Policy::new("minute", Algorithm::SlidingWindow, 25, 60_000, 25),
+    ];
+    let t = EDGE * 60 + 200;
+    // Wants 8, every limit can spare it.
+    let g = s.lease(lease_call(&plan, 1, 8, (0, &[]), t)).await.unwrap();
+    assert_eq!((g.granted, g.rejected), (8, None));
+    assert_eq!((g.windows[0].remaining, g.windows[1].remaining), (2, 17));
+    assert_eq!(g.windows[0].reset_ms, 800);
+    assert_eq!(g.windows[0].start, t - 200);
+    // A per-request check sees the leased units as spent.
+    let v = s
+        .check_limits("lessee", "route", &plan, 1, Some(t))
+        .await
+        .unwrap();
+    assert_eq!(v.decisions[0].remaining, 1);
+    // Wants 8 again: the second-limit can spare only 1 — granted, as it covers the need.
+    let g = s.lease(lease_call(&plan, 1, 8, (0, &[]), t)).await.unwrap();
+    assert_eq!(g.granted, 1);
+    // Nothing left: refused, naming the limit, with when it would fit; nothing written.
+    let g = s.lease(lease_call(&plan, 1, 8, (0, &[]), t)).await.unwrap();
+    assert_eq!((g.granted, g.rejected), (0, Some(0)));
+    assert_eq!(g.windows[0].retry_after_ms, 800);
+    assert_eq!(g.windows[1].remaining, 15);
+    // Next seconds: the minute limit runs out first and is named.
+    let g = s
+        .lease(lease_call(&plan, 10, 10, (0, &[]), t + 1000))
+        .await
+        .unwrap();
+    assert_eq!((g.granted, g.windows[1].remaining), (10, 5));
+    let g = s
+        .lease(lease_call(&plan, 10, 10, (0, &[]), t + 2000))
+        .await
+        .unwrap();
+    assert_eq!((g.granted, g.rejected), (0, Some(1)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unspent_units_go_back_to_their_window_and_lapse_after_it() {
+    let server = RedisServer::start();
+    let s = store(&server, "giveback");
+    let fixed = [Policy::new("f", Algorithm::FixedWindow, 10, 1000, 10)];
+    let sliding = [Policy::new("s", Algorithm::SlidingWindow, 10, 1000, 10)];
+    let t = EDGE + 100;
+    for plan in [&fixed, &sliding] {
+        let g = s.lease(lease_call(plan, 1, 10, (0, &[]), t)).await.unwrap();
+        assert_eq!(g.granted, 10);
+        // Given back at shutdown, in the same window: 6 of the 10 come back.
+        let back = s
+            .give_back("lessee", "route", plan, &[EDGE], 6)
+            .await
+            .unwrap();
+        assert_eq!(back, 6);
+        let v = s
+            .check_limits("lessee", "route", plan, 1, Some(t))
+            .await
+            .unwrap();
+        assert_eq!(v.decisions[0].remaining, 5);
+    }
+    // One window later: the fixed window's units lapsed (once it counts a new window, there
+    // is nothing to give back to); the sliding window still weighs the previous window, which
+    // a renewal's give-back lightens.
+    s.check_limits("lessee", "route", &fixed, 1, Some(EDGE + 1000))
+        .await
+        .unwrap();
+    let fixed_back = s
+        .give_back("lessee", "route", &fixed, &[EDGE], 5)
+        .await
+        .unwrap();
+    assert_eq!(fixed_back, 0);
+    let later = EDGE + 1000;
+    let g = s
+        .lease(lease_call(&sliding, 1, 10, (0, &[]), later))
+        .await
+        .unwrap();
+    assert_eq!(
+        g.granted,
+        10 - 5,
+        "the previous window's 5 weigh fully at its end"
+    );
+    let g = s
+        .lease(lease_call(&sliding, 1, 10, (5, &[EDGE]), later + 1))
+        .await
+        .unwrap();
+    assert!(g.granted >= 4, "{g:?}");
+    // Two windows later nothing is given back.
+    let back = s
+        .give_back("lessee", "route", &sliding, &[EDGE - 1000], 5)
+        .await
+        .unwrap();
+    assert_eq!(back, 0);
 }

@@ -208,6 +208,9 @@ pub struct LimitFile {
     pub burst: Option<u64>,
     /// Decide and count, but never reject (dry run).
     pub shadow: Option<bool>,
+    /// Quota leasing: an instance reserves up to this many units at once (fixed_window and
+    /// sliding_window; every limit of the plan, or none).
+    pub lease: Option<u64>,
 }
 
 #[derive(Deserialize)]

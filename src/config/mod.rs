@@ -177,6 +177,8 @@ pub struct PlanConfig {
     /// `shadow[i]`: `limits[i]` is a dry run.
     pub shadow: Vec<bool>,
     pub max_concurrent: Option<u64>,
+    /// Quota leasing: the smallest `lease` of the plan's limits (all of them lease, or none).
+    pub lease: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

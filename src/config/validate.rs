@@ -537,6 +537,7 @@ fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -> PlanConfi
     }
     let mut policies: Vec<Policy> = Vec::with_capacity(limits.len());
     let mut shadows: Vec<bool> = Vec::with_capacity(limits.len());
+    let mut leases: Vec<(String, Option<u64>)> = Vec::with_capacity(limits.len());
     if max_concurrent == Some(0) {
         problems.push(format!("{base}.max_concurrent"), "must be at least 1");
     }
@@ -548,14 +549,27 @@ fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -> PlanConfi
             window,
             burst,
             shadow,
+            lease,
         } = limit;
         let path = format!("{base}.limits[{i}]");
         shadows.push(shadow.unwrap_or(false));
+        leases.push((path.clone(), lease));
         check_name(&format!("{path}.name"), &limit_name, problems);
         if limit_name == IP_POLICY_NAME {
             problems.push(
                 format!("{path}.name"),
                 "\"ip\" is reserved for the per-IP limit",
+            );
+        }
+        if [
+            super::CONCURRENCY_POLICY_NAME,
+            super::ROUTE_CONCURRENCY_POLICY_NAME,
+        ]
+        .contains(&limit_name.as_str())
+        {
+            problems.push(
+                format!("{path}.name"),
+                format!("{limit_name:?} is reserved for concurrency limits (max_concurrent)"),
             );
         }
         if policies.iter().any(|p| *p.name == *limit_name) {
@@ -608,12 +622,81 @@ fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -> PlanConfi
             burst.max(1),
         ));
     }
+    let lease = plan_lease(
+        &base,
+        &policies,
+        &shadows,
+        &leases,
+        max_concurrent,
+        problems,
+    );
     PlanConfig {
         name: name.to_owned(),
         limits: policies,
         shadow: shadows,
         max_concurrent: max_concurrent.filter(|n| *n > 0),
+        lease,
     }
+}
+
+/// Quota leasing is all or nothing per plan: one local lease decides every limit of a
+/// request, so each must be a window that bounds the lease's life (fixed or sliding), and
+/// enforced (a dry run counts every request, which a lease would hide). The plan leases the
+/// smallest size its limits ask for.
+fn plan_lease(
+    base: &str,
+    policies: &[Policy],
+    shadows: &[bool],
+    leases: &[(String, Option<u64>)],
+    max_concurrent: Option<u64>,
+    problems: &mut Problems,
+) -> Option<u64> {
+    if leases.iter().all(|(_, l)| l.is_none()) {
+        return None;
+    }
+    if max_concurrent.is_some() {
+        problems.push(
+            format!("{base}.max_concurrent"),
+            "a plan whose limits are leased cannot have a concurrency limit (each request must reach the store for its slot)",
+        );
+    }
+    for ((path, lease), (policy, shadow)) in leases.iter().zip(policies.iter().zip(shadows)) {
+        match lease {
+            None => problems.push(
+                format!("{path}.lease"),
+                "every limit of a plan that leases must lease (one local lease decides them all)",
+            ),
+            Some(0) => problems.push(format!("{path}.lease"), "must be at least 1"),
+            Some(n) if *n > policy.limit => problems.push(
+                format!("{path}.lease"),
+                format!("cannot exceed the limit ({})", policy.limit),
+            ),
+            Some(_) => {}
+        }
+        if !matches!(
+            policy.algorithm,
+            Algorithm::FixedWindow | Algorithm::SlidingWindow
+        ) {
+            problems.push(
+                format!("{path}.lease"),
+                format!(
+                    "only fixed_window and sliding_window limits can be leased (a lease lives until its window ends), not {}",
+                    policy.algorithm
+                ),
+            );
+        }
+        if *shadow {
+            problems.push(
+                format!("{path}.lease"),
+                "a shadow (dry-run) limit cannot be leased",
+            );
+        }
+    }
+    leases
+        .iter()
+        .filter_map(|(_, l)| *l)
+        .min()
+        .filter(|n| *n > 0)
 }
 
 /// Shortest plaintext key accepted: anything shorter can be guessed.

@@ -70,13 +70,16 @@ pub fn render(config: &Config) -> Value {
         })).collect::<Vec<_>>(),
         "plans": config.plans.values().map(|p| json!({
             "name": p.name,
-            "limits": p.limits.iter().map(|l| json!({
+            "limits": p.limits.iter().zip(&p.shadow).map(|(l, shadow)| json!({
                 "name": &*l.name,
                 "algorithm": l.algorithm.as_str(),
                 "limit": l.limit,
                 "window": format_duration(std::time::Duration::from_millis(l.window_ms)),
                 "burst": l.burst,
+                "shadow": shadow,
             })).collect::<Vec<_>>(),
+            "max_concurrent": p.max_concurrent,
+            "lease": p.lease,
         })).collect::<Vec<_>>(),
         "clients": config.clients.iter().map(|c| json!({
             "id": c.id,

@@ -27,14 +27,17 @@ struct Slot {
     state: State,
 }
 
+/// (client, route or "*", policy name): one concurrency limit's counter.
+type SlotKey = (Arc<str>, Arc<str>, Arc<str>);
+
 pub struct MemoryStore<C: Clock> {
     clock: C,
     table: Sharded<Key, Vec<Slot>>,
     /// (client, route or "*", policy name) → requests in flight.
-    in_flight: Mutex<HashMap<(Arc<str>, Arc<str>, Arc<str>), u64>>,
+    in_flight: Mutex<HashMap<SlotKey, u64>>,
 }
 
-fn scope_route<'a>(policy: &Policy, route: &'a Arc<str>) -> Arc<str> {
+fn scope_route(policy: &Policy, route: &Arc<str>) -> Arc<str> {
     match policy.scope {
         Scope::Route => Arc::clone(route),
         Scope::Client => Arc::from(ALL_ROUTES),

@@ -6,6 +6,7 @@
 pub mod algorithm;
 pub mod breaker;
 pub mod ip;
+pub mod lease;
 pub mod memory;
 pub mod redis;
 pub mod sharded;

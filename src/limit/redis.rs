@@ -13,6 +13,7 @@
 //!   clients spread over slots. The definition in the key means a changed limit starts from
 //!   fresh keys, as in the memory store; old keys expire by their TTL.
 
+use super::lease::{Grant, GrantWindow};
 use super::{Algorithm, Decision, Policy, Verdict};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
@@ -37,6 +38,26 @@ pub const SCRIPT_SOURCE: &str = concat!(
     include_str!("../../lua/concurrency.lua"),
     "\n",
     include_str!("../../lua/check.lua"),
+);
+
+/// Quota leasing (`lua/lease.lua`): reserves a slice of every limit of a plan at once.
+pub const LEASE_SOURCE: &str = concat!(
+    include_str!("../../lua/lib.lua"),
+    "\n",
+    include_str!("../../lua/fixed_window.lua"),
+    "\n",
+    include_str!("../../lua/sliding_window.lua"),
+    "\n",
+    include_str!("../../lua/return_units.lua"),
+    "\n",
+    include_str!("../../lua/lease.lua"),
+);
+
+/// Gives the unspent units of leases back (`lua/give_back.lua`).
+pub const GIVE_BACK_SOURCE: &str = concat!(
+    include_str!("../../lua/return_units.lua"),
+    "\n",
+    include_str!("../../lua/give_back.lua"),
 );
 
 /// Frees a finished request's concurrency slots (`lua/release.lua`).
@@ -177,6 +198,8 @@ pub struct RedisStore {
     script: Script,
     heartbeat: Script,
     release: Script,
+    lease: Script,
+    give_back: Script,
 }
 
 impl RedisStore {
@@ -204,6 +227,8 @@ impl RedisStore {
             script: Script::new(SCRIPT_SOURCE),
             heartbeat: Script::new(HEARTBEAT_SOURCE),
             release: Script::new(RELEASE_SOURCE),
+            lease: Script::new(LEASE_SOURCE),
+            give_back: Script::new(GIVE_BACK_SOURCE),
         })
     }
 
@@ -225,11 +250,7 @@ impl RedisStore {
     /// `shadow[i]`: policy `i` decides but never blocks. `lease_id` names the request's
     /// concurrency slots. `now_ms` replaces Redis's clock (deterministic tests only).
     pub async fn check(&self, call: Call<'_>) -> Result<Verdict, StoreError> {
-        let call = self.call(call);
-        match tokio::time::timeout(self.config.timeout, call).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout(self.config.timeout)),
-        }
+        self.bounded(self.call(call)).await
     }
 
     async fn call(&self, call: Call<'_>) -> Result<Verdict, StoreError> {
@@ -346,13 +367,81 @@ impl RedisStore {
             return Ok(());
         }
         invocation.arg(lease_id);
-        match tokio::time::timeout(
-            self.config.timeout,
-            self.invoke::<u64>(&invocation, Lane::Requests),
-        )
-        .await
-        {
-            Ok(result) => result.map(|_| ()),
+        self.bounded(self.invoke::<u64>(&invocation, Lane::Requests))
+            .await
+            .map(|_| ())
+    }
+
+    /// Asks for a lease: `want` units (at least `need`) of every policy (fixed or sliding
+    /// windows), after giving back a lapsed lease. One call, within the timeout.
+    pub async fn lease(&self, call: LeaseCall<'_>) -> Result<Grant, StoreError> {
+        let LeaseCall {
+            client,
+            route,
+            policies,
+            need,
+            want,
+            give_back,
+            give_back_starts,
+            now_ms,
+        } = call;
+        let mut invocation = self.lease.prepare_invoke();
+        for policy in policies {
+            invocation.key(self.key(client, route, policy));
+        }
+        match now_ms {
+            Some(now) => invocation.arg(now),
+            None => invocation.arg(""),
+        };
+        invocation.arg(need).arg(want);
+        for (i, p) in policies.iter().enumerate() {
+            let (start, units) = match give_back_starts.get(i) {
+                Some(start) => (*start, give_back),
+                None => (0, 0),
+            };
+            invocation
+                .arg(&*p.name)
+                .arg(algorithm_code(p.algorithm))
+                .arg(p.limit)
+                .arg(p.window_ms)
+                .arg(start)
+                .arg(units);
+        }
+        let reply: Vec<Value> = self
+            .bounded(self.invoke(&invocation, Lane::Requests))
+            .await?;
+        parse_grant(&reply, policies)
+    }
+
+    /// Gives `units` of a lease back to each policy's window that started at `starts[i]`
+    /// (graceful shutdown). Returns the units the store took back.
+    pub async fn give_back(
+        &self,
+        client: &str,
+        route: &str,
+        policies: &[Policy],
+        starts: &[u64],
+        units: u64,
+    ) -> Result<u64, StoreError> {
+        let mut invocation = self.give_back.prepare_invoke();
+        for (policy, start) in policies.iter().zip(starts) {
+            invocation
+                .key(self.key(client, route, policy))
+                .arg(algorithm_code(policy.algorithm))
+                .arg(policy.window_ms)
+                .arg(*start)
+                .arg(units);
+        }
+        self.bounded(self.invoke(&invocation, Lane::Background))
+            .await
+    }
+
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.config.timeout, call).await {
+            Ok(result) => result,
             Err(_) => Err(StoreError::Timeout(self.config.timeout)),
         }
     }
@@ -371,15 +460,8 @@ impl RedisStore {
             .arg(instance)
             .arg(liveness.as_millis() as u64)
             .arg(if leave { "1" } else { "0" });
-        match tokio::time::timeout(
-            self.config.timeout,
-            self.invoke::<u64>(&invocation, Lane::Background),
-        )
-        .await
-        {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout(self.config.timeout)),
-        }
+        self.bounded(self.invoke::<u64>(&invocation, Lane::Background))
+            .await
     }
 }
 
@@ -393,6 +475,20 @@ pub struct Call<'a> {
     pub cost: u64,
     /// Names the request's concurrency slots ("" when it takes none).
     pub lease_id: &'a str,
+    /// Replaces Redis's clock: deterministic tests only.
+    pub now_ms: Option<u64>,
+}
+
+/// A renewal of a lease ([`super::lease::Ask`]) for the Redis store.
+pub struct LeaseCall<'a> {
+    pub client: &'a str,
+    pub route: &'a str,
+    pub policies: &'a [Policy],
+    pub need: u64,
+    pub want: u64,
+    /// Units of a lapsed lease to give back first, and each policy's window start for them.
+    pub give_back: u64,
+    pub give_back_starts: &'a [u64],
     /// Replaces Redis's clock: deterministic tests only.
     pub now_ms: Option<u64>,
 }
@@ -444,14 +540,6 @@ fn parse_reply(reply: &[Value], policies: &[Policy]) -> Result<Verdict, StoreErr
             reply.len()
         )));
     }
-    let int = |v: &Value| -> Result<u64, StoreError> {
-        match v {
-            Value::Int(i) if *i >= 0 => Ok(*i as u64),
-            other => Err(StoreError::Protocol(format!(
-                "expected a non-negative integer, got {other:?}"
-            ))),
-        }
-    };
     let decisions = reply[3..]
         .chunks(4)
         .zip(policies)
@@ -478,6 +566,49 @@ fn parse_reply(reply: &[Value], policies: &[Policy]) -> Result<Verdict, StoreErr
         admitted,
         decisions,
     })
+}
+
+/// `{granted, now, rejected name, then 4 integers per limit}` → a grant.
+fn parse_grant(reply: &[Value], policies: &[Policy]) -> Result<Grant, StoreError> {
+    if reply.len() != 3 + 4 * policies.len() {
+        return Err(StoreError::Protocol(format!(
+            "expected {} values for a lease of {} limits, got {}",
+            3 + 4 * policies.len(),
+            policies.len(),
+            reply.len()
+        )));
+    }
+    let windows = reply[3..]
+        .chunks(4)
+        .map(|w| {
+            Ok(GrantWindow {
+                remaining: int(&w[0])?,
+                reset_ms: int(&w[1])?,
+                retry_after_ms: int(&w[2])?,
+                start: int(&w[3])?,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    let rejected = match &reply[2] {
+        Value::BulkString(name) if !name.is_empty() => policies
+            .iter()
+            .position(|p| p.name.as_bytes() == name.as_slice()),
+        _ => None,
+    };
+    Ok(Grant {
+        granted: int(&reply[0])?,
+        rejected,
+        windows,
+    })
+}
+
+fn int(v: &Value) -> Result<u64, StoreError> {
+    match v {
+        Value::Int(i) if *i >= 0 => Ok(*i as u64),
+        other => Err(StoreError::Protocol(format!(
+            "expected a non-negative integer, got {other:?}"
+        ))),
+    }
 }
 
 #[cfg(test)]

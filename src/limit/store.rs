@@ -15,8 +15,9 @@
 //! [`DEGRADED_LOG_EVERY`]).
 
 use super::breaker::{BreakerState, CircuitBreaker, Permit, Transition};
+use super::lease::{LeaseKey, LeaseTable, Take};
 use super::memory::MemoryStore;
-use super::redis::{RedisConfig, RedisStore, StoreError, Topology};
+use super::redis::{LeaseCall, RedisConfig, RedisStore, StoreError, Topology};
 use super::{Policy, Verdict};
 use crate::clock::{Clock, MonotonicClock};
 use crate::metrics::Metrics;
@@ -52,6 +53,8 @@ pub struct Store {
     failure: FailureSettings,
     breaker: CircuitBreaker,
     fallback: MemoryStore<MonotonicClock>,
+    /// Quota leases held by this instance (Redis stores, plans with `lease`).
+    leases: LeaseTable,
     /// Live instances from the last successful heartbeat; 0 = never known.
     live_instances: AtomicU64,
     instance_id: String,
@@ -74,7 +77,14 @@ pub struct CheckRequest<'a> {
     pub lease_id: &'a str,
     /// Replaces the store's clock: for deterministic tests only.
     pub now_ms: Option<u64>,
+    /// Decide from a quota lease of at most this many units (Redis stores; every policy a
+    /// fixed or sliding window, none shadow). `None`: one store call per request.
+    pub lease: Option<u64>,
 }
+
+/// Most (client, route) keys holding a quota lease at once; past it, requests of new keys
+/// are decided by one store call each (exact, just not leased).
+pub const MAX_LEASES: usize = 100_000;
 
 impl Store {
     pub fn memory(metrics: Arc<Metrics>) -> Store {
@@ -110,6 +120,7 @@ impl Store {
             ),
             failure,
             fallback: MemoryStore::new(MonotonicClock),
+            leases: LeaseTable::new(MAX_LEASES),
             live_instances: AtomicU64::new(0),
             instance_id: instance_id(),
             metrics,
@@ -133,6 +144,93 @@ impl Store {
             }
             Backend::Redis(r) => r,
         };
+        if let Some(cap) = req.lease {
+            return self.check_leased(redis, &req, cap).await;
+        }
+        self.check_per_request(redis, &req).await
+    }
+
+    async fn check_per_request(
+        &self,
+        redis: &RedisStore,
+        req: &CheckRequest<'_>,
+    ) -> Result<Verdict, StoreError> {
+        self.guarded(redis.check(super::redis::Call {
+            client: req.client,
+            route: req.route,
+            policies: req.policies,
+            shadow: req.shadow,
+            cost: req.cost,
+            lease_id: req.lease_id,
+            now_ms: req.now_ms,
+        }))
+        .await
+    }
+
+    /// Decides from this instance's lease of the client's quota, renewing it from Redis when
+    /// it is spent or its window ended ([`super::lease`]).
+    async fn check_leased(
+        &self,
+        redis: &RedisStore,
+        req: &CheckRequest<'_>,
+        cap: u64,
+    ) -> Result<Verdict, StoreError> {
+        let key = LeaseKey {
+            client: Arc::clone(req.client),
+            route: Arc::clone(req.route),
+        };
+        let margin = redis.config().timeout.as_millis() as u64;
+        // A request waits for at most two renewals of others before asking by itself.
+        for _ in 0..3 {
+            let now = MonotonicClock.now_ms();
+            match self
+                .leases
+                .take(&key, req.policies, req.cost, cap, now, margin)
+            {
+                Take::Local(verdict) => {
+                    self.metrics.lease_local.inc();
+                    return Ok(verdict);
+                }
+                Take::Wait(renewal) => {
+                    // Bounded: the renewal itself is bounded by the same timeout.
+                    let _ = tokio::time::timeout(redis.config().timeout, renewal).await;
+                }
+                Take::Untracked => break,
+                Take::Ask(ask) => {
+                    let call = redis.lease(LeaseCall {
+                        client: req.client,
+                        route: req.route,
+                        policies: req.policies,
+                        need: ask.need,
+                        want: ask.want,
+                        give_back: ask.give_back,
+                        give_back_starts: &ask.give_back_starts,
+                        now_ms: req.now_ms,
+                    });
+                    return match self.guarded(call).await {
+                        Ok(grant) => Ok(self.leases.settle(
+                            &key,
+                            req.policies,
+                            ask,
+                            &grant,
+                            MonotonicClock.now_ms(),
+                        )),
+                        Err(e) => {
+                            self.leases.abandon(&key, &ask, MonotonicClock.now_ms());
+                            Err(e)
+                        }
+                    };
+                }
+            }
+        }
+        self.check_per_request(redis, req).await
+    }
+
+    /// One store call through the circuit breaker, timed and counted by result.
+    async fn guarded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         let now = MonotonicClock.now_ms();
         let (permit, transition) = self.breaker.permit(now);
         self.on_transition(transition);
@@ -141,17 +239,7 @@ impl Store {
             return Err(StoreError::CircuitOpen);
         }
         let started = Instant::now();
-        let result = redis
-            .check(super::redis::Call {
-                client: req.client,
-                route: req.route,
-                policies: req.policies,
-                shadow: req.shadow,
-                cost: req.cost,
-                lease_id: req.lease_id,
-                now_ms: req.now_ms,
-            })
-            .await;
+        let result = call.await;
         self.metrics
             .store_duration
             .observe(started.elapsed().as_secs_f64());
@@ -169,6 +257,35 @@ impl Store {
         };
         self.on_transition(transition);
         result
+    }
+
+    /// Graceful shutdown: stops spending this instance's leases and gives their unspent
+    /// units back to Redis, so other instances can use them in the same window. Best
+    /// effort: what cannot be given back lapses with its window. Returns units given back.
+    pub async fn give_back_leases(&self) -> u64 {
+        let Backend::Redis(redis) = &self.backend else {
+            return 0;
+        };
+        let mut back = 0;
+        for unspent in self.leases.drain(MonotonicClock.now_ms()) {
+            match redis
+                .give_back(
+                    &unspent.key.client,
+                    &unspent.key.route,
+                    &unspent.policies,
+                    &unspent.starts,
+                    unspent.units,
+                )
+                .await
+            {
+                Ok(units) => back += units,
+                Err(e) => {
+                    log::info!("giving back unspent leases stopped: {e}");
+                    break;
+                }
+            }
+        }
+        back
     }
 
     /// The local fallback: the same limits divided by the number of live instances, decided
@@ -288,16 +405,16 @@ impl Store {
             Backend::Memory(m) => m.sweep(),
             Backend::Redis(_) => 0,
         };
-        local + self.fallback.sweep()
+        local + self.fallback.sweep() + self.leases.sweep(MonotonicClock.now_ms())
     }
 
-    /// Entries held in process: (primary memory store, fallback store).
-    pub fn local_entries(&self) -> (usize, usize) {
+    /// Entries held in process: (primary memory store, fallback store, leases).
+    pub fn local_entries(&self) -> (usize, usize, usize) {
         let primary = match &self.backend {
             Backend::Memory(m) => m.keys(),
             Backend::Redis(_) => 0,
         };
-        (primary, self.fallback.keys())
+        (primary, self.fallback.keys(), self.leases.len())
     }
 
     pub fn kind(&self) -> &'static str {
@@ -378,6 +495,7 @@ mod tests {
             cost: 1,
             lease_id: "",
             now_ms: Some(1 << 40),
+            lease: None,
         };
         assert!(store.check(req()).await.unwrap().allowed());
         assert_eq!(store.divisor(), 1);
