@@ -3,8 +3,9 @@
 #
 # Starts: nginx as a fast origin (return 200), nginx as a reverse proxy (1 worker, upstream
 # keep-alive) and with limit_req, a local redis-server, and turnstile (1 worker thread, same
-# as nginx) in four modes: pass-through, per-IP limit, global Redis limit on every request,
-# and both. Limits are far above the offered load: nothing is rejected.
+# as nginx) in five modes: pass-through, per-IP limit, global Redis limit on every request,
+# both, and the global limit with quota leasing (`lease = 1000` per minute window: Redis called once per
+# leased slice). Limits are far above the offered load: nothing is rejected.
 #
 # 1. Throughput: wrk -t1 -c$CONNS for $DURATION s per target, targets alternated over $ROUNDS
 #    rounds (machine drift hits all alike); the median is reported, with the median CPU time
@@ -68,7 +69,7 @@ nginx -c "$WORK/nginx.conf" & pids+=($!)
 redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" >/dev/null & pids+=($!)
 
 # mode name -> extra route lines / store
-gateway() { # name ip_limit(0/1) redis(0/1)
+gateway() { # name ip_limit(0/1/flood) redis(0/1/lease)
   local name=$1 ip=$2 redis=$3 p a
   p=$(port); a=$(port)
   {
@@ -76,18 +77,22 @@ gateway() { # name ip_limit(0/1) redis(0/1)
     echo "pid_file = \"$WORK/$name.pid\""; echo "upgrade_sock = \"$WORK/$name.sock\""
     echo "trusted_proxies = [\"127.0.0.1/32\"]"; echo "max_tracked_ips = ${MAX_TRACKED:-100000}"
     echo "[admin]"; echo "listen = \"127.0.0.1:$a\""
-    if [ "$redis" = 1 ]; then
+    if [ "$redis" != 0 ]; then
       echo "[store]"; echo "kind = \"redis\""; echo "url = \"redis://127.0.0.1:$REDIS\""; echo "timeout = \"50ms\""
     fi
     echo "[upstreams.origin]"; echo "servers = [\"127.0.0.1:$ORIGIN\"]"
     echo "[plans.load]"
-    echo "limits = [{ name = \"per-day\", algorithm = \"token_bucket\", limit = 1000000000, window = \"1s\" }]"
+    if [ "$redis" = lease ]; then
+      echo "limits = [{ name = \"per-minute\", algorithm = \"fixed_window\", limit = 1000000000, window = \"1m\", lease = 1000 }]"
+    else
+      echo "limits = [{ name = \"per-day\", algorithm = \"token_bucket\", limit = 1000000000, window = \"1s\" }]"
+    fi
     echo "[[clients]]"; echo "id = \"load\""; echo "plan = \"load\""; echo "api_keys = [\"$KEY\"]"
     echo "[[routes]]"; echo "name = \"all\""; echo "path_prefix = \"/\""; echo "upstream = \"origin\""
     [ "$ip" = 1 ] && echo "ip_limit = { rate = \"1000000000/s\", burst = 1000000000 }"
     # A realistic limit for the flood: buckets stay partly drained, so they stay tracked.
     [ "$ip" = flood ] && echo "ip_limit = { rate = \"1/m\", burst = 5 }"
-    [ "$redis" = 1 ] && echo "auth = \"api_key\""
+    [ "$redis" != 0 ] && echo "auth = \"api_key\""
   } > "$WORK/$name.toml"
   "$BIN/turnstile" --config "$WORK/$name.toml" > "$WORK/$name.log" 2>&1 & pids+=($!)
   eval "PORT_$name=$p; ADMIN_$name=$a; PID_$name=$!"
@@ -96,16 +101,17 @@ gateway passthrough 0 0
 gateway per_ip 1 0
 gateway redis 0 1
 gateway both 1 1
+gateway leased 0 lease
 MAX_TRACKED=50000 gateway flood flood 0
-for p in $ORIGIN $NGX $NGXL $PORT_passthrough $PORT_per_ip $PORT_redis $PORT_both $PORT_flood $REDIS; do wait_port "$p"; done
+for p in $ORIGIN $NGX $NGXL $PORT_passthrough $PORT_per_ip $PORT_redis $PORT_both $PORT_leased $PORT_flood $REDIS; do wait_port "$p"; done
 
-TARGETS=(origin nginx nginx_limit_req passthrough per_ip redis both)
+TARGETS=(origin nginx nginx_limit_req passthrough per_ip redis both leased)
 target_port() { case $1 in origin) echo $ORIGIN;; nginx) echo $NGX;; nginx_limit_req) echo $NGXL;; *) eval echo "\$PORT_$1";; esac; }
 # The process doing the proxying for a target (its CPU time is reported per request).
 target_pid() { case $1 in origin) pgrep -P "$(cat "$WORK/origin.pid")" | head -1;; nginx|nginx_limit_req) pgrep -P "$(cat "$WORK/nginx.pid")" | head -1;; *) eval echo "\$PID_$1";; esac; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 TICK=$(getconf CLK_TCK)
-target_header() { case $1 in redis|both) echo "X-Api-Key: $KEY";; *) echo "X-Bench: 1";; esac; }
+target_header() { case $1 in redis|both|leased) echo "X-Api-Key: $KEY";; *) echo "X-Bench: 1";; esac; }
 # Round trips (script calls) and all commands (those run inside scripts count too).
 redis_calls() { redis-cli -p "$REDIS" INFO commandstats | awk -F'[=,:]' '$1 == "cmdstat_evalsha" || $1 == "cmdstat_eval" {s+=$3} END {print s+0}'; }
 redis_cmds() { redis-cli -p "$REDIS" INFO commandstats | awk -F'[=,:]' '/^cmdstat_/ && $1 != "cmdstat_info" {s+=$3} END {print s+0}'; }
@@ -169,12 +175,12 @@ for t in "${TARGETS[@]}"; do
   vs_pass=$(awk -v a="$rps" -v b="$PASS_RPS" 'BEGIN {printf "%.2f", a/b}')
   calls="-"; cmds="-"; rss="-"
   case $t in
-    redis|both)
+    redis|both|leased)
       calls=$(awk -v c="${CALLS[$t]}" -v r="${REQS[$t]}" 'BEGIN {printf "%.3f", c/r}')
       cmds=$(awk -v c="${CMDS[$t]}" -v r="${REQS[$t]}" 'BEGIN {printf "%.2f", c/r}');;
   esac
   case $t in
-    passthrough|per_ip|redis|both) pid=$(eval echo "\$PID_$t"); rss=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$pid/status");;
+    passthrough|per_ip|redis|both|leased) pid=$(eval echo "\$PID_$t"); rss=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$pid/status");;
   esac
   cpu=$(echo "${CPU[$t]}" | median)
   printf '| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$t" "$rps" "$vs_ngx" "$vs_pass" "$cpu" "${P50[$t]}" "${P99[$t]}" "${P999[$t]}" "$calls" "$cmds" "$rss"
