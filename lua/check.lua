@@ -24,13 +24,7 @@ local n = #KEYS
 if #ARGV ~= 3 + PER * n then
   return redis.error_reply('turnstile check.lua: expected 3 + 6 arguments per key, got ' .. #ARGV .. ' for ' .. n .. ' keys')
 end
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
+local now = now_ms(ARGV[1])
 local cost = tonumber(ARGV[2])
 local lease_id = ARGV[3]
 local algorithms = { tb = token_bucket, fw = fixed_window, sw = sliding_window, sl = sliding_log, cc = concurrency }

@@ -27,13 +27,7 @@ local n = #KEYS
 if #ARGV ~= 3 + PER * n then
   return redis.error_reply('turnstile lease.lua: expected 3 + 6 arguments per key')
 end
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
+local now = now_ms(ARGV[1])
 local need, want = tonumber(ARGV[2]), tonumber(ARGV[3])
 local algorithms = { fw = fixed_window, sw = sliding_window }
 local function arg(i, k) return ARGV[3 + PER * (i - 1) + k] end
