@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps build demo cluster-demo test lint fmt bench bench-load fuzz clean
+.PHONY: all deps build demo cluster-demo test test-repeat lint fmt bench bench-load fuzz clean
 
 all: build
 
@@ -22,6 +22,13 @@ cluster-demo: build
 
 test: deps
 	$(CARGO) test --all-targets
+
+# The suite RUNS times, every other run with all CPUs kept busy by stress-ng; lists each
+# failing test with the runs it failed in (flakiness hunting: CONTENTION=none|cpu|alternate).
+RUNS ?= 5
+CONTENTION ?= alternate
+test-repeat: deps
+	@scripts/test-repeat.sh $(RUNS) $(CONTENTION)
 
 lint:
 	$(CARGO) fmt --all -- --check

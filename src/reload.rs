@@ -142,13 +142,15 @@ impl Reloader {
         .expect("reload task does not panic");
         match built {
             Ok(None) => {
-                self.reopen_access_log();
+                self.reopen_access_log(&self.snapshots.load().config.access_log.target);
                 self.metrics.reloads.with_label_values(&["unchanged"]).inc();
                 Ok(Reloaded::Unchanged(self.loaded()))
             }
             Ok(Some((snapshot, hash, pending))) => {
+                // The log's new target first: every request that sees the new snapshot was
+                // started after this, so its line cannot be written to the old target.
+                self.reopen_access_log(&snapshot.config.access_log.target);
                 self.snapshots.store(Arc::new(snapshot));
-                self.reopen_access_log();
                 let loaded = {
                     let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
                     loaded.version += 1;
@@ -195,9 +197,8 @@ impl Reloader {
 
 impl Reloader {
     /// After log rotation, a reload (SIGHUP) reopens the access log; a new path applies too.
-    fn reopen_access_log(&self) {
-        let target = self.snapshots.load().config.access_log.target.clone();
-        self.access_log.reopen(target);
+    fn reopen_access_log(&self, target: &crate::access_log::Target) {
+        self.access_log.reopen(target.clone());
     }
 }
 
