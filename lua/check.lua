@@ -5,8 +5,9 @@ that order (src/limit/redis.rs); it is loaded once and called by SHA (EVALSHA).
 
 KEYS[i]   one key per limit: <prefix>:{<client id>}:<route>:<limit name>@<definition>. The
           client id is the hash tag, so all keys of a call share one Redis Cluster slot.
-ARGV[1]   now in milliseconds, or "" to use the server's clock (TIME). An explicit time is
-          for deterministic tests only (window-edge scenarios replayed exactly).
+ARGV[1]   "" to use the server's clock (TIME); tests only: an explicit time in milliseconds
+          (window-edge scenarios replayed exactly) or "+<ms>", the server's clock plus an offset
+          (see now_ms in lib.lua)
 ARGV[2]   cost: units the request asks of every limit (an integer >= 1)
 ARGV[3]   the request's lease id (used by concurrency limits; "" when there are none)
 ARGV[4..] six per limit, in KEYS order: name, algorithm (tb | fw | sw | sl | cc), limit,
@@ -17,7 +18,7 @@ Reply     { admitted 0/1, now_ms, name of the first enforced limit that rejected
 Writes    nothing unless every enforced limit admits; then the new state of every limit that
           admits (a shadow limit that would have rejected is left as it is, as if the request
           had been refused by it), each key with a TTL after which it reads exactly like a
-          missing key.
+          missing key (plus lib.lua's TTL_GRACE_MS).
 ]]
 local PER = 6
 local n = #KEYS

@@ -9,7 +9,7 @@ Function  concurrency(key, now, cost, limit, lease_ms, _, lease_id) -> decision,
 Returns   decision = {admitted 0/1, slots left, reset_ms (0: unknown), retry_after_ms (1000)}
           commit   = function dropping expired leases and adding this request's lease (nil when
                      not admitted). The lease is removed by release.lua when the request ends.
-TTL       `lease_ms` after the newest lease.
+TTL       `lease_ms` after the newest lease, plus TTL_GRACE_MS (lib.lua).
 ]]
 local function concurrency(key, now, cost, limit, lease_ms, _, lease_id)
   local live = redis.call('ZCOUNT', key, string.format('(%d', now), '+inf')
@@ -20,7 +20,7 @@ local function concurrency(key, now, cost, limit, lease_ms, _, lease_id)
       redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
       if take > 0 then
         redis.call('ZADD', key, now + lease_ms, lease_id)
-        redis.call('PEXPIRE', key, lease_ms)
+        expire(key, lease_ms)
       end
     end
     return {1, limit - live - take, 0, 0}, commit

@@ -7,7 +7,7 @@ Function  fixed_window(key, now, cost, limit, window) -> decision, commit
           A missing key, or a count of an earlier window, is an empty window.
 Returns   decision = {admitted 0/1, remaining, reset_ms (until the window ends), retry_after_ms}
           commit   = function writing the new state (nil when not admitted).
-TTL       until the window ends.
+TTL       until the window ends, plus TTL_GRACE_MS (lib.lua).
 Note      admits up to twice `limit` around a window edge (by design: it is the cheap one).
 Mirrors   src/limit/algorithm.rs (FixedWindow).
 ]]
@@ -21,7 +21,7 @@ local function fixed_window(key, now, cost, limit, window)
     local after = count + cost
     local commit = function()
       redis.call('HSET', key, 's', start, 'c', after)
-      redis.call('PEXPIRE', key, reset)
+      expire(key, reset)
     end
     return {1, limit - after, reset, 0}, commit
   end

@@ -10,7 +10,7 @@ in (the shortest window of the plan's limits); units an instance leaves unspent 
 price, and are given back when it renews after that window or shuts down.
 
 KEYS[i]   the limit keys (the same as check.lua's)
-ARGV[1]   now in milliseconds, or "" for the server's clock (TIME)
+ARGV[1]   "" for the server's clock (TIME); tests only: explicit ms, or "+<ms>" (lib.lua)
 ARGV[2]   need: units the request asking must get (its cost, less what it already holds)
 ARGV[3]   want: units to reserve (>= need); the same number is taken from every limit
 ARGV[4..] six per limit: name, algorithm (fw | sw), limit, window_ms, and a lapsed lease to

@@ -7,10 +7,28 @@ exact integer quotient.
 local function floor_div(a, b) return math.floor(a / b) end
 local function ceil_div(a, b) return math.floor((a + b - 1) / b) end
 
--- The script's time in milliseconds: `arg` when given (deterministic tests), else Redis's
--- clock (TIME).
+-- The script's time in milliseconds. `arg` is "" in production: Redis's clock (TIME). Tests
+-- pass an explicit time ("<ms>": window edges replayed exactly), or an offset from Redis's
+-- clock ("+<ms>": jumps ahead in time while staying in step with the clock Redis expires
+-- keys by, however late the call reaches Redis).
 local function now_ms(arg)
-  if arg ~= '' then return tonumber(arg) end
+  local offset = 0
+  if arg ~= '' then
+    if string.sub(arg, 1, 1) ~= '+' then return tonumber(arg) end
+    offset = tonumber(string.sub(arg, 2))
+  end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + offset
+end
+
+-- Every key's TTL is the time after which its state reads exactly like a missing key, plus
+-- this grace. A TTL only frees memory: a key that lives a little longer never changes a
+-- decision, but a key gone a little early would (a half-full window read as empty). The
+-- grace absorbs millisecond rounding between TIME and Redis's own expiry clock, clock
+-- differences between a primary and the replica that takes over from it, and tests whose
+-- explicit times run slightly behind Redis's clock.
+local TTL_GRACE_MS = 1000
+
+local function expire(key, ttl_ms)
+  redis.call('PEXPIRE', key, ttl_ms + TTL_GRACE_MS)
 end

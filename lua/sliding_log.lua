@@ -7,7 +7,7 @@ Returns   decision = {admitted 0/1, remaining, reset_ms (until the oldest entry 
           retry_after_ms (until enough entries expire to fit `cost`)}
           commit   = function trimming expired entries and adding the new ones (nil when not
           admitted). A rejection writes nothing.
-TTL       `window` after the newest entry (then every entry has expired).
+TTL       `window` after the newest entry (then every entry has expired), plus TTL_GRACE_MS.
 Memory    one member per admitted unit, so `limit` is capped by the config loader.
 Mirrors   src/limit/algorithm.rs (SlidingLog).
 ]]
@@ -27,7 +27,7 @@ local function sliding_log(key, now, cost, limit, window)
       for i = 1, cost do
         redis.call('ZADD', key, now, string.format('%d:%d', now, count + i))
       end
-      redis.call('PEXPIRE', key, window)
+      expire(key, window)
     end
     return {1, limit - count - cost, oldest + window - now, 0}, commit
   end

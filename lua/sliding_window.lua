@@ -9,7 +9,8 @@ Function  sliding_window(key, now, cost, limit, window) -> decision, commit
 Returns   decision = {admitted 0/1, remaining, reset_ms, retry_after_ms}; reset_ms is the end
           of the current window, or when rejected the time until the request would fit.
           commit   = function writing the new state (nil when not admitted).
-TTL       until the end of the next window (when both counts stop mattering).
+TTL       until the end of the next window (when both counts stop mattering), plus
+          TTL_GRACE_MS (lib.lua).
 Mirrors   src/limit/algorithm.rs (SlidingWindow).
 ]]
 local function sliding_window(key, now, cost, limit, window)
@@ -34,7 +35,7 @@ local function sliding_window(key, now, cost, limit, window)
     local ttl = start + 2 * window - now
     local commit = function()
       redis.call('HSET', key, 's', start, 'c', count, 'p', prev)
-      redis.call('PEXPIRE', key, ttl)
+      expire(key, ttl)
     end
     return {1, floor_div(capacity - after, window), until_next, 0}, commit
   end

@@ -9,8 +9,8 @@ Function  token_bucket(key, now, cost, limit, window, burst) -> decision, commit
 Returns   decision = {admitted 0/1, remaining tokens, reset_ms (until full), retry_after_ms}
           commit   = function writing the new state (nil when not admitted); the caller runs it
                      only if every limit of the call admits the request.
-TTL       the time until the bucket is full again: an expired key reads as full, so the TTL
-          never changes a decision.
+TTL       the time until the bucket is full again (an expired key reads as full, so the TTL
+          never changes a decision), plus TTL_GRACE_MS (lib.lua).
 Mirrors   src/limit/algorithm.rs (TokenBucket); tests/lua_agrees.rs compares the two.
 ]]
 local function token_bucket(key, now, cost, limit, window, burst)
@@ -31,7 +31,7 @@ local function token_bucket(key, now, cost, limit, window, burst)
     local reset = ceil_div(cap - after, limit)
     local commit = function()
       redis.call('HSET', key, 'l', after, 't', now)
-      redis.call('PEXPIRE', key, math.max(reset, 1))
+      expire(key, reset)
     end
     return {1, floor_div(after, window), reset, 0}, commit
   end

@@ -250,10 +250,15 @@ impl RedisStore {
     /// `shadow[i]`: policy `i` decides but never blocks. `lease_id` names the request's
     /// concurrency slots. `now_ms` replaces Redis's clock (deterministic tests only).
     pub async fn check(&self, call: Call<'_>) -> Result<Verdict, StoreError> {
+        self.check_timed(call).await.map(|(verdict, _)| verdict)
+    }
+
+    /// [`check`](Self::check), also returning the time (ms) the script decided at.
+    pub async fn check_timed(&self, call: Call<'_>) -> Result<(Verdict, u64), StoreError> {
         self.bounded(self.call(call)).await
     }
 
-    async fn call(&self, call: Call<'_>) -> Result<Verdict, StoreError> {
+    async fn call(&self, call: Call<'_>) -> Result<(Verdict, u64), StoreError> {
         let Call {
             client,
             route,
@@ -261,16 +266,13 @@ impl RedisStore {
             shadow,
             cost,
             lease_id,
-            now_ms,
+            time,
         } = call;
         let mut invocation = self.script.prepare_invoke();
         for policy in policies {
             invocation.key(self.key(client, route, policy));
         }
-        match now_ms {
-            Some(now) => invocation.arg(now),
-            None => invocation.arg(""),
-        };
+        time.push_arg(&mut invocation);
         invocation.arg(cost).arg(lease_id);
         for (i, p) in policies.iter().enumerate() {
             let is_shadow = shadow.get(i).copied().unwrap_or(false);
@@ -283,7 +285,7 @@ impl RedisStore {
                 .arg(if is_shadow { "1" } else { "0" });
         }
         let reply: Vec<Value> = self.invoke(&invocation, Lane::Requests).await?;
-        parse_reply(&reply, policies)
+        Ok((parse_reply(&reply, policies)?, int(&reply[1])?))
     }
 }
 
@@ -344,7 +346,7 @@ impl RedisStore {
             shadow: &[],
             cost,
             lease_id: "",
-            now_ms,
+            time: now_ms.into(),
         })
         .await
     }
@@ -389,10 +391,7 @@ impl RedisStore {
         for policy in policies {
             invocation.key(self.key(client, route, policy));
         }
-        match now_ms {
-            Some(now) => invocation.arg(now),
-            None => invocation.arg(""),
-        };
+        ScriptTime::from(now_ms).push_arg(&mut invocation);
         invocation.arg(need).arg(want);
         for (i, p) in policies.iter().enumerate() {
             let (start, units) = match give_back_starts.get(i) {
@@ -475,8 +474,35 @@ pub struct Call<'a> {
     pub cost: u64,
     /// Names the request's concurrency slots ("" when it takes none).
     pub lease_id: &'a str,
-    /// Replaces Redis's clock: deterministic tests only.
-    pub now_ms: Option<u64>,
+    pub time: ScriptTime,
+}
+
+/// The time a script decides at (`ARGV[1]`, see `now_ms` in `lua/lib.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScriptTime {
+    /// Redis's clock (`TIME`): what production uses.
+    Server,
+    /// An explicit time in ms: deterministic tests replaying window edges exactly.
+    At(u64),
+    /// Redis's clock plus an offset in ms: tests that jump ahead in time without drifting
+    /// from the clock Redis expires keys by.
+    ServerPlus(u64),
+}
+
+impl From<Option<u64>> for ScriptTime {
+    fn from(now_ms: Option<u64>) -> ScriptTime {
+        now_ms.map_or(ScriptTime::Server, ScriptTime::At)
+    }
+}
+
+impl ScriptTime {
+    fn push_arg(self, invocation: &mut redis::ScriptInvocation<'_>) {
+        match self {
+            ScriptTime::Server => invocation.arg(""),
+            ScriptTime::At(ms) => invocation.arg(ms),
+            ScriptTime::ServerPlus(ms) => invocation.arg(format!("+{ms}")),
+        };
+    }
 }
 
 /// A renewal of a lease ([`super::lease::Ask`]) for the Redis store.

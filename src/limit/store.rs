@@ -162,7 +162,7 @@ impl Store {
             shadow: req.shadow,
             cost: req.cost,
             lease_id: req.lease_id,
-            now_ms: req.now_ms,
+            time: req.now_ms.into(),
         }))
         .await
     }
