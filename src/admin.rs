@@ -58,7 +58,7 @@ impl Admin {
                 StatusCode::CONFLICT,
                 &json!({
                     "result": "busy",
-                    "error": "a reload is already running; try again",
+                    "error": "another reload has been running for too long; try again",
                 }),
             ),
             Err(ReloadError::Config(e)) => {

@@ -3,8 +3,9 @@
 //! Requests already running keep the snapshot they started with.
 //!
 //! Triggers: the file changing on disk ([`Watcher`], polling with a debounce, so an
-//! editor's write-then-rename, or a write in several chunks, is read once, whole), `SIGHUP`,
-//! and `POST /reload` on the admin listener. An invalid file is rejected whole: the running
+//! editor's write-then-rename, or a write in several chunks, is read once, whole; off with
+//! `server.watch_config = false`), `SIGHUP`, and `POST /reload` on the admin listener.
+//! Reloads run one at a time; one asked for meanwhile waits for its turn. An invalid file is rejected whole: the running
 //! configuration stays, the error (with its TOML path) is logged, returned to `POST /reload`
 //! and counted. Settings that only take effect at start (listen addresses, threads, pid file,
 //! upgrade socket, grace periods, keep-alive pool size) keep their running value and are
@@ -39,9 +40,15 @@ pub struct Loaded {
 pub enum ReloadError {
     #[error("{0}")]
     Config(#[from] ConfigError),
-    #[error("a reload is already running")]
+    /// Another reload ran for longer than [`RELOAD_WAIT`] (a file system or DNS lookup
+    /// hanging).
+    #[error("another reload has been running for too long")]
     Busy,
 }
+
+/// How long a reload waits for one already running before giving up with
+/// [`ReloadError::Busy`].
+pub const RELOAD_WAIT: Duration = Duration::from_secs(30);
 
 /// The outcome of one reload attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,9 +121,14 @@ impl Reloader {
     }
 
     /// Reads the file and applies it if it is valid and different from what is running.
-    /// `trigger` names what asked for it (for the log).
+    /// `trigger` names what asked for it (for the log). Reloads run one at a time: a reload
+    /// asked for while another runs waits for it (at most [`RELOAD_WAIT`]) and then reads
+    /// the file itself, so when it returns, the file as it was when it was asked for is live
+    /// (`Applied`, or `Unchanged` when the other reload already applied it).
     pub async fn reload(&self, trigger: &str) -> Result<Reloaded, ReloadError> {
-        let _one_at_a_time = self.running.try_lock().map_err(|_| ReloadError::Busy)?;
+        let _one_at_a_time = tokio::time::timeout(RELOAD_WAIT, self.running.lock())
+            .await
+            .map_err(|_| ReloadError::Busy)?;
         let path = self.path.clone();
         let snapshots = Arc::clone(&self.snapshots);
         let metrics = Arc::clone(&self.metrics);
@@ -157,15 +169,17 @@ impl Reloader {
                     loaded.hash = hash;
                     loaded.loaded_at = unix_now();
                     loaded.pending_restart = pending;
+                    // Under the lock: whoever sees the new version in /config also sees it
+                    // in the metrics.
+                    self.metrics.reloads.with_label_values(&["ok"]).inc();
+                    self.metrics.config_version.set(loaded.version as i64);
+                    self.metrics.config_info.reset();
+                    self.metrics
+                        .config_info
+                        .with_label_values(&[&loaded.hash])
+                        .set(1);
                     loaded.clone()
                 };
-                self.metrics.reloads.with_label_values(&["ok"]).inc();
-                self.metrics.config_version.set(loaded.version as i64);
-                self.metrics.config_info.reset();
-                self.metrics
-                    .config_info
-                    .with_label_values(&[&loaded.hash])
-                    .set(1);
                 log::info!(
                     "configuration {} reloaded ({trigger}): version {}, hash {}",
                     self.path.display(),
@@ -261,6 +275,11 @@ impl BackgroundService for Watcher {
                 _ = tokio::time::sleep(self.interval) => {}
             }
             let now = fingerprint(&path);
+            if !self.reloader.snapshots.load().config.server.watch_config {
+                // Watching is off: changes are for SIGHUP or POST /reload.
+                (applied, seen) = (now, now);
+                continue;
+            }
             // Debounce: act only when two consecutive polls agree and differ from the last
             // applied state. A missing file (mid-rename) waits for the next poll.
             if now.is_some() && now == seen && now != applied {

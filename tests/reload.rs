@@ -17,6 +17,10 @@ fn probe_key(i: usize) -> String {
 
 /// `/echo` → pool `main` (the given servers). Client `steady` has a huge limit; client
 /// `probe` has `probe_limit` per hour and the key `probe_key(key)`.
+/// For tests that reload on purpose and check what that reload did: with the file watcher
+/// on, it can apply the change first (the explicit reload then answers "unchanged").
+const NO_WATCH: &str = "watch_config = false";
+
 fn config(servers: &[&Upstream], probe_limit: u64, key: usize, extra_route: bool) -> String {
     let list: Vec<String> = servers.iter().map(|u| format!("{:?}", u.addr())).collect();
     let extra = if extra_route {
@@ -220,7 +224,7 @@ fn an_invalid_file_is_rejected_whole_and_the_next_valid_one_is_picked_up() {
 #[test]
 fn unchanged_limits_keep_their_counts_and_changed_ones_apply() {
     let a = Upstream::start("a");
-    let gw = Gateway::start(&config(&[&a], 5, 0, false));
+    let gw = Gateway::start_with(NO_WATCH, &config(&[&a], 5, 0, false));
     let key = probe_key(0);
     // Two requests: 2 of the 5 per-hour units and 2 of the 3 per-IP tokens used.
     assert_eq!([probe(&gw, &key), probe(&gw, &key)], [200, 200]);
@@ -262,7 +266,7 @@ fn unchanged_limits_keep_their_counts_and_changed_ones_apply() {
 #[test]
 fn restart_only_settings_are_reported_and_config_shows_no_secret() {
     let a = Upstream::start("a");
-    let gw = Gateway::start(&config(&[&a], 5, 0, false));
+    let gw = Gateway::start_with(NO_WATCH, &config(&[&a], 5, 0, false));
     let view = gw.admin("/config");
     assert_eq!(view.status, 200);
     let text = view.text();
@@ -316,7 +320,7 @@ fn restart_only_settings_are_reported_and_config_shows_no_secret() {
 #[test]
 fn the_access_log_writes_one_json_line_per_request_off_on_or_sampled() {
     let a = Upstream::start("a");
-    let gw = Gateway::start(&config(&[&a], 1, 0, false));
+    let gw = Gateway::start_with(NO_WATCH, &config(&[&a], 1, 0, false));
     let log_path = gw.dir().join("access.log");
     let with_log = |mode: &str| {
         format!(
@@ -385,4 +389,23 @@ fn the_access_log_writes_one_json_line_per_request_off_on_or_sampled() {
         lines().last().is_some_and(|l| l["path"] == "/marker")
     });
     assert_eq!(lines().len(), 4 + 5 + 1);
+}
+
+#[test]
+fn with_watching_off_a_change_on_disk_waits_for_an_explicit_reload() {
+    let a = Upstream::start("a");
+    let gw = Gateway::start_with(NO_WATCH, &config(&[&a], 5, 0, false));
+    gw.rewrite(&config(&[&a], 6, 1, false));
+    // The watcher polls every 250 ms and applies a change after two polls agree: four times
+    // that is ample for it to have acted, had it been on.
+    std::thread::sleep(std::time::Duration::from_millis(2_000));
+    assert_eq!(gw.config_version(), 1, "the file watcher is off");
+    assert_eq!(
+        probe(&gw, &probe_key(1)),
+        401,
+        "the new key is not live yet"
+    );
+    gw.proc.signal("HUP");
+    wait_until("the SIGHUP reload", || gw.config_version() == 2);
+    assert_eq!(probe(&gw, &probe_key(1)), 200);
 }

@@ -44,6 +44,9 @@ pub struct ServerFile {
     pub graceful_shutdown_timeout: Option<HumanDuration>,
     /// Idle keep-alive connections kept to upstreams (all pools together).
     pub upstream_keepalive_pool_size: Option<usize>,
+    /// Reload when the configuration file changes on disk (SIGHUP and `POST /reload` work
+    /// either way).
+    pub watch_config: Option<bool>,
     /// Peers whose `X-Forwarded-For` is believed (CIDRs or single addresses).
     pub trusted_proxies: Option<Vec<String>>,
     /// Client addresses are limited per prefix of this length.

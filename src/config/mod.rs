@@ -44,6 +44,8 @@ pub struct ServerConfig {
     pub grace_period: Duration,
     pub graceful_shutdown_timeout: Duration,
     pub upstream_keepalive_pool_size: usize,
+    /// Whether a change of the file on disk reloads it (takes effect at once on reload).
+    pub watch_config: bool,
     pub trusted_proxies: TrustedProxies,
     pub grouping: Grouping,
     /// Per-IP limit of routes that do not choose their own.

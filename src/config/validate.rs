@@ -110,6 +110,7 @@ fn server_config(file: ServerFile, problems: &mut Problems) -> ServerConfig {
         grace_period,
         graceful_shutdown_timeout,
         upstream_keepalive_pool_size,
+        watch_config,
         trusted_proxies,
         ipv4_prefix,
         ipv6_prefix,
@@ -151,6 +152,7 @@ fn server_config(file: ServerFile, problems: &mut Problems) -> ServerConfig {
             .map_or(defaults::GRACEFUL_SHUTDOWN_TIMEOUT, |d| d.0),
         upstream_keepalive_pool_size: upstream_keepalive_pool_size
             .unwrap_or(defaults::UPSTREAM_KEEPALIVE_POOL_SIZE),
+        watch_config: watch_config.unwrap_or(true),
         trusted_proxies: trusted_proxies_config(trusted_proxies.unwrap_or_default(), problems),
         grouping: grouping_config(ipv4_prefix, ipv6_prefix, problems),
         ip_limit: ip_limit.map(|l| ip_limit_config("server.ip_limit", l, problems)),

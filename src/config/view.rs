@@ -18,6 +18,7 @@ pub fn render(config: &Config) -> Value {
             "grace_period": format_duration(s.grace_period),
             "graceful_shutdown_timeout": format_duration(s.graceful_shutdown_timeout),
             "upstream_keepalive_pool_size": s.upstream_keepalive_pool_size,
+            "watch_config": s.watch_config,
             "trusted_proxies": s.trusted_proxies.nets().iter().map(ToString::to_string).collect::<Vec<_>>(),
             "ipv4_prefix": s.grouping.ipv4_prefix,
             "ipv6_prefix": s.grouping.ipv6_prefix,
