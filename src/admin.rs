@@ -9,6 +9,7 @@
 //! (compared in constant time) or gets 401.
 
 use crate::limit::breaker::BreakerState;
+use crate::limit::store::StoreHealth;
 use crate::metrics::Metrics;
 use crate::reload::{ReloadError, Reloaded, Reloader};
 use crate::snapshot::{IpTableId, Snapshot, SnapshotHandle};
@@ -132,6 +133,7 @@ impl Admin {
             .map(|r| &*r.name)
             .collect();
         let breaker = snapshot.store.breaker_state();
+        let health = snapshot.store.health();
         let ready = unhealthy_routes.is_empty();
         let body = json!({
             "ready": ready,
@@ -140,7 +142,9 @@ impl Admin {
             "store": {
                 "kind": snapshot.store.kind(),
                 "circuit_breaker": breaker.as_str(),
-                "reachable": breaker == BreakerState::Closed,
+                // From the latest call (decisions and the heartbeat every interval).
+                "status": health.as_str(),
+                "reachable": health == StoreHealth::Ok && breaker == BreakerState::Closed,
                 "live_instances": snapshot.store.live_instances(),
             },
         });

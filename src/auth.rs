@@ -131,6 +131,9 @@ pub enum KeyError {
     Missing,
     /// Several different keys in one request (repeated header, or both headers): 400.
     Ambiguous,
+    /// More than one `Authorization` header: the field takes one credential (RFC 9110
+    /// §11.6.2), and a second one would reach the upstream unseen: 400.
+    RepeatedAuthorization,
     /// Too long, or characters a key never has: 401, without a lookup.
     Malformed,
 }
@@ -142,18 +145,25 @@ impl KeyError {
                 "this route needs an API key in X-Api-Key or Authorization: Bearer"
             }
             KeyError::Ambiguous => "the request carries more than one API key",
+            KeyError::RepeatedAuthorization => {
+                "the request carries more than one Authorization header"
+            }
             KeyError::Malformed => "the API key is not valid",
         }
     }
 }
 
 /// Reads the API key from `X-Api-Key` values and `Authorization` values (in that order of
-/// preference when both carry the same key).
+/// preference when both carry the same key). Every value counts: repeated `X-Api-Key`
+/// values must agree, and a second `Authorization` header is refused whatever its scheme.
 pub fn extract_key<'a>(
     api_key: impl Iterator<Item = &'a [u8]>,
-    authorization: impl Iterator<Item = &'a [u8]>,
+    mut authorization: impl Iterator<Item = &'a [u8]>,
 ) -> Result<&'a [u8], KeyError> {
-    let bearer = authorization.filter_map(bearer_token);
+    let bearer = authorization.next().and_then(bearer_token);
+    if authorization.next().is_some() {
+        return Err(KeyError::RepeatedAuthorization);
+    }
     let mut found: Option<&[u8]> = None;
     for candidate in api_key.map(<[u8]>::trim_ascii).chain(bearer) {
         if candidate.is_empty() {
@@ -173,7 +183,7 @@ pub fn extract_key<'a>(
 
 /// The token of `Authorization: Bearer <token>` (scheme case-insensitive); other schemes
 /// carry no API key.
-fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+pub fn bearer_token(value: &[u8]) -> Option<&[u8]> {
     let value = value.trim_ascii();
     let scheme = value.get(..7)?;
     if scheme.eq_ignore_ascii_case(b"bearer ") {
@@ -251,6 +261,17 @@ mod tests {
     fn ambiguous_and_malformed_keys_are_refused() {
         assert_eq!(extract(&["k1", "k2"], &[]), Err(KeyError::Ambiguous));
         assert_eq!(extract(&["k1"], &["Bearer k2"]), Err(KeyError::Ambiguous));
+        // A second Authorization header is refused, whatever the schemes and keys.
+        for second in [
+            ["Basic Zm9vOmJhcg==", "Bearer k1"],
+            ["Bearer k1", "Bearer k1"],
+        ] {
+            assert_eq!(extract(&[], &second), Err(KeyError::RepeatedAuthorization));
+            assert_eq!(
+                extract(&["k1"], &second),
+                Err(KeyError::RepeatedAuthorization)
+            );
+        }
         assert_eq!(
             extract(&[&"k".repeat(MAX_KEY_LEN + 1)], &[]),
             Err(KeyError::Malformed)

@@ -18,9 +18,10 @@ use crate::identity::{client_ip, group_key};
 use crate::limit::redis::StoreError;
 use crate::limit::{Decision, Policy};
 use crate::problem::Kind;
-use crate::router::{check_request_path, RouteMatch};
+use crate::request_path;
+use crate::router::RouteMatch;
 use crate::snapshot::{Route, Snapshot};
-use http::header::{AUTHORIZATION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{AUTHORIZATION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderValue, Method};
 use pingora::http::RequestHeader;
 use std::net::IpAddr;
@@ -29,12 +30,15 @@ use std::sync::Arc;
 /// Why the gateway answers a request itself instead of proxying it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reject {
-    /// Ambiguous or unsupported message framing (request smuggling attempts).
-    BadFraming(&'static str),
+    /// Ambiguous or unsupported message framing (request smuggling attempts), or a request
+    /// head HTTP/1.1 does not allow (no `Host`, several).
+    BadMessage(&'static str),
     UriTooLong(usize),
     HeadersTooLarge(String),
     BodyTooLarge(u64),
     BadPath(&'static str),
+    /// The path matches a route's prefix only when letter case is ignored.
+    CaseMismatch(String),
     NotFound(String),
     MethodNotAllowed {
         detail: String,
@@ -51,7 +55,10 @@ pub enum Reject {
 impl Reject {
     pub fn kind(&self) -> Kind {
         match self {
-            Reject::BadFraming(_) | Reject::BadPath(_) | Reject::Key(KeyError::Ambiguous) => {
+            Reject::BadMessage(_)
+            | Reject::BadPath(_)
+            | Reject::CaseMismatch(_)
+            | Reject::Key(KeyError::Ambiguous | KeyError::RepeatedAuthorization) => {
                 Kind::BadRequest
             }
             Reject::UriTooLong(_) => Kind::UriTooLong,
@@ -67,11 +74,13 @@ impl Reject {
 
     pub fn detail(&self) -> String {
         match self {
-            Reject::BadFraming(d) | Reject::BadPath(d) => (*d).to_owned(),
+            Reject::BadMessage(d) | Reject::BadPath(d) => (*d).to_owned(),
             Reject::UriTooLong(max) => format!("the request target is longer than {max} bytes"),
             Reject::HeadersTooLarge(why) => why.clone(),
             Reject::BodyTooLarge(max) => format!("the request body is larger than {max} bytes"),
-            Reject::NotFound(d) | Reject::MethodNotAllowed { detail: d, .. } => d.clone(),
+            Reject::NotFound(d)
+            | Reject::CaseMismatch(d)
+            | Reject::MethodNotAllowed { detail: d, .. } => d.clone(),
             Reject::Key(e) => e.detail().to_owned(),
             Reject::UnknownKey => "the API key is not valid".to_owned(),
             Reject::TooManyRequests => {
@@ -89,12 +98,12 @@ impl Reject {
 pub fn closes_connection(reject: &Reject) -> bool {
     matches!(
         reject,
-        Reject::BadFraming(_)
+        Reject::BadMessage(_)
             | Reject::UriTooLong(_)
             | Reject::HeadersTooLarge(_)
             | Reject::BodyTooLarge(_)
             | Reject::BadPath(_)
-            | Reject::Key(KeyError::Ambiguous)
+            | Reject::Key(KeyError::Ambiguous | KeyError::RepeatedAuthorization)
     )
 }
 
@@ -114,25 +123,46 @@ pub fn check_message(
     let mut te = headers.get_all(TRANSFER_ENCODING).iter();
     if let Some(value) = te.next() {
         if te.next().is_some() {
-            return Err(Reject::BadFraming("more than one Transfer-Encoding header"));
+            return Err(Reject::BadMessage("more than one Transfer-Encoding header"));
         }
         if !value
             .as_bytes()
             .trim_ascii()
             .eq_ignore_ascii_case(b"chunked")
         {
-            return Err(Reject::BadFraming(
+            return Err(Reject::BadMessage(
                 "Transfer-Encoding other than a single \"chunked\"",
             ));
         }
         if headers.contains_key(CONTENT_LENGTH) || raw_head.is_some_and(has_content_length_line) {
-            return Err(Reject::BadFraming(
+            return Err(Reject::BadMessage(
                 "both Content-Length and Transfer-Encoding",
             ));
         }
         if req.version == http::Version::HTTP_10 {
-            return Err(Reject::BadFraming("Transfer-Encoding on HTTP/1.0"));
+            return Err(Reject::BadMessage("Transfer-Encoding on HTTP/1.0"));
         }
+    }
+    let mut hosts = headers.get_all(HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        // RFC 9112 §3.2: a server MUST respond 400 to an HTTP/1.1 request without Host (an
+        // absolute-form target carries its own authority, which Pingora checks against it).
+        (None, _) if req.version == http::Version::HTTP_11 && req.uri.authority().is_none() => {
+            return Err(Reject::BadMessage(
+                "an HTTP/1.1 request needs a Host header",
+            ));
+        }
+        (Some(_), Some(_)) => return Err(Reject::BadMessage("more than one Host header")),
+        _ => {}
+    }
+    // A list, even of equal values ("5, 5", which RFC 9110 lets a recipient accept), is
+    // refused rather than passed on for the upstream to read its own way.
+    if headers
+        .get_all(CONTENT_LENGTH)
+        .iter()
+        .any(|v| v.as_bytes().contains(&b','))
+    {
+        return Err(Reject::BadMessage("a list of values in Content-Length"));
     }
     let uri_len = req.raw_path().len();
     if uri_len > limits.max_uri_length {
@@ -180,16 +210,28 @@ pub fn check_content_length(route: &Route, req: &RequestHeader) -> Result<(), Re
     }
 }
 
-/// [1] + [2]: the index of the route serving this request.
+/// [1] + [2]: the index of the route serving this request, and the normalised path (the one
+/// routed, and so the one to forward) when it differs from the request's.
 pub fn route(
     snapshot: &Snapshot,
     host: Option<&str>,
     method: &Method,
     path: &str,
-) -> Result<usize, Reject> {
-    check_request_path(path).map_err(|bad| Reject::BadPath(bad.detail()))?;
+) -> Result<(usize, Option<String>), Reject> {
+    let normal = request_path::normalize(path).map_err(|bad| Reject::BadPath(bad.detail()))?;
+    let path = normal.as_ref();
     match snapshot.router.find(host, method, path) {
-        RouteMatch::Found(i) => Ok(i),
+        RouteMatch::Found(i) => Ok((
+            i,
+            match normal {
+                std::borrow::Cow::Borrowed(_) => None,
+                std::borrow::Cow::Owned(p) => Some(p),
+            },
+        )),
+        RouteMatch::CaseMismatch(i) => Err(Reject::CaseMismatch(format!(
+            "{path} matches the path prefix {:?} only when letter case is ignored; send the path in the case the route is configured with",
+            snapshot.routes[i].config.path_prefix
+        ))),
         RouteMatch::MethodNotAllowed(allow) => Err(Reject::MethodNotAllowed {
             detail: format!("{method} is not allowed here; allowed: {allow}"),
             allow,
@@ -309,6 +351,34 @@ pub fn check_ip(
     }
 }
 
+/// Headers whose upstream value the gateway decides: it sets them (`X-Client-Id`,
+/// `X-Forwarded-For`, `X-Request-Id`) or removes them (`X-Api-Key`).
+pub const CONTROLLED_HEADERS: [&str; 4] = [
+    "x-client-id",
+    "x-forwarded-for",
+    "x-request-id",
+    "x-api-key",
+];
+
+/// Incoming header names that CGI/WSGI-style upstreams would read as one of
+/// [`CONTROLLED_HEADERS`]: they map `-` and `_` alike (`X_Client_Id` and `X-Client-Id` both
+/// become `HTTP_X_CLIENT_ID`), so such a header could stand in for the gateway's own. Empty
+/// (and allocation-free) unless a name has an underscore.
+pub fn underscore_aliases<'a>(names: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    names
+        .filter(|name| name.contains('_'))
+        .filter(|name| {
+            CONTROLLED_HEADERS.iter().any(|controlled| {
+                name.len() == controlled.len()
+                    && name
+                        .bytes()
+                        .zip(controlled.bytes())
+                        .all(|(a, b)| a.to_ascii_lowercase() == b || (a == b'_' && b == b'-'))
+            })
+        })
+        .collect()
+}
+
 /// [4]: the client owning the request's API key.
 pub fn authenticate(snapshot: &Snapshot, headers: &HeaderMap) -> Result<Arc<Client>, Reject> {
     let key = extract_key(
@@ -343,6 +413,14 @@ mod tests {
     }
 
     fn req(version: http::Version, path: &str, headers: &[(&str, &str)]) -> RequestHeader {
+        let mut r = bare_req(version, path, headers);
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+            r.append_header("host", "a").unwrap();
+        }
+        r
+    }
+
+    fn bare_req(version: http::Version, path: &str, headers: &[(&str, &str)]) -> RequestHeader {
         let mut r = RequestHeader::build("POST", path.as_bytes(), None).unwrap();
         r.set_version(version);
         for (k, v) in headers {
@@ -370,7 +448,7 @@ mod tests {
             vec![("transfer-encoding", "chunked, chunked")],
             vec![("transfer-encoding", "identity")],
         ] {
-            assert!(matches!(check(&bad), Err(Reject::BadFraming(_))), "{bad:?}");
+            assert!(matches!(check(&bad), Err(Reject::BadMessage(_))), "{bad:?}");
         }
         let old = req(
             http::Version::HTTP_10,
@@ -379,7 +457,7 @@ mod tests {
         );
         assert!(matches!(
             check_message(&limits(), &old, None),
-            Err(Reject::BadFraming(_))
+            Err(Reject::BadMessage(_))
         ));
         // Pingora removed Content-Length from the parsed headers; the raw head still has it.
         let te = req(
@@ -390,10 +468,64 @@ mod tests {
         let raw = b"POST /x HTTP/1.1\r\nHost: a\r\nCONTENT-LENGTH: 5\r\nTransfer-Encoding: chunked\r\n\r\n";
         assert!(matches!(
             check_message(&limits(), &te, Some(raw)),
-            Err(Reject::BadFraming(_))
+            Err(Reject::BadMessage(_))
         ));
         let clean = b"POST /x HTTP/1.1\r\nHost: a\r\nX-Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n";
         assert!(check_message(&limits(), &te, Some(clean)).is_ok());
+    }
+
+    #[test]
+    fn http11_needs_exactly_one_host_and_content_length_is_one_number() {
+        let v11 = http::Version::HTTP_11;
+        let no_host = bare_req(v11, "/x", &[]);
+        assert!(matches!(
+            check_message(&limits(), &no_host, None),
+            Err(Reject::BadMessage(_))
+        ));
+        let mut absolute = bare_req(v11, "/x", &[]);
+        absolute.set_uri(http::Uri::from_static("http://a/x"));
+        assert_eq!(check_message(&limits(), &absolute, None), Ok(()));
+        let old = bare_req(http::Version::HTTP_10, "/x", &[]);
+        assert!(check_message(&limits(), &old, None).is_ok());
+        let two = bare_req(v11, "/x", &[("host", "a"), ("host", "b")]);
+        assert!(matches!(
+            check_message(&limits(), &two, None),
+            Err(Reject::BadMessage(_))
+        ));
+        for list in ["5, 5", "5,5", "5, 6"] {
+            assert!(
+                matches!(
+                    check(&[("content-length", list)]),
+                    Err(Reject::BadMessage(_))
+                ),
+                "{list}"
+            );
+        }
+    }
+
+    #[test]
+    fn underscore_spellings_of_controlled_headers_are_found() {
+        let names = [
+            "x_client_id",
+            "X_Forwarded_For",
+            "x-client_id",
+            "x_api_key",
+            "x_request_id",
+            "x-client-id",
+            "x_other",
+            "x_client_idx",
+        ];
+        assert_eq!(
+            underscore_aliases(names.into_iter()),
+            [
+                "x_client_id",
+                "X_Forwarded_For",
+                "x-client_id",
+                "x_api_key",
+                "x_request_id"
+            ]
+        );
+        assert!(underscore_aliases(["accept", "host"].into_iter()).is_empty());
     }
 
     #[test]

@@ -9,6 +9,13 @@
 //! time plus `header_timeout`, for the next request). Request bodies are covered by the
 //! per-read `body_timeout` instead: a pause in an upload, not its total length, is what is
 //! suspicious. Waiting costs no worker: it is one timer on the connection's task.
+//!
+//! The same wrapper gives Pingora's own refusals our problem+json body. Pingora answers some
+//! requests itself before any hook runs (an unparseable head, two `Host` headers, an
+//! absolute-form target naming another host, `CONNECT`): an empty error response. A response
+//! written while the deadline is armed can only be one of those (every response of ours is
+//! written after the proxy disarmed it), so [`GuardedStream`] writes the same status with a
+//! problem+json body instead ([`problem_response`]).
 
 use crate::snapshot::SnapshotHandle;
 use async_trait::async_trait;
@@ -43,6 +50,8 @@ pub struct GuardedStream {
     /// Milliseconds (see `now_ms`) after which reads fail; 0 = no deadline.
     deadline_ms: AtomicU64,
     timer: Option<(u64, Pin<Box<Sleep>>)>,
+    /// A Pingora error response being replaced: our bytes, and how many are written.
+    replacing: Option<(Vec<u8>, usize)>,
 }
 
 impl GuardedStream {
@@ -51,6 +60,7 @@ impl GuardedStream {
             inner,
             deadline_ms: AtomicU64::new(0),
             timer: None,
+            replacing: None,
         };
         s.arm(header_timeout);
         s
@@ -114,7 +124,25 @@ impl AsyncWrite for GuardedStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        if self.replacing.is_none() && self.deadline_ms.load(Ordering::Relaxed) != 0 {
+            self.replacing = problem_response(buf).map(|bytes| (bytes, 0));
+        }
+        let this = &mut *self;
+        let Some((bytes, written)) = this.replacing.as_mut() else {
+            return Pin::new(&mut this.inner).poll_write(cx, buf);
+        };
+        while *written < bytes.len() {
+            match Pin::new(&mut this.inner).poll_write(cx, &bytes[*written..]) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+                }
+                Poll::Ready(Ok(n)) => *written += n,
+                other => return other,
+            }
+        }
+        this.replacing = None;
+        // The whole of Pingora's response was "written" (replaced).
+        Poll::Ready(Ok(buf.len()))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -176,6 +204,48 @@ impl Peek for GuardedStream {
     async fn try_peek(&mut self, buf: &mut [u8]) -> std::io::Result<bool> {
         self.inner.try_peek(buf).await
     }
+}
+
+/// Our response for a complete, bodiless error response head that Pingora wrote itself
+/// (`HTTP/1.x 4xx/5xx … Content-Length: 0`): the same status, with a problem+json body, and
+/// the connection closed. `None` for anything else, which is then written as it is.
+pub fn problem_response(head: &[u8]) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(head).ok()?;
+    let rest = text.strip_prefix("HTTP/1.")?;
+    if !text.ends_with("\r\n\r\n") {
+        return None;
+    }
+    let status: u16 = rest.get(2..5)?.parse().ok()?;
+    if !(400..600).contains(&status) {
+        return None;
+    }
+    let bodiless = text.split("\r\n").any(|line| {
+        line.split_once(':').is_some_and(|(name, value)| {
+            name.eq_ignore_ascii_case("content-length") && value.trim() == "0"
+        })
+    });
+    if !bodiless {
+        return None;
+    }
+    let kind = crate::problem::Kind::from_status(status);
+    let detail = match status {
+        400 => "the request could not be parsed: a malformed request line or header, more than one Host header, or a target whose host differs from Host",
+        405 => "this method is not supported by the gateway",
+        _ => kind.title(),
+    };
+    let body = crate::problem::render(kind, detail, None);
+    let reason = http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Error");
+    let mut out = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+        crate::problem::CONTENT_TYPE,
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(&body);
+    Some(out)
 }
 
 /// A Pingora app that wraps every accepted connection in a [`GuardedStream`] before handing
@@ -254,6 +324,29 @@ mod tests {
             "the deadline must cut the trickle short, read {got} bytes"
         );
         writer.abort();
+    }
+
+    #[test]
+    fn pingoras_empty_error_responses_become_problems() {
+        let canned = b"HTTP/1.1 400 Bad Request\r\nServer: Pingora\r\nDate: x\r\nContent-Length: 0\r\nCache-Control: private, no-store\r\n\r\n";
+        let out = String::from_utf8(problem_response(canned).unwrap()).unwrap();
+        let (head, body) = out.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 400 Bad Request\r\n"));
+        assert!(head.contains("Content-Type: application/problem+json"));
+        assert!(head.contains(&format!("Content-Length: {}", body.len())));
+        assert!(head.contains("Connection: close"));
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["status"], 400);
+        let ours_too = b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n";
+        assert!(problem_response(ours_too).is_some());
+        for other in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"[..],
+            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 5\r\n\r\n",
+            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n",
+            b"garbage",
+        ] {
+            assert_eq!(problem_response(other), None);
+        }
     }
 
     #[tokio::test]

@@ -148,3 +148,32 @@ pub fn header_rendering(data: &[u8]) {
     );
     assert!(headers::retry_after(decision.retry_after_ms) >= 1);
 }
+
+/// Path normalisation never panics, and what it accepts is normal: absolute, no empty or dot
+/// segments, no `;`, `\` or ambiguous escapes, and normalising it again changes nothing.
+pub fn request_path(data: &[u8]) {
+    let Ok(path) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(normal) = crate::request_path::normalize(path) else {
+        return;
+    };
+    assert!(normal.starts_with('/'));
+    assert!(!normal.contains("//"), "{normal:?}");
+    assert!(
+        !normal.contains(';') && !normal.contains('\\'),
+        "{normal:?}"
+    );
+    assert!(
+        !normal.split('/').any(|s| s == "." || s == ".."),
+        "{normal:?}"
+    );
+    let lower = normal.to_ascii_lowercase();
+    for escape in ["%2f", "%5c", "%3b", "%25", "%2e", "%00"] {
+        assert!(!lower.contains(escape), "{normal:?} keeps {escape}");
+    }
+    assert_eq!(
+        crate::request_path::normalize(&normal).as_deref(),
+        Ok(normal.as_ref())
+    );
+}

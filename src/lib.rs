@@ -34,6 +34,7 @@ pub mod problem;
 pub mod proxy;
 pub mod reload;
 pub mod request_id;
+pub mod request_path;
 pub mod router;
 pub mod server;
 pub mod snapshot;

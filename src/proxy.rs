@@ -93,6 +93,9 @@ pub struct RequestCtx {
     would_limit: Vec<Arc<str>>,
     /// Concurrency slots held until the request ends.
     slots: Option<SlotGuard>,
+    /// The normalised path the request was routed by, when it differs from the one received:
+    /// the upstream gets this one.
+    forward_path: Option<String>,
 }
 
 impl RequestCtx {
@@ -116,8 +119,9 @@ impl Gateway {
             .uri
             .host()
             .or_else(|| req.headers.get(HOST).and_then(|h| h.to_str().ok()));
-        let index = chain::route(&ctx.snapshot, host, &req.method, req.uri.path())?;
+        let (index, normalized) = chain::route(&ctx.snapshot, host, &req.method, req.uri.path())?;
         ctx.route = Some(index);
+        ctx.forward_path = normalized;
         let snapshot = Arc::clone(&ctx.snapshot);
         let route = &snapshot.routes[index];
         chain::check_content_length(route, req)?;
@@ -355,8 +359,16 @@ impl ProxyHttp for Gateway {
             guard.disarm();
         }
         let limits = &ctx.snapshot.config.server.limits;
+        // Requests pipelined behind this one are answered in order on this connection
+        // (RFC 9112 §9.3.2), each going through the whole chain, instead of being dropped
+        // with a close.
+        session.set_pipelining_enabled(true);
         session.set_read_timeout(Some(limits.body_timeout));
-        session.set_keepalive(Some(limits.keepalive_timeout.as_secs().max(1)));
+        // Only where the client asked to keep the connection (HTTP/1.1 by default, HTTP/1.0
+        // with `Connection: keep-alive`): setting a timeout would turn keep-alive on.
+        if session.get_keepalive().is_some() {
+            session.set_keepalive(Some(limits.keepalive_timeout.as_secs().max(1)));
+        }
         Ok(())
     }
 
@@ -398,6 +410,7 @@ impl ProxyHttp for Gateway {
             body_bytes: 0,
             would_limit: Vec::new(),
             slots: None,
+            forward_path: None,
         }
     }
 
@@ -485,21 +498,40 @@ impl ProxyHttp for Gateway {
             upstream_request.insert_header("x-forwarded-for", forwarded)?;
         }
         upstream_request.insert_header(request_id::HEADER, ctx.request_id.clone())?;
+        if let Some(path) = &ctx.forward_path {
+            // The upstream acts on the path the route was chosen by.
+            let target = match upstream_request.uri.query() {
+                Some(query) => format!("{path}?{query}"),
+                None => path.clone(),
+            };
+            let uri = http::Uri::try_from(target).map_err(|e| {
+                Error::because(ErrorType::InternalError, "normalised request path", e)
+            })?;
+            upstream_request.set_uri(uri);
+        }
         ctx.upstream_sent = Some(Instant::now());
-        // Only the gateway says who the client is.
+        // Only the gateway says who the client is, also to servers reading `_` as `-`.
+        let aliases: Vec<String> =
+            chain::underscore_aliases(upstream_request.headers.keys().map(|k| k.as_str()))
+                .into_iter()
+                .map(str::to_owned)
+                .collect();
+        for alias in aliases {
+            upstream_request.remove_header(&alias);
+        }
         upstream_request.remove_header(CLIENT_ID_HEADER);
         if let Some(client) = &ctx.client {
             upstream_request.insert_header(CLIENT_ID_HEADER, &*client.id)?;
         }
         let forward_key = ctx.route().is_some_and(|r| r.config.forward_api_key);
         if ctx.client.is_some() && !forward_key {
+            // Every value: a key in any of them stays here.
             upstream_request.remove_header(API_KEY_HEADER);
             let bearer = upstream_request
                 .headers
-                .get(AUTHORIZATION)
-                .is_some_and(|v| {
-                    v.as_bytes().len() > 7 && v.as_bytes()[..7].eq_ignore_ascii_case(b"bearer ")
-                });
+                .get_all(AUTHORIZATION)
+                .iter()
+                .any(|v| crate::auth::bearer_token(v.as_bytes()).is_some());
             if bearer {
                 upstream_request.remove_header(&AUTHORIZATION);
             }

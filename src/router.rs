@@ -9,9 +9,15 @@
 //! - `host` and `methods` are match criteria: a request whose method no route allows, but
 //!   whose host and path some route matches, gets `405` with an `Allow` list.
 //!
-//! Paths containing dot segments (`/a/../b`, also percent-encoded) or backslashes are
-//! rejected before matching: a gateway must not route `/public/../admin` by its first
-//! segment while the upstream resolves it to `/admin`.
+//! - a trailing `/` in a prefix is ignored: `/admin/` is `/admin`, and matches `/admin`
+//!   itself (which frameworks without strict slashes serve as `/admin/`);
+//! - prefixes match case-sensitively, as RFC 3986 paths are; but a path that matches a route
+//!   only when letter case is ignored, where the exact match is another (less specific) route,
+//!   is refused ([`RouteMatch::CaseMismatch`]): behind a case-insensitive upstream
+//!   (Express, ASP.NET) `/ORDERS` would otherwise reach `/orders` past that route's checks.
+//!
+//! Paths are normalised before they get here (`request_path.rs`): no empty or dot segments,
+//! no `;`, no ambiguous escapes.
 
 use crate::config::RouteConfig;
 use http::Method;
@@ -37,6 +43,9 @@ pub enum RouteMatch {
     /// Some route matches host and path, none allows the method; the value is the
     /// `Allow` header listing the methods that would be accepted.
     MethodNotAllowed(String),
+    /// The path matches this route's prefix only when letter case is ignored, and some
+    /// other route exactly (or none at all).
+    CaseMismatch(usize),
     NotFound,
 }
 
@@ -47,7 +56,7 @@ impl Router {
             .enumerate()
             .map(|(route, r)| Entry {
                 route,
-                prefix: r.path_prefix.clone().into_boxed_str(),
+                prefix: trim_trailing_slash(&r.path_prefix).into(),
                 host: r.host.clone().map(String::into_boxed_str),
                 methods: r.methods.clone(),
             })
@@ -74,6 +83,11 @@ impl Router {
                 }
             }
             if !prefix_matches(&entry.prefix, path) {
+                if allowed.is_none() && prefix_matches_ignoring_case(&entry.prefix, path) {
+                    // More specific than anything matched so far (entries are in
+                    // precedence order): the case decides which route serves this path.
+                    return RouteMatch::CaseMismatch(entry.route);
+                }
                 continue;
             }
             match &entry.methods {
@@ -98,10 +112,28 @@ impl Router {
     }
 }
 
+/// `prefix` (without a trailing `/`, except the root) matches `path` on a segment boundary.
 fn prefix_matches(prefix: &str, path: &str) -> bool {
     match path.strip_prefix(prefix) {
-        Some(rest) => rest.is_empty() || prefix.ends_with('/') || rest.starts_with('/'),
+        Some(rest) => rest.is_empty() || prefix == "/" || rest.starts_with('/'),
         None => false,
+    }
+}
+
+fn prefix_matches_ignoring_case(prefix: &str, path: &str) -> bool {
+    let (prefix, path) = (prefix.as_bytes(), path.as_bytes());
+    if path.len() < prefix.len() || !path[..prefix.len()].eq_ignore_ascii_case(prefix) {
+        return false;
+    }
+    let rest = &path[prefix.len()..];
+    rest.is_empty() || prefix == b"/" || rest[0] == b'/'
+}
+
+/// `/admin/` → `/admin`; the root stays `/`.
+fn trim_trailing_slash(prefix: &str) -> &str {
+    match prefix.trim_end_matches('/') {
+        "" => "/",
+        trimmed => trimmed,
     }
 }
 
@@ -115,82 +147,21 @@ fn strip_port(host: &str) -> &str {
     host.strip_suffix('.').unwrap_or(host)
 }
 
-/// Why a request path is refused before routing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BadPath {
-    NotAbsolute,
-    DotSegment,
-    Backslash,
-}
-
-impl BadPath {
-    pub fn detail(self) -> &'static str {
-        match self {
-            BadPath::NotAbsolute => "the request path must start with '/'",
-            BadPath::DotSegment => "the request path must not contain '.' or '..' segments",
-            BadPath::Backslash => "the request path must not contain backslashes",
-        }
-    }
-}
-
-/// Checks a request path (without query) before it is routed.
-pub fn check_request_path(path: &str) -> Result<(), BadPath> {
-    if !path.starts_with('/') {
-        return Err(BadPath::NotAbsolute);
-    }
-    let bytes = path.as_bytes();
-    // Fast path for the common case: nothing that could start a dot segment or a backslash.
-    if !bytes.iter().any(|&b| matches!(b, b'.' | b'%' | b'\\')) {
-        return Ok(());
-    }
-    if bytes.contains(&b'\\') || contains_ignore_case(bytes, b"%5c") {
-        return Err(BadPath::Backslash);
-    }
-    for segment in path.split('/') {
-        if is_dot_segment(segment) {
-            return Err(BadPath::DotSegment);
-        }
-    }
-    Ok(())
-}
-
-fn is_dot_segment(segment: &str) -> bool {
-    let mut rest = segment.as_bytes();
-    let mut dots = 0;
-    while !rest.is_empty() {
-        if rest[0] == b'.' {
-            rest = &rest[1..];
-        } else if rest.len() >= 3 && rest[0] == b'%' && rest[1] == b'2' && (rest[2] | 0x20) == b'e'
-        {
-            rest = &rest[3..];
-        } else {
-            return false;
-        }
-        dots += 1;
-    }
-    dots == 1 || dots == 2
-}
-
-fn contains_ignore_case(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack
-        .windows(needle.len())
-        .any(|w| w.eq_ignore_ascii_case(needle))
-}
-
-/// Validation of a configured `path_prefix` (used by the config loader).
+/// Validation of a configured `path_prefix` (used by the config loader): it must be a path
+/// in the normal form requests are routed in (`request_path::normalize`).
 pub fn check_path_prefix(prefix: &str) -> Result<(), String> {
-    let expected =
-        "expected a path like \"/orders\" (starting with '/', no query, spaces or dot segments)";
-    if !prefix.starts_with('/')
-        || prefix.contains("//")
-        || prefix
-            .bytes()
-            .any(|b| b <= b' ' || b == 0x7f || b == b'?' || b == b'#')
-        || check_request_path(prefix).is_err()
+    let expected = "expected a path like \"/orders\" (starting with '/', no query, spaces, empty or dot segments, ';', or escapes of unreserved characters)";
+    if prefix
+        .bytes()
+        .any(|b| b <= b' ' || b == 0x7f || b == b'?' || b == b'#')
     {
         return Err(format!("{prefix:?}: {expected}"));
     }
-    Ok(())
+    match crate::request_path::normalize(prefix) {
+        Ok(std::borrow::Cow::Borrowed(_)) => Ok(()),
+        Ok(normal) => Err(format!("{prefix:?}: {expected}; write it as {normal:?}")),
+        Err(_) => Err(format!("{prefix:?}: {expected}")),
+    }
 }
 
 #[cfg(test)]
@@ -255,7 +226,9 @@ mod tests {
         assert_eq!(find(&r, None, "GET", "/ordersx"), RouteMatch::NotFound);
         assert_eq!(find(&r, None, "GET", "/orders/"), RouteMatch::Found(0));
         assert_eq!(find(&r, None, "GET", "/api/x"), RouteMatch::Found(1));
-        assert_eq!(find(&r, None, "GET", "/api"), RouteMatch::NotFound);
+        // A trailing slash in the prefix is ignored (see below).
+        assert_eq!(find(&r, None, "GET", "/api"), RouteMatch::Found(1));
+        assert_eq!(find(&r, None, "GET", "/apix"), RouteMatch::NotFound);
     }
 
     #[test]
@@ -302,29 +275,66 @@ mod tests {
     }
 
     #[test]
-    fn dot_segments_and_backslashes_are_rejected() {
-        for bad in ["/a/../b", "/..", "/a/./b", "/a/%2e%2E/b", "/a/.%2e", "/%2E"] {
-            assert_eq!(check_request_path(bad), Err(BadPath::DotSegment), "{bad}");
+    fn a_trailing_slash_in_a_prefix_is_ignored() {
+        let r = Router::new(&[
+            route("root", "/", None, None),
+            route("admin", "/admin/", None, None),
+        ]);
+        for path in ["/admin", "/admin/", "/admin/users"] {
+            assert_eq!(find(&r, None, "GET", path), RouteMatch::Found(1), "{path}");
         }
-        assert_eq!(check_request_path("/a\\b"), Err(BadPath::Backslash));
-        assert_eq!(check_request_path("/a%5Cb"), Err(BadPath::Backslash));
-        assert_eq!(check_request_path("*"), Err(BadPath::NotAbsolute));
-        for good in [
-            "/",
-            "/orders/1",
-            "/a/...",
-            "/file.json",
-            "/.well-known/x",
-            "/a%20b",
-        ] {
-            assert_eq!(check_request_path(good), Ok(()), "{good}");
-        }
+        assert_eq!(
+            find(&r, None, "GET", "/administrator"),
+            RouteMatch::Found(0)
+        );
+    }
+
+    #[test]
+    fn a_path_matching_a_route_only_ignoring_case_is_refused() {
+        let r = Router::new(&[
+            route("root", "/", None, None),
+            route("orders", "/orders", None, None),
+            route("v1", "/v1/Items", None, None),
+        ]);
+        assert_eq!(
+            find(&r, None, "GET", "/ORDERS"),
+            RouteMatch::CaseMismatch(1)
+        );
+        assert_eq!(
+            find(&r, None, "GET", "/Orders/7"),
+            RouteMatch::CaseMismatch(1)
+        );
+        assert_eq!(
+            find(&r, None, "GET", "/v1/items"),
+            RouteMatch::CaseMismatch(2)
+        );
+        assert_eq!(find(&r, None, "GET", "/v1/Items/x"), RouteMatch::Found(2));
+        assert_eq!(find(&r, None, "GET", "/ordersX"), RouteMatch::Found(0));
+        assert_eq!(find(&r, None, "GET", "/other"), RouteMatch::Found(0));
+        // Nothing matches exactly either: still refused, not a plain 404.
+        let only = Router::new(&[route("orders", "/orders", None, None)]);
+        assert_eq!(
+            find(&only, None, "GET", "/Orders"),
+            RouteMatch::CaseMismatch(0)
+        );
+        assert_eq!(find(&only, None, "GET", "/x"), RouteMatch::NotFound);
     }
 
     #[test]
     fn configured_prefixes_are_checked() {
         assert!(check_path_prefix("/orders").is_ok());
-        for bad in ["orders", "/a b", "/a?x", "//a", "/a/../b", ""] {
+        assert!(check_path_prefix("/admin/").is_ok());
+        for bad in [
+            "orders",
+            "/a b",
+            "/a?x",
+            "//a",
+            "/a/../b",
+            "",
+            "/a;b",
+            "/%6Frders",
+            "/a%2Fb",
+        ] {
             assert!(check_path_prefix(bad).is_err(), "{bad}");
         }
     }

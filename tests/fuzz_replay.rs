@@ -30,6 +30,7 @@ fn the_committed_corpus_replays_cleanly() {
     assert!(replay("client_ip", fuzzing::client_ip_extraction) >= 4);
     assert!(replay("api_key", fuzzing::api_key) >= 3);
     assert!(replay("headers", fuzzing::header_rendering) >= 1);
+    assert!(replay("request_path", fuzzing::request_path) >= 5);
 }
 
 /// Bytes that look like the inputs: mostly printable, with the separators that matter.
@@ -44,6 +45,15 @@ fn bytes() -> impl Strategy<Value = Vec<u8>> {
         ],
         0..200,
     )
+}
+
+/// Path-like bytes: slashes, dots, escapes (of the characters that matter) and letters.
+fn path_bytes() -> impl Strategy<Value = Vec<u8>> {
+    let pieces: Vec<&[u8]> = vec![
+        b"/", b"/", b"//", b".", b"..", b"%", b"%2e", b"%2E", b"%2f", b"%5c", b"%3b", b"%25",
+        b"%6f", b"%4", b"%zz", b"%c3%a9", b";", b"\\", b"a", b"B", b"~", b"-", b"\x00",
+    ];
+    prop::collection::vec(prop::sample::select(pieces), 0..20).prop_map(|v| v.concat())
 }
 
 /// TOML-ish text: fragments of valid configs shuffled and cut.
@@ -95,6 +105,11 @@ proptest! {
     #[test]
     fn client_ip_never_panics(data in bytes()) {
         fuzzing::client_ip_extraction(&data);
+    }
+
+    #[test]
+    fn request_paths_normalise_to_normal_paths(data in path_bytes()) {
+        fuzzing::request_path(&data);
     }
 
     #[test]

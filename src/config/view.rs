@@ -119,18 +119,43 @@ fn store(store: &StoreConfig) -> Value {
     }
 }
 
-/// `redis://user:secret@host:6379/0` → `redis://user:***@host:6379/0`.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+/// Query parameters of a Redis URL shown as they are; every other one's value is `***`.
+const SHOWN_QUERY_PARAMETERS: [&str; 3] = ["db", "protocol", "user"];
+
+/// A Redis URL with every credential replaced by `***`: the password of the user info
+/// (`redis://user:secret@host` → `redis://user:***@host`), and the value of every query
+/// parameter but `db`, `protocol` and `user` (`redis+unix:///run/redis.sock?pass=secret` →
+/// `…?pass=***`) — an allow-list, so a parameter this code does not know is hidden too.
+/// Anything that does not parse as a URL is hidden whole.
+pub fn redact_url(text: &str) -> String {
+    let Ok(mut url) = url::Url::parse(text) else {
+        return "***".to_owned();
     };
-    match rest.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or("", |(u, _)| u);
-            format!("{scheme}://{user}:***@{host}")
-        }
-        None => url.to_owned(),
+    if url.password().is_some() && url.set_password(Some("***")).is_err() {
+        return "***".to_owned();
     }
+    if url.query().is_some() {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(k, v)| {
+                let shown = SHOWN_QUERY_PARAMETERS.contains(&k.as_ref());
+                (
+                    k.into_owned(),
+                    if shown {
+                        v.into_owned()
+                    } else {
+                        "***".to_owned()
+                    },
+                )
+            })
+            .collect();
+        url.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    if url.fragment().is_some() {
+        url.set_fragment(Some("***"));
+    }
+    // The serializer percent-encodes the asterisks of a query value; show them plainly.
+    url.as_str().replace("%2A%2A%2A", "***")
 }
 
 #[cfg(test)]
@@ -145,6 +170,19 @@ mod tests {
             "redis://user:***@h:6379/2"
         );
         assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
+        assert_eq!(
+            redact_url("redis+unix:///run/redis.sock?db=2&pass=secret&user=gw"),
+            "redis+unix:///run/redis.sock?db=2&pass=***&user=gw"
+        );
+        assert_eq!(
+            redact_url("unix:///run/redis.sock?password=secret&token=x"),
+            "unix:///run/redis.sock?password=***&token=***"
+        );
+        assert_eq!(
+            redact_url("rediss://u:p%40ss@h:6380/0?protocol=resp3#frag"),
+            "rediss://u:***@h:6380/0?protocol=resp3#***"
+        );
+        assert_eq!(redact_url("not a url with secret"), "***");
     }
 
     #[test]

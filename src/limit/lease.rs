@@ -81,8 +81,8 @@ struct Entry {
     /// Unspent units of a lease whose window ended, to give back with the next renewal.
     lapsed: u64,
     lapsed_starts: Vec<u64>,
-    /// Set while a renewal is in flight; notified when it settles.
-    renewing: Option<Arc<Notify>>,
+    /// Set while a renewal is in flight.
+    renewing: Option<Renewal>,
     /// Moving average of units spent per millisecond, and what was spent since `last_ask`.
     rate: f64,
     spent: u64,
@@ -143,6 +143,14 @@ impl Entry {
     }
 }
 
+/// A renewal in flight.
+struct Renewal {
+    /// Notified when it settles (or is abandoned).
+    settled: Arc<Notify>,
+    /// Local time after which it is overdue: sent more than the store timeout ago.
+    overdue_at: u64,
+}
+
 /// What [`LeaseTable::take`] decided.
 pub enum Take {
     /// Decided from the local lease (or a remembered refusal): no store call.
@@ -154,6 +162,10 @@ pub enum Take {
     Wait(Pin<Box<OwnedNotified>>),
     /// The table is full: decide this request with a per-request store call.
     Untracked,
+    /// A renewal of this key has been in flight for longer than the store timeout: the
+    /// store is stalling. Decide by the route's failure mode, without another store call
+    /// (which would only queue behind it, and spend units when the store wakes up).
+    Stalled,
 }
 
 /// A renewal to send to the store.
@@ -250,7 +262,10 @@ impl LeaseTable {
             return Take::Local(entry.verdict(now, None));
         }
         if let Some(renewing) = &entry.renewing {
-            let mut wait = Box::pin(Arc::clone(renewing).notified_owned());
+            if now >= renewing.overdue_at {
+                return Take::Stalled;
+            }
+            let mut wait = Box::pin(Arc::clone(&renewing.settled).notified_owned());
             wait.as_mut().enable();
             return Take::Wait(wait);
         }
@@ -272,7 +287,10 @@ impl LeaseTable {
         let want = sized.clamp(need, cap.max(need));
         entry.last_ask = now;
         entry.spent = 0;
-        entry.renewing = Some(Arc::new(Notify::new()));
+        entry.renewing = Some(Renewal {
+            settled: Arc::new(Notify::new()),
+            overdue_at: now.saturating_add(margin),
+        });
         Take::Ask(Ask {
             need,
             want,
@@ -303,7 +321,7 @@ impl LeaseTable {
             }
         };
         if let Some(renewing) = entry.renewing.take() {
-            renewing.notify_waiters();
+            renewing.settled.notify_waiters();
         }
         let same_window = entry.windows.len() == grant.windows.len()
             && entry
@@ -346,14 +364,85 @@ impl LeaseTable {
     /// The renewal failed: the request's held units go back (if still valid) and waiters are
     /// released to decide for themselves.
     pub fn abandon(&self, key: &LeaseKey, ask: &Ask, now: u64) {
+        self.give_up(key, ask, now);
+        self.end_renewal(key);
+    }
+
+    /// The request that asked stops waiting (the store timed out) while the renewal stays in
+    /// flight: its held units go back (if still valid); until the renewal ends
+    /// ([`settle_late`](Self::settle_late) or [`end_renewal`](Self::end_renewal)), requests
+    /// of the key are told [`Take::Stalled`] once it is overdue.
+    pub fn give_up(&self, key: &LeaseKey, ask: &Ask, now: u64) {
         let (_, mut shard) = self.map.lock_key(key);
         if let Some(entry) = shard.get_mut(key) {
-            if let Some(renewing) = entry.renewing.take() {
-                renewing.notify_waiters();
-            }
             if now < entry.expires_at {
                 entry.left += ask.held;
             }
+        }
+    }
+
+    /// The renewal ended without a usable answer (the connection failed): waiters are
+    /// released and the next request asks again.
+    pub fn end_renewal(&self, key: &LeaseKey) {
+        let (_, mut shard) = self.map.lock_key(key);
+        if let Some(renewing) = shard.get_mut(key).and_then(|e| e.renewing.take()) {
+            renewing.settled.notify_waiters();
+        }
+    }
+
+    /// The store answered a renewal whose request had given up: the grant is not lost, it
+    /// becomes this instance's lease (so the units are spent, not stranded in the store's
+    /// count). A refusal is remembered like any other.
+    pub fn settle_late(
+        &self,
+        key: &LeaseKey,
+        policies: &[Policy],
+        ask: &Ask,
+        grant: &Grant,
+        now: u64,
+    ) {
+        let (_, mut shard) = self.map.lock_key(key);
+        let Some(entry) = shard.get_mut(key) else {
+            return;
+        };
+        if let Some(renewing) = entry.renewing.take() {
+            renewing.settled.notify_waiters();
+        }
+        if entry.policies != policies {
+            // Replaced by a reload meanwhile: the units lapse with their window.
+            return;
+        }
+        if grant.granted == 0 {
+            let by = grant.rejected.unwrap_or(0);
+            let retry = grant.windows.get(by).map_or(0, |g| g.retry_after_ms);
+            entry.refused = Some((by, ask.sent_at.saturating_add(retry)));
+            return;
+        }
+        let same_window = entry.windows.len() == grant.windows.len()
+            && entry
+                .windows
+                .iter()
+                .zip(&grant.windows)
+                .all(|(w, g)| w.start == g.start);
+        if !same_window || now >= entry.expires_at {
+            // What is left of the old lease belongs to its window: given back with the next
+            // renewal.
+            entry.lapse();
+        }
+        entry.windows = grant
+            .windows
+            .iter()
+            .map(|g| Window {
+                start: g.start,
+                ends_at: ask.sent_at.saturating_add(g.reset_ms),
+                remaining: g.remaining,
+            })
+            .collect();
+        entry.expires_at = entry.windows.iter().map(|w| w.ends_at).min().unwrap_or(0);
+        entry.left += grant.granted;
+        if now >= entry.expires_at {
+            // Its window is already over: nothing may be spent from it.
+            entry.lapse();
         }
     }
 

@@ -66,6 +66,12 @@ pub const RELEASE_SOURCE: &str = include_str!("../../lua/release.lua");
 /// The instance heartbeat script (`lua/heartbeat.lua`).
 pub const HEARTBEAT_SOURCE: &str = include_str!("../../lua/heartbeat.lua");
 
+/// How long the connection waits for any reply. Each call is bounded by the configured
+/// timeout on our side (`RedisStore::bounded`); the connection itself waits longer, so that
+/// a reply arriving after that timeout still reaches a caller that kept waiting for it (a
+/// lease renewal, whose grant is then kept instead of lost).
+pub const LATE_REPLY: Duration = Duration::from_secs(30);
+
 /// Why a store call did not produce a decision.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -77,6 +83,10 @@ pub enum StoreError {
     /// type, a script error, a read-only replica...
     #[error("store refused the call: {0}")]
     Refused(String),
+    /// Redis did not accept the configured credentials (wrong password or ACL user). Counts
+    /// as an outage: without the breaker every request would open a connection to be refused.
+    #[error("store rejected the credentials: {0}")]
+    Auth(String),
     #[error("unexpected reply from the store: {0}")]
     Protocol(String),
     /// Not called: the circuit breaker is open after consecutive outages.
@@ -91,6 +101,7 @@ impl StoreError {
             StoreError::Timeout(_) => "timeout",
             StoreError::Unavailable(_) => "unavailable",
             StoreError::Refused(_) => "refused",
+            StoreError::Auth(_) => "auth",
             StoreError::Protocol(_) => "protocol",
             StoreError::CircuitOpen => "circuit_open",
         }
@@ -99,7 +110,10 @@ impl StoreError {
     /// An outage (counts toward opening the circuit breaker), as opposed to an error Redis
     /// answered with.
     pub fn is_outage(&self) -> bool {
-        matches!(self, StoreError::Timeout(_) | StoreError::Unavailable(_))
+        matches!(
+            self,
+            StoreError::Timeout(_) | StoreError::Unavailable(_) | StoreError::Auth(_)
+        )
     }
 }
 
@@ -107,6 +121,10 @@ impl From<RedisError> for StoreError {
     fn from(e: RedisError) -> StoreError {
         if e.is_timeout() {
             return StoreError::Unavailable(format!("timed out: {e}"));
+        }
+        let auth_code = matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
+        if e.kind() == ErrorKind::AuthenticationFailed || auth_code {
+            return StoreError::Auth(e.to_string());
         }
         if e.is_io_error()
             || e.is_connection_dropped()
@@ -214,7 +232,7 @@ impl RedisStore {
             Topology::Cluster(nodes) => Backend::Cluster {
                 client: ClusterClient::builder(nodes.iter().map(String::as_str))
                     .connection_timeout(config.timeout)
-                    .response_timeout(config.timeout)
+                    .response_timeout(LATE_REPLY)
                     .retries(0)
                     .build()
                     .map_err(|e| StoreError::Unavailable(e.to_string()))?,
@@ -291,7 +309,7 @@ impl RedisStore {
 
 impl RedisStore {
     /// Runs a script invocation on the (lazily made) connection. The first call connects and
-    /// loads the limiter script, so that steady state is one EVALSHA per decision; if Redis
+    /// loads the scripts ([`load_scripts`](Self::load_scripts)), so that steady state is one EVALSHA per decision; if Redis
     /// is unreachable, the next call tries again.
     async fn invoke<T: redis::FromRedisValue>(
         &self,
@@ -305,12 +323,16 @@ impl RedisStore {
                     .get_or_try_init(|| async {
                         let config = ConnectionManagerConfig::new()
                             .set_connection_timeout(Some(self.config.timeout))
-                            .set_response_timeout(Some(self.config.timeout))
-                            .set_number_of_retries(1)
+                            .set_response_timeout(Some(LATE_REPLY))
+                            // One attempt per (re)connection: a retry after a backoff would
+                            // outlast the call's timeout and turn a fast, telling failure
+                            // (refused, wrong password) into a timeout. The next call
+                            // connects again.
+                            .set_number_of_retries(0)
                             .set_max_delay(Duration::from_secs(1));
                         let mut conn =
                             ConnectionManager::new_lazy_with_config(client.clone(), config)?;
-                        self.script.prepare_invoke().load_async(&mut conn).await?;
+                        self.load_scripts(&mut conn).await?;
                         Ok::<_, RedisError>(conn)
                     })
                     .await?;
@@ -321,13 +343,33 @@ impl RedisStore {
                     .pick(lane)
                     .get_or_try_init(|| async {
                         let mut conn = client.get_async_connection().await?;
-                        self.script.prepare_invoke().load_async(&mut conn).await?;
+                        self.load_scripts(&mut conn).await?;
                         Ok::<_, RedisError>(conn)
                     })
                     .await?;
                 invocation.invoke_async(&mut conn.clone()).await?
             }
         })
+    }
+
+    /// Loads every script on a new connection, so that each call is one EVALSHA that Redis
+    /// runs in the order it was sent. A script loaded only on its first `NOSCRIPT` would be
+    /// sent again after that reply: behind calls sent meanwhile (a release queued after a
+    /// stalled check must run after it, and before the next check).
+    async fn load_scripts<C: redis::aio::ConnectionLike>(
+        &self,
+        conn: &mut C,
+    ) -> Result<(), RedisError> {
+        for script in [
+            &self.script,
+            &self.release,
+            &self.lease,
+            &self.give_back,
+            &self.heartbeat,
+        ] {
+            script.prepare_invoke().load_async(conn).await?;
+        }
+        Ok(())
     }
 
     /// [`check`](Self::check) for enforced rate limits only (no shadow flags, no slots).
@@ -359,6 +401,20 @@ impl RedisStore {
         policies: &[Policy],
         lease_id: &str,
     ) -> Result<(), StoreError> {
+        self.release_within(client, route, policies, lease_id, self.config.timeout)
+            .await
+    }
+
+    /// [`release`](Self::release) waiting up to `within` (a call given up on before it
+    /// reached the connection would not be sent at all).
+    pub async fn release_within(
+        &self,
+        client: &str,
+        route: &str,
+        policies: &[Policy],
+        lease_id: &str,
+        within: Duration,
+    ) -> Result<(), StoreError> {
         let mut invocation = self.release.prepare_invoke();
         let mut any = false;
         for policy in policies.iter().filter(|p| p.is_concurrency()) {
@@ -369,14 +425,21 @@ impl RedisStore {
             return Ok(());
         }
         invocation.arg(lease_id);
-        self.bounded(self.invoke::<u64>(&invocation, Lane::Requests))
-            .await
-            .map(|_| ())
+        match tokio::time::timeout(within, self.invoke::<u64>(&invocation, Lane::Requests)).await {
+            Ok(result) => result.map(|_| ()),
+            Err(_) => Err(StoreError::Timeout(within)),
+        }
     }
 
     /// Asks for a lease: `want` units (at least `need`) of every policy (fixed or sliding
     /// windows), after giving back a lapsed lease. One call, within the timeout.
     pub async fn lease(&self, call: LeaseCall<'_>) -> Result<Grant, StoreError> {
+        self.bounded(self.lease_unbounded(call)).await
+    }
+
+    /// [`lease`](Self::lease) without the timeout: the caller bounds it (a renewal outlives
+    /// a request that stops waiting for it).
+    pub async fn lease_unbounded(&self, call: LeaseCall<'_>) -> Result<Grant, StoreError> {
         let LeaseCall {
             client,
             route,
@@ -406,9 +469,7 @@ impl RedisStore {
                 .arg(start)
                 .arg(units);
         }
-        let reply: Vec<Value> = self
-            .bounded(self.invoke(&invocation, Lane::Requests))
-            .await?;
+        let reply: Vec<Value> = self.invoke(&invocation, Lane::Requests).await?;
         parse_grant(&reply, policies)
     }
 

@@ -21,7 +21,7 @@ use super::redis::{LeaseCall, RedisConfig, RedisStore, StoreError, Topology};
 use super::{Policy, Verdict};
 use crate::clock::{Clock, MonotonicClock};
 use crate::metrics::Metrics;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,7 +45,7 @@ pub const DEGRADED_LOG_EVERY: Duration = Duration::from_secs(10);
 #[allow(clippy::large_enum_variant)]
 enum Backend {
     Memory(MemoryStore<MonotonicClock>),
-    Redis(RedisStore),
+    Redis(Arc<RedisStore>),
 }
 
 pub struct Store {
@@ -54,7 +54,7 @@ pub struct Store {
     breaker: CircuitBreaker,
     fallback: MemoryStore<MonotonicClock>,
     /// Quota leases held by this instance (Redis stores, plans with `lease`).
-    leases: LeaseTable,
+    leases: Arc<LeaseTable>,
     /// Live instances from the last successful heartbeat; 0 = never known.
     live_instances: AtomicU64,
     instance_id: String,
@@ -63,6 +63,42 @@ pub struct Store {
     results: [prometheus::IntCounter; 5],
     last_degraded_log_ms: AtomicU64,
     degraded_since_log: AtomicU64,
+    /// How the latest store call (decision or heartbeat) went: a [`StoreHealth`].
+    health: AtomicU8,
+}
+
+/// How the latest call to the store went, for `/readyz`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreHealth {
+    /// No call yet.
+    Unknown = 0,
+    /// It answered.
+    Ok = 1,
+    /// It answered with an error: a wrong password, out of memory, a read-only replica...
+    Refusing = 2,
+    /// No answer: timed out, unreachable, or not called because the breaker is open.
+    Unreachable = 3,
+}
+
+impl StoreHealth {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreHealth::Unknown => "unknown",
+            StoreHealth::Ok => "ok",
+            StoreHealth::Refusing => "refusing",
+            StoreHealth::Unreachable => "unreachable",
+        }
+    }
+
+    fn of<T>(result: &Result<T, StoreError>) -> StoreHealth {
+        match result {
+            Ok(_) => StoreHealth::Ok,
+            Err(StoreError::Refused(_) | StoreError::Protocol(_) | StoreError::Auth(_)) => {
+                StoreHealth::Refusing
+            }
+            Err(_) => StoreHealth::Unreachable,
+        }
+    }
 }
 
 /// One request's question to the store.
@@ -80,6 +116,91 @@ pub struct CheckRequest<'a> {
     /// Decide from a quota lease of at most this many units (Redis stores; every policy a
     /// fixed or sliding window, none shadow). `None`: one store call per request.
     pub lease: Option<u64>,
+}
+
+/// How long a renewal whose request gave up (the store timed out) may still be answered: its
+/// grant, when it comes, becomes this instance's lease instead of units the store counted but
+/// nobody can spend. Past this, the renewal is dropped (see README: a grant lost with it).
+pub const LATE_RENEWAL: Duration = super::redis::LATE_REPLY;
+
+/// A lease renewal in flight: it runs as a task of its own, so that it outlives a request
+/// that stops waiting for it.
+struct Renewal {
+    redis: Arc<RedisStore>,
+    leases: Arc<LeaseTable>,
+    key: LeaseKey,
+    policies: Vec<Policy>,
+    ask: super::lease::Ask,
+    now_ms: Option<u64>,
+}
+
+impl Renewal {
+    /// Sends the renewal and waits at most `timeout` for its answer. On time: the answer
+    /// (with the ask, to settle). Late: the request gets `Timeout` and gives its held units
+    /// back; the task settles the grant when it arrives ([`LeaseTable::settle_late`]).
+    async fn send(
+        self,
+        timeout: Duration,
+    ) -> Result<(super::lease::Ask, super::lease::Grant), StoreError> {
+        let (answer, mut wait) = tokio::sync::oneshot::channel();
+        let (leases, key, ask) = (Arc::clone(&self.leases), self.key.clone(), self.ask.clone());
+        tokio::spawn(self.run(answer));
+        let outcome = match tokio::time::timeout(timeout, &mut wait).await {
+            Ok(Ok(outcome)) => Some(outcome),
+            Ok(Err(_)) => None,
+            Err(_) => {
+                // Whatever arrived before this close is ours; anything later is the task's.
+                wait.close();
+                wait.try_recv().ok()
+            }
+        };
+        match outcome {
+            Some(Ok(grant)) => Ok((ask, grant)),
+            Some(Err(e)) => {
+                // Failed (not late): nothing was granted.
+                leases.abandon(&key, &ask, MonotonicClock.now_ms());
+                Err(e)
+            }
+            None => {
+                leases.give_up(&key, &ask, MonotonicClock.now_ms());
+                Err(StoreError::Timeout(timeout))
+            }
+        }
+    }
+
+    async fn run(
+        self,
+        answer: tokio::sync::oneshot::Sender<Result<super::lease::Grant, StoreError>>,
+    ) {
+        let call = self.redis.lease_unbounded(LeaseCall {
+            client: &self.key.client,
+            route: &self.key.route,
+            policies: &self.policies,
+            need: self.ask.need,
+            want: self.ask.want,
+            give_back: self.ask.give_back,
+            give_back_starts: &self.ask.give_back_starts,
+            now_ms: self.now_ms,
+        });
+        let result = match tokio::time::timeout(LATE_RENEWAL, call).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout(LATE_RENEWAL)),
+        };
+        // Delivered to the request if it still waits; otherwise settled here.
+        if let Err(result) = answer.send(result) {
+            let now = MonotonicClock.now_ms();
+            match result {
+                Ok(grant) => {
+                    self.leases
+                        .settle_late(&self.key, &self.policies, &self.ask, &grant, now)
+                }
+                Err(e) => {
+                    log::debug!("a late lease renewal failed too: {e}");
+                    self.leases.end_renewal(&self.key);
+                }
+            }
+        }
+    }
 }
 
 /// Most (client, route) keys holding a quota lease at once; past it, requests of new keys
@@ -101,7 +222,7 @@ impl Store {
         metrics: Arc<Metrics>,
     ) -> Result<Store, StoreError> {
         Ok(Store::new(
-            Backend::Redis(RedisStore::new(config)?),
+            Backend::Redis(Arc::new(RedisStore::new(config)?)),
             failure,
             metrics,
         ))
@@ -120,12 +241,13 @@ impl Store {
             ),
             failure,
             fallback: MemoryStore::new(MonotonicClock),
-            leases: LeaseTable::new(MAX_LEASES),
+            leases: Arc::new(LeaseTable::new(MAX_LEASES)),
             live_instances: AtomicU64::new(0),
             instance_id: instance_id(),
             metrics,
             last_degraded_log_ms: AtomicU64::new(0),
             degraded_since_log: AtomicU64::new(0),
+            health: AtomicU8::new(StoreHealth::Unknown as u8),
         }
     }
 
@@ -152,26 +274,58 @@ impl Store {
 
     async fn check_per_request(
         &self,
-        redis: &RedisStore,
+        redis: &Arc<RedisStore>,
         req: &CheckRequest<'_>,
     ) -> Result<Verdict, StoreError> {
-        self.guarded(redis.check(super::redis::Call {
-            client: req.client,
-            route: req.route,
-            policies: req.policies,
-            shadow: req.shadow,
-            cost: req.cost,
-            lease_id: req.lease_id,
-            time: req.now_ms.into(),
-        }))
-        .await
+        let result = self
+            .guarded(redis.check(super::redis::Call {
+                client: req.client,
+                route: req.route,
+                policies: req.policies,
+                shadow: req.shadow,
+                cost: req.cost,
+                lease_id: req.lease_id,
+                time: req.now_ms.into(),
+            }))
+            .await;
+        if let Err(e) = &result {
+            if !req.lease_id.is_empty() && !matches!(e, StoreError::CircuitOpen) {
+                self.release_unanswered(redis, req);
+            }
+        }
+        result
+    }
+
+    /// A check that took concurrency slots got no usable answer: it may still run (the call
+    /// timed out while Redis stalled) or have run (its reply was lost), taking slots that
+    /// nothing would release before their lease ends. Release them now: on the same
+    /// connection, so Redis runs the release after the check (a release of slots never
+    /// taken removes nothing).
+    fn release_unanswered(&self, redis: &Arc<RedisStore>, req: &CheckRequest<'_>) {
+        let redis = Arc::clone(redis);
+        let (client, route) = (Arc::clone(req.client), Arc::clone(req.route));
+        let policies: Vec<Policy> = req
+            .policies
+            .iter()
+            .filter(|p| p.is_concurrency())
+            .cloned()
+            .collect();
+        let lease_id = req.lease_id.to_owned();
+        tokio::spawn(async move {
+            let released = redis
+                .release_within(&client, &route, &policies, &lease_id, LATE_RENEWAL)
+                .await;
+            if let Err(e) = released {
+                log::debug!("releasing the slots of an unanswered check failed: {e}");
+            }
+        });
     }
 
     /// Decides from this instance's lease of the client's quota, renewing it from Redis when
     /// it is spent or its window ended ([`super::lease`]).
     async fn check_leased(
         &self,
-        redis: &RedisStore,
+        redis: &Arc<RedisStore>,
         req: &CheckRequest<'_>,
         cap: u64,
     ) -> Result<Verdict, StoreError> {
@@ -196,29 +350,28 @@ impl Store {
                     let _ = tokio::time::timeout(redis.config().timeout, renewal).await;
                 }
                 Take::Untracked => break,
+                Take::Stalled => {
+                    return Err(StoreError::Timeout(redis.config().timeout));
+                }
                 Take::Ask(ask) => {
-                    let call = redis.lease(LeaseCall {
-                        client: req.client,
-                        route: req.route,
-                        policies: req.policies,
-                        need: ask.need,
-                        want: ask.want,
-                        give_back: ask.give_back,
-                        give_back_starts: &ask.give_back_starts,
+                    let renewal = Renewal {
+                        redis: Arc::clone(redis),
+                        leases: Arc::clone(&self.leases),
+                        key: key.clone(),
+                        policies: req.policies.to_vec(),
+                        ask,
                         now_ms: req.now_ms,
-                    });
-                    return match self.guarded(call).await {
-                        Ok(grant) => Ok(self.leases.settle(
+                    };
+                    let timeout = redis.config().timeout;
+                    return match self.guarded(renewal.send(timeout)).await {
+                        Ok((ask, grant)) => Ok(self.leases.settle(
                             &key,
                             req.policies,
                             ask,
                             &grant,
                             MonotonicClock.now_ms(),
                         )),
-                        Err(e) => {
-                            self.leases.abandon(&key, &ask, MonotonicClock.now_ms());
-                            Err(e)
-                        }
+                        Err(e) => Err(e),
                     };
                 }
             }
@@ -236,6 +389,7 @@ impl Store {
         self.on_transition(transition);
         if permit == Permit::Reject {
             self.metrics.store_short_circuits.inc();
+            self.record_health(StoreHealth::Unreachable);
             return Err(StoreError::CircuitOpen);
         }
         let started = Instant::now();
@@ -247,10 +401,11 @@ impl Store {
             Ok(_) => 0,
             Err(StoreError::Timeout(_)) => 1,
             Err(StoreError::Unavailable(_) | StoreError::CircuitOpen) => 2,
-            Err(StoreError::Refused(_)) => 3,
+            Err(StoreError::Refused(_) | StoreError::Auth(_)) => 3,
             Err(StoreError::Protocol(_)) => 4,
         };
         self.results[slot].inc();
+        self.record_health(StoreHealth::of(&result));
         let transition = match &result {
             Err(e) if e.is_outage() => self.breaker.on_failure(permit, MonotonicClock.now_ms()),
             _ => self.breaker.on_success(permit),
@@ -317,8 +472,13 @@ impl Store {
         match &self.backend {
             Backend::Memory(m) => m.release(client, route, policies),
             Backend::Redis(r) => {
-                // A slot that cannot be released now expires with its lease.
-                if let Err(e) = r.release(client, route, policies, lease_id).await {
+                // Runs as a task of its own (the request is over): it may wait for Redis as
+                // long as a late reply is waited for, rather than be dropped unsent behind a
+                // busy connection. A slot that cannot be released expires with its lease.
+                let released = r
+                    .release_within(client, route, policies, lease_id, LATE_RENEWAL)
+                    .await;
+                if let Err(e) = released {
                     log::debug!(
                         "releasing concurrency slots failed (they expire with their lease): {e}"
                     );
@@ -347,7 +507,9 @@ impl Store {
             return Ok(1);
         };
         let liveness = self.failure.heartbeat_interval * 3;
-        let live = redis.heartbeat(&self.instance_id, liveness, leave).await?;
+        let result = redis.heartbeat(&self.instance_id, liveness, leave).await;
+        self.record_health(StoreHealth::of(&result));
+        let live = result?;
         if !leave {
             self.live_instances.store(live.max(1), Ordering::Relaxed);
             self.metrics.live_instances.set(live.max(1) as i64);
@@ -364,6 +526,26 @@ impl Store {
 
     pub fn breaker_state(&self) -> BreakerState {
         self.breaker.state()
+    }
+
+    /// How the latest call went (the memory store always answers).
+    pub fn health(&self) -> StoreHealth {
+        if matches!(self.backend, Backend::Memory(_)) {
+            return StoreHealth::Ok;
+        }
+        match self.health.load(Ordering::Relaxed) {
+            1 => StoreHealth::Ok,
+            2 => StoreHealth::Refusing,
+            3 => StoreHealth::Unreachable,
+            _ => StoreHealth::Unknown,
+        }
+    }
+
+    fn record_health(&self, health: StoreHealth) {
+        // Only a change writes: steady state leaves the cache line shared.
+        if self.health.load(Ordering::Relaxed) != health as u8 {
+            self.health.store(health as u8, Ordering::Relaxed);
+        }
     }
 
     /// Counts a degraded decision and logs, at most once per [`DEGRADED_LOG_EVERY`], how many

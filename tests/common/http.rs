@@ -68,7 +68,27 @@ pub fn raw_from(
             Ok(0)
         }
     })?;
-    parse(&buf)
+    parse(&buf).map(|(response, _)| response)
+}
+
+/// Sends `requests` (several requests in one write, pipelined) and parses every response
+/// until the server closes the connection.
+pub fn pipelined(port: u16, requests: &[u8]) -> std::io::Result<Vec<Response>> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.write_all(requests)?;
+    let mut buf = Vec::new();
+    stream
+        .read_to_end(&mut buf)
+        .or_else(|e| if buf.is_empty() { Err(e) } else { Ok(0) })?;
+    let mut responses = Vec::new();
+    let mut rest = &buf[..];
+    while !rest.is_empty() {
+        let (response, used) = parse(rest)?;
+        responses.push(response);
+        rest = &rest[used..];
+    }
+    Ok(responses)
 }
 
 /// A request with the given method, path and extra headers; `Host` and `Connection: close`
@@ -104,7 +124,9 @@ pub fn get_with(port: u16, path: &str, headers: &[(&str, &str)]) -> Response {
     request(port, "GET", path, headers, b"")
 }
 
-fn parse(buf: &[u8]) -> std::io::Result<Response> {
+/// One response from the start of `buf`, and how many bytes it took (everything, when its
+/// length is only known by the close).
+fn parse(buf: &[u8]) -> std::io::Result<(Response, usize)> {
     let bad = |msg: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, msg.to_owned());
     let head_end = find(buf, b"\r\n\r\n").ok_or_else(|| bad("no end of headers"))?;
     let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| bad("non-UTF-8 head"))?;
@@ -126,29 +148,40 @@ fn parse(buf: &[u8]) -> std::io::Result<Response> {
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     };
-    let body = if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        dechunk(rest).ok_or_else(|| bad("bad chunked body"))?
-    } else if let Some(len) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
-        rest.get(..len).ok_or_else(|| bad("short body"))?.to_vec()
-    } else {
-        rest.to_vec()
-    };
-    Ok(Response {
-        status,
-        headers,
-        body,
-    })
+    let (body, used) =
+        if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+            dechunk(rest).ok_or_else(|| bad("bad chunked body"))?
+        } else if let Some(len) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+            (
+                rest.get(..len).ok_or_else(|| bad("short body"))?.to_vec(),
+                len,
+            )
+        } else {
+            (rest.to_vec(), rest.len())
+        };
+    Ok((
+        Response {
+            status,
+            headers,
+            body,
+        },
+        head_end + 4 + used,
+    ))
 }
 
-fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
+/// The body of a chunked message, and the bytes it took (trailers not supported).
+fn dechunk(all: &[u8]) -> Option<(Vec<u8>, usize)> {
     let mut out = Vec::new();
+    let mut data = all;
     loop {
         let line_end = find(data, b"\r\n")?;
         let size_text = std::str::from_utf8(&data[..line_end]).ok()?;
         let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
         data = &data[line_end + 2..];
         if size == 0 {
-            return Some(out);
+            // The empty line closing the (empty) trailer section.
+            let used = all.len() - data.len() + if data.starts_with(b"\r\n") { 2 } else { 0 };
+            return Some((out, used));
         }
         out.extend_from_slice(data.get(..size)?);
         data = data.get(size + 2..)?;
