@@ -4,15 +4,15 @@
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use std::sync::Arc;
+use turnstile::chain::headers;
+use turnstile::chain::path;
+use turnstile::chain::problem::{self, Kind};
+use turnstile::chain::request_id;
+use turnstile::chain::router::Router;
 use turnstile::config::Config;
-use turnstile::headers;
 use turnstile::limit::{Algorithm, Decision, Policy};
-use turnstile::metrics::Metrics;
-use turnstile::problem::{self, Kind};
-use turnstile::request_id;
-use turnstile::request_path;
-use turnstile::router::Router;
-use turnstile::snapshot::Snapshot;
+use turnstile::Metrics;
+use turnstile::Snapshot;
 
 fn router() -> Router {
     let config = Config::parse(
@@ -59,7 +59,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| r.find(black_box(None), &get, black_box("/static/app.js")))
     });
     c.bench_function("request_path/normalize", |b| {
-        b.iter(|| request_path::normalize(black_box("/orders/12345/items/7")).is_ok())
+        b.iter(|| path::normalize(black_box("/orders/12345/items/7")).is_ok())
     });
     c.bench_function("request_id/generate", |b| b.iter(request_id::generate));
     c.bench_function("problem/render 404", |b| {

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use turnstile::limit::redis::{RedisConfig, RedisStore, Topology};
+use turnstile::limit::store::redis::{RedisConfig, RedisStore, Topology};
 use turnstile::limit::{Algorithm, Policy};
 
 /// The redis-server process, killed on drop, and its directory, removed after it.

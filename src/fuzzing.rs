@@ -3,10 +3,10 @@
 //! committed corpus and random inputs through the same functions in `make test`. A crash is
 //! a panic here.
 
-use crate::auth::{extract_key, MAX_KEY_LEN};
-use crate::config::Config;
-use crate::headers;
-use crate::identity::{client_ip, group_key, parse_entry, Grouping, TrustedProxies};
+use crate::chain::auth::{extract_key, MAX_KEY_LEN};
+use crate::chain::headers;
+use crate::chain::identity::{client_ip, group_key, parse_entry, Grouping, TrustedProxies};
+use crate::control::config::Config;
 use crate::limit::{Algorithm, Decision, Policy};
 use std::net::IpAddr;
 
@@ -23,7 +23,7 @@ pub fn config(data: &[u8]) {
             for client in &config.clients {
                 assert!(config.plans.contains_key(&client.plan));
             }
-            let view = crate::config::view::render(&config).to_string();
+            let view = crate::control::config::view::render(&config).to_string();
             assert!(!view.is_empty());
         }
         Err(e) => {
@@ -155,7 +155,7 @@ pub fn request_path(data: &[u8]) {
     let Ok(path) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(normal) = crate::request_path::normalize(path) else {
+    let Ok(normal) = crate::chain::path::normalize(path) else {
         return;
     };
     assert!(normal.starts_with('/'));
@@ -173,7 +173,7 @@ pub fn request_path(data: &[u8]) {
         assert!(!lower.contains(escape), "{normal:?} keeps {escape}");
     }
     assert_eq!(
-        crate::request_path::normalize(&normal).as_deref(),
+        crate::chain::path::normalize(&normal).as_deref(),
         Ok(normal.as_ref())
     );
 }

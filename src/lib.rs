@@ -1,42 +1,36 @@
 //! turnstile: an API gateway on Pingora whose job is to limit how fast each client may call
 //! the backends behind it, exactly, across any number of gateway instances.
 //!
+//! The folders draw the architecture (ARCHITECTURE.md has the whole picture):
+//!
 //! ```text
-//! client ─► listener ─► proxy::Gateway (the only Pingora glue)
-//!             new_ctx                  load the live Snapshot once (arc-swap)
-//!             request_filter           request id · path check · router::Router::find → 404/405
-//!             upstream_peer            upstream::Pool::select (round robin, health-checked) → 502
-//!             upstream_request_filter  X-Forwarded-For += peer · X-Request-Id
-//!             response_filter          X-Request-Id on the response
-//!             fail_to_proxy            problem+json: 502 unreachable · 504 timeout
+//! proxy/       Pingora glue: the only code that touches a Session; one file per phase group
+//!   └─► chain/   the request path as plain steps, in order: message checks, path normal form,
+//!                route, client IP, per-IP bucket, API key, plan limits (admission), what the
+//!                upstream receives, problem+json, RateLimit headers
+//!         └─► limit/  algorithms (pure, time as an argument) and where their state lives:
+//!                     the per-IP table and the stores (memory, Redis) behind one contract
+//! control/     config (TOML → typed, validated) → snapshot (what a request reads) → reload;
+//!              the admin listener
+//! ops/         metrics and the access log
+//! background/  health checks, store heartbeat, sweeper, config file watch and SIGHUP
+//! server.rs    assembles the Pingora services
 //! ```
 //!
-//! Everything a request reads comes from one [`snapshot::Snapshot`], built from a validated
-//! [`config::Config`]. Pure logic (config validation, routing, problem bodies) lives in its
-//! own modules and is tested without a network; `proxy` only moves data between Pingora and
-//! those functions.
+//! Imports run one way: `proxy` and `background` use `control`, which uses `chain`, `limit`
+//! and `ops`; `chain` uses `limit`; nothing below imports what is above it.
 
-pub mod access_log;
-pub mod admin;
-pub mod auth;
+mod background;
 pub mod chain;
 pub mod clock;
-pub mod config;
-pub mod conn;
+mod control;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod headers;
-pub mod heartbeat;
-pub mod identity;
 pub mod limit;
-pub mod metrics;
-pub mod problem;
-pub mod proxy;
-pub mod reload;
-pub mod request_id;
-pub mod request_path;
-pub mod router;
+mod ops;
+mod proxy;
 pub mod server;
-pub mod snapshot;
-pub mod sweeper;
-pub mod upstream;
+
+pub use control::config;
+pub use control::snapshot::Snapshot;
+pub use ops::metrics::Metrics;

@@ -1,17 +1,18 @@
 //! Assembles the Pingora server from a validated config: server options (threads, pid file,
 //! upgrade socket, grace periods), the proxy service and the background services.
 
-use crate::access_log::AccessLog;
-use crate::admin::Admin;
-use crate::config::{Config, ConfigError};
-use crate::conn::Guarded;
-use crate::heartbeat::Heartbeat;
-use crate::metrics::Metrics;
+use crate::background::health::HealthChecker;
+use crate::background::heartbeat::Heartbeat;
+use crate::background::sweeper::Sweeper;
+use crate::background::watch::{SighupListener, Watcher};
+use crate::control::admin::Admin;
+use crate::control::config::{Config, ConfigError};
+use crate::control::reload::Reloader;
+use crate::control::snapshot::{Snapshot, SnapshotHandle};
+use crate::ops::access_log::AccessLog;
+use crate::ops::metrics::Metrics;
+use crate::proxy::conn::Guarded;
 use crate::proxy::Gateway;
-use crate::reload::{Reloader, SighupListener, Watcher};
-use crate::snapshot::{Snapshot, SnapshotHandle};
-use crate::sweeper::Sweeper;
-use crate::upstream::HealthChecker;
 use arc_swap::ArcSwap;
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::Server;

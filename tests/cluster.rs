@@ -88,7 +88,7 @@ fn the_compose_file_agrees_with_the_configs_it_mounts() {
     };
     assert_eq!(
         redis.topology,
-        turnstile::limit::redis::Topology::Single("redis://redis:6379".into())
+        turnstile::limit::store::redis::Topology::Single("redis://redis:6379".into())
     );
     let redis_cmd = strings(&services["redis"]["command"]).join(" ");
     assert!(

@@ -13,8 +13,8 @@ mod common;
 use common::redis::RedisServer;
 use std::sync::Arc;
 use turnstile::clock::ManualClock;
-use turnstile::limit::memory::MemoryStore;
-use turnstile::limit::redis::{Call, RedisConfig, RedisStore, ScriptTime, Topology};
+use turnstile::limit::store::memory::MemoryStore;
+use turnstile::limit::store::redis::{Call, RedisConfig, RedisStore, ScriptTime, Topology};
 use turnstile::limit::{Algorithm, Policy};
 
 /// xorshift64*: a small deterministic generator, so a failing seed can be replayed.

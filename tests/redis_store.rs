@@ -7,8 +7,8 @@ use common::redis::{RedisCluster, RedisServer};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use turnstile::headers::retry_after;
-use turnstile::limit::redis::{LeaseCall, RedisConfig, RedisStore, Topology};
+use turnstile::chain::headers::retry_after;
+use turnstile::limit::store::redis::{LeaseCall, RedisConfig, RedisStore, Topology};
 use turnstile::limit::{Algorithm, Policy, Verdict};
 
 /// A window boundary for 1 s windows, in explicit milliseconds.

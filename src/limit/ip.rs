@@ -41,7 +41,7 @@ impl IpLimiter {
         let overflow = (0..shards)
             .map(|_| Mutex::new(TokenBucket::full(&policy)))
             .collect();
-        let header = crate::headers::policy_header(std::iter::once(&policy));
+        let header = crate::chain::headers::policy_header(std::iter::once(&policy));
         IpLimiter {
             max_per_shard: max_tracked.div_ceil(shards).max(1),
             policy_header: http::HeaderValue::from_str(&header)

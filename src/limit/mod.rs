@@ -4,11 +4,7 @@
 //! [`redis`] for one limit shared by every gateway instance).
 
 pub mod algorithm;
-pub mod breaker;
 pub mod ip;
-pub mod lease;
-pub mod memory;
-pub mod redis;
 pub mod sharded;
 pub mod store;
 

@@ -8,11 +8,11 @@
 //! With `admin.token` set, every request must carry `Authorization: Bearer <token>`
 //! (compared in constant time) or gets 401.
 
-use crate::limit::breaker::BreakerState;
+use crate::control::reload::{ReloadError, Reloaded, Reloader};
+use crate::control::snapshot::{IpTableId, Snapshot, SnapshotHandle};
+use crate::limit::store::breaker::BreakerState;
 use crate::limit::store::StoreHealth;
-use crate::metrics::Metrics;
-use crate::reload::{ReloadError, Reloaded, Reloader};
-use crate::snapshot::{IpTableId, Snapshot, SnapshotHandle};
+use crate::ops::metrics::Metrics;
 use async_trait::async_trait;
 use http::{Response, StatusCode};
 use pingora::apps::http_app::ServeHttp;
@@ -86,7 +86,7 @@ impl Admin {
                 "loaded_at": loaded.loaded_at,
                 "path": self.reloader.path().display().to_string(),
                 "pending_restart": loaded.pending_restart,
-                "config": crate::config::view::render(&snapshot.config),
+                "config": crate::control::config::view::render(&snapshot.config),
             }),
         )
     }

@@ -1,20 +1,16 @@
 //! Upstream pools: round robin over the configured servers, skipping those that fail their
-//! active HTTP health check. Health checks are run by [`HealthChecker`], a background task
-//! that walks the pools of the current snapshot, so pools created by a reload are checked
-//! without any extra wiring.
+//! active HTTP health check. The checks are run by `background::health`, which walks the
+//! pools of the current snapshot, so pools created by a reload are checked without any extra
+//! wiring.
 
-use crate::config::{HealthCheckConfig, Problem, UpstreamConfig};
-use crate::snapshot::SnapshotHandle;
-use async_trait::async_trait;
+use crate::control::config::{HealthCheckConfig, Problem, UpstreamConfig};
 use pingora::http::RequestHeader;
 use pingora::lb::health_check::HttpHealthCheck;
 use pingora::lb::selection::RoundRobin;
 use pingora::lb::{Backend, LoadBalancer};
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub struct Pool {
     pub config: UpstreamConfig,
@@ -88,7 +84,7 @@ impl Pool {
     }
 
     /// Runs this pool's health check if it is due; returns when the next one is due.
-    async fn check_if_due(&self, now: Instant) -> Option<Instant> {
+    pub async fn check_if_due(&self, now: Instant) -> Option<Instant> {
         let interval = self.config.health_check.as_ref()?.interval;
         let due = (*self.next_check.lock().expect("not poisoned"))?;
         if due > now {
@@ -128,45 +124,4 @@ fn http_health_check(cfg: &HealthCheckConfig) -> HttpHealthCheck {
     hc.consecutive_failure = cfg.unhealthy_threshold;
     hc.consecutive_success = cfg.healthy_threshold;
     hc
-}
-
-/// Background service running the active health checks of every pool in the live snapshot.
-pub struct HealthChecker {
-    snapshots: SnapshotHandle,
-}
-
-impl HealthChecker {
-    pub fn new(snapshots: SnapshotHandle) -> HealthChecker {
-        HealthChecker { snapshots }
-    }
-}
-
-/// Upper bound on how long the checker sleeps, so pools added by a reload are picked up.
-const MAX_IDLE: Duration = Duration::from_millis(500);
-
-#[async_trait]
-impl BackgroundService for HealthChecker {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        loop {
-            let snapshot = self.snapshots.load_full();
-            let now = Instant::now();
-            let checks = snapshot.pools.values().map(|pool| pool.check_if_due(now));
-            let next = futures::future::join_all(checks)
-                .await
-                .into_iter()
-                .flatten()
-                .min();
-            let wake = next
-                .unwrap_or(now + MAX_IDLE)
-                .min(Instant::now() + MAX_IDLE);
-            drop(snapshot);
-            tokio::select! {
-                _ = shutdown.changed() => return,
-                _ = tokio::time::sleep_until(wake.into()) => {}
-            }
-            if *shutdown.borrow() {
-                return;
-            }
-        }
-    }
 }

@@ -10,20 +10,22 @@
 //! removed → upstream → `response_filter`: `X-Request-Id`, rate-limit headers →
 //! `fail_to_proxy`: problem+json for upstream failures (502/504).
 
-use crate::access_log::{AccessLog, Entry as AccessEntry};
-use crate::auth::{Client, API_KEY_HEADER};
+pub mod conn;
+
+use crate::chain::auth::{Client, API_KEY_HEADER};
+use crate::chain::headers;
+use crate::chain::identity;
+use crate::chain::problem::{self, Kind};
+use crate::chain::request_id;
 use crate::chain::{self, LimitStatus, Reject};
 use crate::clock::{Clock, MonotonicClock};
-use crate::config::{Auth, FailureMode, HeadersMode};
-use crate::conn::GuardedStream;
-use crate::headers;
-use crate::identity;
+use crate::control::config::{Auth, FailureMode, HeadersMode};
+use crate::control::snapshot::{Route, Snapshot, SnapshotHandle};
 use crate::limit::store::CheckRequest;
 use crate::limit::Policy;
-use crate::metrics::Outcome;
-use crate::problem::{self, Kind};
-use crate::request_id;
-use crate::snapshot::{Route, Snapshot, SnapshotHandle};
+use crate::ops::access_log::{AccessLog, Entry as AccessEntry};
+use crate::ops::metrics::Outcome;
+use crate::proxy::conn::GuardedStream;
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::header::{
@@ -141,14 +143,14 @@ impl Gateway {
             };
             route
                 .metrics
-                .decision(crate::config::IP_POLICY_NAME, outcome);
+                .decision(crate::control::config::IP_POLICY_NAME, outcome);
             ctx.decision = outcome.as_str();
             if shadow {
                 // A dry run: clients are not shown limits that are not enforced.
                 ctx.limits = LimitStatus::default();
                 if checked.is_err() {
                     ctx.would_limit
-                        .push(Arc::from(crate::config::IP_POLICY_NAME));
+                        .push(Arc::from(crate::control::config::IP_POLICY_NAME));
                 }
             } else if let Err(reject) = checked {
                 route.metrics.ip_rejections.inc();
@@ -171,7 +173,7 @@ impl Gateway {
 /// a shadow route every one of them is a dry run.
 fn request_policies<'a>(
     route: &Route,
-    plan: &'a crate::auth::Plan,
+    plan: &'a crate::chain::auth::Plan,
 ) -> (Cow<'a, [Policy]>, Cow<'a, [bool]>) {
     if route.concurrency.is_none() && !route.config.shadow {
         return (Cow::Borrowed(&plan.policies), Cow::Borrowed(&plan.shadow));
@@ -270,7 +272,7 @@ async fn check_plan(
                 .zip(shadow.iter())
                 .filter(|(_, s)| !**s)
                 .map(|(p, _)| p);
-            let rendered = crate::headers::policy_header(enforced);
+            let rendered = crate::chain::headers::policy_header(enforced);
             ctx.limits
                 .push_policy_header(HeaderValue::from_str(&rendered).expect("header-safe names"));
         }
@@ -531,7 +533,7 @@ impl ProxyHttp for Gateway {
                 .headers
                 .get_all(AUTHORIZATION)
                 .iter()
-                .any(|v| crate::auth::bearer_token(v.as_bytes()).is_some());
+                .any(|v| crate::chain::auth::bearer_token(v.as_bytes()).is_some());
             if bearer {
                 upstream_request.remove_header(&AUTHORIZATION);
             }
@@ -641,7 +643,7 @@ fn access_entry(session: &Session, ctx: &RequestCtx, status: u16) -> AccessEntry
             )
         });
     AccessEntry {
-        at_ms: crate::access_log::unix_ms(),
+        at_ms: crate::ops::access_log::unix_ms(),
         request_id: ctx.request_id.to_str().unwrap_or_default().to_owned(),
         method: req.method.as_str().to_owned(),
         path: req.uri.path().to_owned(),

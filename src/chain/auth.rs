@@ -78,7 +78,7 @@ impl Plan {
             .zip(&shadow)
             .filter(|(_, s)| !**s)
             .map(|(p, _)| p);
-        let header = crate::headers::policy_header(enforced);
+        let header = crate::chain::headers::policy_header(enforced);
         Plan {
             name: name.into(),
             policy_header: http::HeaderValue::from_str(&header)

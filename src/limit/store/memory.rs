@@ -10,10 +10,10 @@
 //! idle state is swept. Concurrency counts live in one small table (one lock, taken before a
 //! shard's), incremented on admission and decremented by [`MemoryStore::release`].
 
-use super::algorithm::State;
-use super::sharded::Sharded;
-use super::{Decision, Policy, Scope, Verdict};
 use crate::clock::Clock;
+use crate::limit::algorithm::State;
+use crate::limit::sharded::Sharded;
+use crate::limit::{Decision, Policy, Scope, Verdict};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -89,7 +89,7 @@ impl<C: Clock> MemoryStore<C> {
                     })
                     .copied()
                     .unwrap_or(0);
-                return State::Concurrency(super::algorithm::Concurrency { in_flight: n });
+                return State::Concurrency(crate::limit::algorithm::Concurrency { in_flight: n });
             }
             slots
                 .and_then(|s| s.iter().find(|slot| slot.policy == *policy))

@@ -11,16 +11,22 @@
 //! [5] plan limits       → 429 named policies (in the store; async, in proxy.rs)
 //! ```
 
-use crate::auth::{extract_key, Client, KeyError, API_KEY_HEADER};
-use crate::config::RequestLimits;
-use crate::headers;
-use crate::identity::{client_ip, group_key};
-use crate::limit::redis::StoreError;
+pub mod auth;
+pub mod headers;
+pub mod identity;
+pub mod path;
+pub mod problem;
+pub mod request_id;
+pub mod router;
+
+use crate::chain::auth::{extract_key, Client, KeyError, API_KEY_HEADER};
+use crate::chain::identity::{client_ip, group_key};
+use crate::chain::problem::Kind;
+use crate::chain::router::RouteMatch;
+use crate::control::config::RequestLimits;
+use crate::control::snapshot::{Route, Snapshot};
+use crate::limit::store::redis::StoreError;
 use crate::limit::{Decision, Policy};
-use crate::problem::Kind;
-use crate::request_path;
-use crate::router::RouteMatch;
-use crate::snapshot::{Route, Snapshot};
 use http::header::{AUTHORIZATION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderValue, Method};
 use pingora::http::RequestHeader;
@@ -218,7 +224,7 @@ pub fn route(
     method: &Method,
     path: &str,
 ) -> Result<(usize, Option<String>), Reject> {
-    let normal = request_path::normalize(path).map_err(|bad| Reject::BadPath(bad.detail()))?;
+    let normal = self::path::normalize(path).map_err(|bad| Reject::BadPath(bad.detail()))?;
     let path = normal.as_ref();
     match snapshot.router.find(host, method, path) {
         RouteMatch::Found(i) => Ok((
@@ -398,7 +404,7 @@ pub fn authenticate(snapshot: &Snapshot, headers: &HeaderMap) -> Result<Arc<Clie
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::defaults;
+    use crate::control::config::defaults;
 
     fn limits() -> RequestLimits {
         RequestLimits {

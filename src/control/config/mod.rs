@@ -13,9 +13,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::auth::KeyDigest;
-use crate::identity::{Grouping, TrustedProxies};
-use crate::limit::redis::RedisConfig;
+use crate::chain::auth::KeyDigest;
+use crate::chain::identity::{Grouping, TrustedProxies};
+use crate::limit::store::redis::RedisConfig;
 use crate::limit::store::FailureSettings;
 use crate::limit::{Algorithm, Policy};
 use units::Rate;
@@ -78,8 +78,8 @@ pub struct RequestLimits {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct AccessLogConfig {
-    pub mode: crate::access_log::Mode,
-    pub target: crate::access_log::Target,
+    pub mode: crate::ops::access_log::Mode,
+    pub target: crate::ops::access_log::Target,
 }
 
 #[derive(Clone, PartialEq, Eq)]

@@ -6,14 +6,16 @@
 //! (upstream pools with their health state, per-IP tables with their buckets, the store with
 //! its counters), so rebuilding a snapshot does not reset them.
 
-use crate::auth::{Client, KeyRing, Plan};
-use crate::config::{Config, ConfigError, IpLimitChoice, IpLimitConfig, RouteConfig, StoreConfig};
+use crate::chain::auth::{Client, KeyRing, Plan};
+use crate::chain::router::Router;
+use crate::control::config::{
+    Config, ConfigError, IpLimitChoice, IpLimitConfig, RouteConfig, StoreConfig,
+};
+use crate::control::upstream::Pool;
 use crate::limit::ip::IpLimiter;
 use crate::limit::store::Store;
 use crate::limit::{Policy, Scope};
-use crate::metrics::{Metrics, RouteMetrics};
-use crate::router::Router;
-use crate::upstream::Pool;
+use crate::ops::metrics::{Metrics, RouteMetrics};
 use arc_swap::ArcSwap;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -75,9 +77,9 @@ impl Snapshot {
         let ip_tables = build_ip_tables(&config, previous);
         // Every policy name a route's decisions can be labelled with.
         let mut policy_names: Vec<Arc<str>> = [
-            crate::config::IP_POLICY_NAME,
-            crate::config::CONCURRENCY_POLICY_NAME,
-            crate::config::ROUTE_CONCURRENCY_POLICY_NAME,
+            crate::control::config::IP_POLICY_NAME,
+            crate::control::config::CONCURRENCY_POLICY_NAME,
+            crate::control::config::ROUTE_CONCURRENCY_POLICY_NAME,
         ]
         .map(Arc::from)
         .to_vec();
@@ -100,12 +102,12 @@ impl Snapshot {
                 Route {
                     concurrency: r.max_concurrent.map(|n| {
                         let policy = Policy::concurrency(
-                            crate::config::ROUTE_CONCURRENCY_POLICY_NAME,
+                            crate::control::config::ROUTE_CONCURRENCY_POLICY_NAME,
                             n,
                             lease_ms,
                             Scope::Route,
                         );
-                        let header = crate::headers::policy_header(std::iter::once(&policy));
+                        let header = crate::chain::headers::policy_header(std::iter::once(&policy));
                         (
                             policy,
                             http::HeaderValue::from_str(&header).expect("header-safe names"),
@@ -145,7 +147,7 @@ fn build_store(config: &StoreConfig, metrics: &Arc<Metrics>) -> Result<Store, Co
         StoreConfig::Memory => Ok(Store::memory(Arc::clone(metrics))),
         StoreConfig::Redis(redis, failure) => {
             Store::redis(redis.clone(), *failure, Arc::clone(metrics)).map_err(|e| {
-                ConfigError::Invalid(vec![crate::config::Problem {
+                ConfigError::Invalid(vec![crate::control::config::Problem {
                     path: "store".to_owned(),
                     message: e.to_string(),
                     location: None,
@@ -225,7 +227,7 @@ fn build_ip_tables(config: &Config, previous: Option<&Snapshot>) -> BTreeMap<IpT
 fn concurrency_lease(store: &StoreConfig) -> std::time::Duration {
     match store {
         StoreConfig::Redis(redis, _) => redis.concurrency_lease,
-        StoreConfig::Memory => crate::config::defaults::CONCURRENCY_LEASE,
+        StoreConfig::Memory => crate::control::config::defaults::CONCURRENCY_LEASE,
     }
 }
 
@@ -237,7 +239,7 @@ fn key_ring(config: &Config, lease_ms: u64) -> KeyRing {
             let mut policies = p.limits.clone();
             let mut shadow = p.shadow.clone();
             if let Some(n) = p.max_concurrent {
-                let name = crate::config::CONCURRENCY_POLICY_NAME;
+                let name = crate::control::config::CONCURRENCY_POLICY_NAME;
                 policies.push(Policy::concurrency(name, n, lease_ms, Scope::Client));
                 shadow.push(false);
             }

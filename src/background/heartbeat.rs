@@ -3,7 +3,7 @@
 //! by when the store goes away. On shutdown it gives back the unspent units of its quota
 //! leases and withdraws itself.
 
-use crate::snapshot::SnapshotHandle;
+use crate::control::snapshot::SnapshotHandle;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;

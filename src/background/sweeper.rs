@@ -3,7 +3,7 @@
 //! (both are exactly equivalent to absent state, so sweeping never changes a decision).
 
 use crate::clock::{Clock, MonotonicClock};
-use crate::snapshot::SnapshotHandle;
+use crate::control::snapshot::SnapshotHandle;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;

@@ -11,13 +11,10 @@
 //! upgrade socket, grace periods, keep-alive pool size) keep their running value and are
 //! reported as needing a restart — see the README on graceful upgrades.
 
-use crate::access_log::AccessLog;
-use crate::config::{Config, ConfigError};
-use crate::metrics::Metrics;
-use crate::snapshot::{Snapshot, SnapshotHandle};
-use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
+use crate::control::config::{Config, ConfigError};
+use crate::control::snapshot::{Snapshot, SnapshotHandle};
+use crate::ops::access_log::AccessLog;
+use crate::ops::metrics::Metrics;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -111,6 +108,11 @@ impl Reloader {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether the running configuration wants the file watched (`server.watch_config`).
+    pub fn watching(&self) -> bool {
+        self.snapshots.load().config.server.watch_config
     }
 
     pub fn loaded(&self) -> Loaded {
@@ -211,7 +213,7 @@ impl Reloader {
 
 impl Reloader {
     /// After log rotation, a reload (SIGHUP) reopens the access log; a new path applies too.
-    fn reopen_access_log(&self, target: &crate::access_log::Target) {
+    fn reopen_access_log(&self, target: &crate::ops::access_log::Target) {
         self.access_log.reopen(target.clone());
     }
 }
@@ -243,91 +245,6 @@ pub fn keep_restart_only_settings(new: &mut Config, running: &Config) -> Vec<Str
     );
     keep!(admin.listen, "admin.listen");
     pending
-}
-
-/// Polls the file's metadata; a change is applied once the file has stopped changing for
-/// one poll interval (an editor's save is several writes and renames).
-pub struct Watcher {
-    reloader: Arc<Reloader>,
-    interval: Duration,
-}
-
-impl Watcher {
-    pub fn new(reloader: Arc<Reloader>, interval: Duration) -> Watcher {
-        Watcher { reloader, interval }
-    }
-}
-
-fn fingerprint(path: &Path) -> Option<(SystemTime, u64)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.modified().ok()?, meta.len()))
-}
-
-#[async_trait]
-impl BackgroundService for Watcher {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        let path = self.reloader.path().to_owned();
-        let mut applied = fingerprint(&path);
-        let mut seen = applied;
-        loop {
-            tokio::select! {
-                _ = shutdown.changed() => return,
-                _ = tokio::time::sleep(self.interval) => {}
-            }
-            let now = fingerprint(&path);
-            if !self.reloader.snapshots.load().config.server.watch_config {
-                // Watching is off: changes are for SIGHUP or POST /reload.
-                (applied, seen) = (now, now);
-                continue;
-            }
-            // Debounce: act only when two consecutive polls agree and differ from the last
-            // applied state. A missing file (mid-rename) waits for the next poll.
-            if now.is_some() && now == seen && now != applied {
-                applied = now;
-                // The outcome is logged and counted by the reloader.
-                let _ = self.reloader.reload("file changed").await;
-            }
-            seen = now;
-        }
-    }
-}
-
-/// Reloads on `SIGHUP`.
-pub struct SighupListener {
-    reloader: Arc<Reloader>,
-}
-
-impl SighupListener {
-    pub fn new(reloader: Arc<Reloader>) -> SighupListener {
-        SighupListener { reloader }
-    }
-}
-
-#[async_trait]
-impl BackgroundService for SighupListener {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut hangups = match signal(SignalKind::hangup()) {
-            Ok(s) => s,
-            Err(e) => {
-                log::error!(
-                    "cannot listen for SIGHUP, reload by file change or POST /reload only: {e}"
-                );
-                return;
-            }
-        };
-        loop {
-            tokio::select! {
-                _ = shutdown.changed() => return,
-                received = hangups.recv() => {
-                    if received.is_none() {
-                        return;
-                    }
-                    let _ = self.reloader.reload("SIGHUP").await;
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@
 //! written after the proxy disarmed it), so [`GuardedStream`] writes the same status with a
 //! problem+json body instead ([`problem_response`]).
 
-use crate::snapshot::SnapshotHandle;
+use crate::control::snapshot::SnapshotHandle;
 use async_trait::async_trait;
 use pingora::apps::ServerApp;
 use pingora::protocols::{
@@ -227,20 +227,20 @@ pub fn problem_response(head: &[u8]) -> Option<Vec<u8>> {
     if !bodiless {
         return None;
     }
-    let kind = crate::problem::Kind::from_status(status);
+    let kind = crate::chain::problem::Kind::from_status(status);
     let detail = match status {
         400 => "the request could not be parsed: a malformed request line or header, more than one Host header, or a target whose host differs from Host",
         405 => "this method is not supported by the gateway",
         _ => kind.title(),
     };
-    let body = crate::problem::render(kind, detail, None);
+    let body = crate::chain::problem::render(kind, detail, None);
     let reason = http::StatusCode::from_u16(status)
         .ok()
         .and_then(|s| s.canonical_reason())
         .unwrap_or("Error");
     let mut out = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
-        crate::problem::CONTENT_TYPE,
+        crate::chain::problem::CONTENT_TYPE,
         body.len()
     )
     .into_bytes();

@@ -5,7 +5,7 @@
 //! request path touches are resolved once per snapshot ([`RouteMetrics`]), so a request
 //! increments atomics and never looks labels up.
 
-use crate::limit::breaker::BreakerState;
+use crate::limit::store::breaker::BreakerState;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,

@@ -4,7 +4,7 @@
 
 use super::units::format_duration;
 use super::{Auth, Config, FailureMode, HeadersMode, IpLimitChoice, IpLimitConfig, StoreConfig};
-use crate::limit::redis::Topology;
+use crate::limit::store::redis::Topology;
 use serde_json::{json, Value};
 
 pub fn render(config: &Config) -> Value {

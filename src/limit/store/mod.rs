@@ -14,13 +14,18 @@
 //! store only reports the error, counts it and logs it (at most once per
 //! [`DEGRADED_LOG_EVERY`]).
 
-use super::breaker::{BreakerState, CircuitBreaker, Permit, Transition};
-use super::lease::{LeaseKey, LeaseTable, Take};
-use super::memory::MemoryStore;
-use super::redis::{LeaseCall, RedisConfig, RedisStore, StoreError, Topology};
-use super::{Policy, Verdict};
+pub mod breaker;
+pub mod lease;
+pub mod memory;
+pub mod redis;
+
+use self::breaker::{BreakerState, CircuitBreaker, Permit, Transition};
+use self::lease::{LeaseKey, LeaseTable, Take};
+use self::memory::MemoryStore;
+use self::redis::{LeaseCall, RedisConfig, RedisStore, StoreError, Topology};
 use crate::clock::{Clock, MonotonicClock};
-use crate::metrics::Metrics;
+use crate::limit::{Policy, Verdict};
+use crate::ops::metrics::Metrics;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -121,7 +126,7 @@ pub struct CheckRequest<'a> {
 /// How long a renewal whose request gave up (the store timed out) may still be answered: its
 /// grant, when it comes, becomes this instance's lease instead of units the store counted but
 /// nobody can spend. Past this, the renewal is dropped (see README: a grant lost with it).
-pub const LATE_RENEWAL: Duration = super::redis::LATE_REPLY;
+pub const LATE_RENEWAL: Duration = redis::LATE_REPLY;
 
 /// A lease renewal in flight: it runs as a task of its own, so that it outlives a request
 /// that stops waiting for it.
@@ -130,7 +135,7 @@ struct Renewal {
     leases: Arc<LeaseTable>,
     key: LeaseKey,
     policies: Vec<Policy>,
-    ask: super::lease::Ask,
+    ask: lease::Ask,
     now_ms: Option<u64>,
 }
 
@@ -138,10 +143,7 @@ impl Renewal {
     /// Sends the renewal and waits at most `timeout` for its answer. On time: the answer
     /// (with the ask, to settle). Late: the request gets `Timeout` and gives its held units
     /// back; the task settles the grant when it arrives ([`LeaseTable::settle_late`]).
-    async fn send(
-        self,
-        timeout: Duration,
-    ) -> Result<(super::lease::Ask, super::lease::Grant), StoreError> {
+    async fn send(self, timeout: Duration) -> Result<(lease::Ask, lease::Grant), StoreError> {
         let (answer, mut wait) = tokio::sync::oneshot::channel();
         let (leases, key, ask) = (Arc::clone(&self.leases), self.key.clone(), self.ask.clone());
         tokio::spawn(self.run(answer));
@@ -168,10 +170,7 @@ impl Renewal {
         }
     }
 
-    async fn run(
-        self,
-        answer: tokio::sync::oneshot::Sender<Result<super::lease::Grant, StoreError>>,
-    ) {
+    async fn run(self, answer: tokio::sync::oneshot::Sender<Result<lease::Grant, StoreError>>) {
         let call = self.redis.lease_unbounded(LeaseCall {
             client: &self.key.client,
             route: &self.key.route,
@@ -278,7 +277,7 @@ impl Store {
         req: &CheckRequest<'_>,
     ) -> Result<Verdict, StoreError> {
         let result = self
-            .guarded(redis.check(super::redis::Call {
+            .guarded(redis.check(redis::Call {
                 client: req.client,
                 route: req.route,
                 policies: req.policies,

@@ -32,8 +32,8 @@
 //! One renewal per key at a time: requests that find the lease spent while a renewal is in
 //! flight wait for it (bounded by the store timeout) and take again.
 
-use super::sharded::Sharded;
-use super::{Decision, Policy, Verdict};
+use crate::limit::sharded::Sharded;
+use crate::limit::{Decision, Policy, Verdict};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio::sync::futures::OwnedNotified;

@@ -19,7 +19,7 @@
 //! Paths are normalised before they get here (`request_path.rs`): no empty or dot segments,
 //! no `;`, no ambiguous escapes.
 
-use crate::config::RouteConfig;
+use crate::control::config::RouteConfig;
 use http::Method;
 
 #[derive(Debug, Clone)]
@@ -157,7 +157,7 @@ pub fn check_path_prefix(prefix: &str) -> Result<(), String> {
     {
         return Err(format!("{prefix:?}: {expected}"));
     }
-    match crate::request_path::normalize(prefix) {
+    match crate::chain::path::normalize(prefix) {
         Ok(std::borrow::Cow::Borrowed(_)) => Ok(()),
         Ok(normal) => Err(format!("{prefix:?}: {expected}; write it as {normal:?}")),
         Err(_) => Err(format!("{prefix:?}: {expected}")),
@@ -184,13 +184,13 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             read_timeout: Duration::from_secs(1),
             write_timeout: Duration::from_secs(1),
-            ip_limit: crate::config::IpLimitChoice::Off,
-            auth: crate::config::Auth::None,
+            ip_limit: crate::control::config::IpLimitChoice::Off,
+            auth: crate::control::config::Auth::None,
             cost: 1,
-            rate_limit_headers: crate::config::HeadersMode::On,
+            rate_limit_headers: crate::control::config::HeadersMode::On,
             legacy_rate_limit_headers: false,
             forward_api_key: false,
-            on_store_error: crate::config::FailureMode::FailOpen,
+            on_store_error: crate::control::config::FailureMode::FailOpen,
             max_body_bytes: 1024,
             shadow: false,
             max_concurrent: None,

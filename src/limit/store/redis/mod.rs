@@ -13,8 +13,8 @@
 //!   clients spread over slots. The definition in the key means a changed limit starts from
 //!   fresh keys, as in the memory store; old keys expire by their TTL.
 
-use super::lease::{Grant, GrantWindow};
-use super::{Algorithm, Decision, Policy, Verdict};
+use crate::limit::store::lease::{Grant, GrantWindow};
+use crate::limit::{Algorithm, Decision, Policy, Verdict};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -25,46 +25,46 @@ use tokio::sync::OnceCell;
 
 /// The script Redis runs: the helpers, the four algorithms, then the entry point.
 pub const SCRIPT_SOURCE: &str = concat!(
-    include_str!("../../lua/lib.lua"),
+    include_str!("../../../../lua/lib.lua"),
     "\n",
-    include_str!("../../lua/token_bucket.lua"),
+    include_str!("../../../../lua/token_bucket.lua"),
     "\n",
-    include_str!("../../lua/fixed_window.lua"),
+    include_str!("../../../../lua/fixed_window.lua"),
     "\n",
-    include_str!("../../lua/sliding_window.lua"),
+    include_str!("../../../../lua/sliding_window.lua"),
     "\n",
-    include_str!("../../lua/sliding_log.lua"),
+    include_str!("../../../../lua/sliding_log.lua"),
     "\n",
-    include_str!("../../lua/concurrency.lua"),
+    include_str!("../../../../lua/concurrency.lua"),
     "\n",
-    include_str!("../../lua/check.lua"),
+    include_str!("../../../../lua/check.lua"),
 );
 
 /// Quota leasing (`lua/lease.lua`): reserves a slice of every limit of a plan at once.
 pub const LEASE_SOURCE: &str = concat!(
-    include_str!("../../lua/lib.lua"),
+    include_str!("../../../../lua/lib.lua"),
     "\n",
-    include_str!("../../lua/fixed_window.lua"),
+    include_str!("../../../../lua/fixed_window.lua"),
     "\n",
-    include_str!("../../lua/sliding_window.lua"),
+    include_str!("../../../../lua/sliding_window.lua"),
     "\n",
-    include_str!("../../lua/return_units.lua"),
+    include_str!("../../../../lua/return_units.lua"),
     "\n",
-    include_str!("../../lua/lease.lua"),
+    include_str!("../../../../lua/lease.lua"),
 );
 
 /// Gives the unspent units of leases back (`lua/give_back.lua`).
 pub const GIVE_BACK_SOURCE: &str = concat!(
-    include_str!("../../lua/return_units.lua"),
+    include_str!("../../../../lua/return_units.lua"),
     "\n",
-    include_str!("../../lua/give_back.lua"),
+    include_str!("../../../../lua/give_back.lua"),
 );
 
 /// Frees a finished request's concurrency slots (`lua/release.lua`).
-pub const RELEASE_SOURCE: &str = include_str!("../../lua/release.lua");
+pub const RELEASE_SOURCE: &str = include_str!("../../../../lua/release.lua");
 
 /// The instance heartbeat script (`lua/heartbeat.lua`).
-pub const HEARTBEAT_SOURCE: &str = include_str!("../../lua/heartbeat.lua");
+pub const HEARTBEAT_SOURCE: &str = include_str!("../../../../lua/heartbeat.lua");
 
 /// How long the connection waits for any reply. Each call is bounded by the configured
 /// timeout on our side (`RedisStore::bounded`); the connection itself waits longer, so that
@@ -566,7 +566,7 @@ impl ScriptTime {
     }
 }
 
-/// A renewal of a lease ([`super::lease::Ask`]) for the Redis store.
+/// A renewal of a lease ([`crate::limit::store::lease::Ask`]) for the Redis store.
 pub struct LeaseCall<'a> {
     pub client: &'a str,
     pub route: &'a str,
@@ -584,8 +584,8 @@ pub struct LeaseCall<'a> {
 /// (all routes) limit.
 pub fn key(prefix: &str, client: &str, route: &str, policy: &Policy) -> String {
     let route = match policy.scope {
-        super::Scope::Route => route,
-        super::Scope::Client => "*",
+        crate::limit::Scope::Route => route,
+        crate::limit::Scope::Client => "*",
     };
     let mut key =
         String::with_capacity(prefix.len() + client.len() + route.len() + policy.name.len() + 32);

@@ -13,10 +13,10 @@ use super::{
     HealthCheckConfig, IpLimitChoice, IpLimitConfig, PlanConfig, Problem, RequestLimits,
     RouteConfig, ServerConfig, StoreConfig, UpstreamConfig, IP_POLICY_NAME,
 };
-use crate::auth::KeyDigest;
-use crate::identity::{Grouping, TrustedProxies};
+use crate::chain::auth::KeyDigest;
+use crate::chain::identity::{Grouping, TrustedProxies};
 use crate::limit::algorithm::MAX_PRODUCT;
-use crate::limit::redis::{RedisConfig, Topology};
+use crate::limit::store::redis::{RedisConfig, Topology};
 use crate::limit::store::FailureSettings;
 use crate::limit::{Algorithm, Policy};
 use std::collections::BTreeMap;
@@ -245,7 +245,7 @@ fn bounded(
 }
 
 fn access_log_config(file: AccessLogFile, problems: &mut Problems) -> AccessLogConfig {
-    use crate::access_log::{Mode, Target};
+    use crate::ops::access_log::{Mode, Target};
     let AccessLogFile { mode, sample, path } = file;
     let mode = match (mode.unwrap_or(AccessLogModeFile::Off), sample) {
         (AccessLogModeFile::Sampled, Some(f)) if f > 0.0 && f <= 1.0 => Mode::Sampled(f),
@@ -749,14 +749,14 @@ fn clients_config(
                     None
                 })
             } else if key.len() < MIN_PLAINTEXT_KEY_LEN
-                || key.len() > crate::auth::MAX_KEY_LEN
+                || key.len() > crate::chain::auth::MAX_KEY_LEN
                 || !key.bytes().all(|b| (0x21..=0x7e).contains(&b))
             {
                 problems.push(
                     path.clone(),
                     format!(
                         "a plaintext key must be {MIN_PLAINTEXT_KEY_LEN} to {} visible ASCII characters (or write \"sha256:<hex>\")",
-                        crate::auth::MAX_KEY_LEN
+                        crate::chain::auth::MAX_KEY_LEN
                     ),
                 );
                 None
@@ -1035,7 +1035,7 @@ fn route_config(
         Some(HeadersModeFile::NearLimit) => HeadersMode::NearLimit,
     };
     check_name(&format!("{base}.name"), &name, problems);
-    if let Err(msg) = crate::router::check_path_prefix(&path_prefix) {
+    if let Err(msg) = crate::chain::router::check_path_prefix(&path_prefix) {
         problems.push(format!("{base}.path_prefix"), msg);
     }
     let host = host.map(|h| {
