@@ -8,7 +8,7 @@ use turnstile::chain::headers;
 use turnstile::chain::path;
 use turnstile::chain::problem::{self, Kind};
 use turnstile::chain::request_id;
-use turnstile::chain::router::Router;
+use turnstile::chain::router::{RouteSpec, Router};
 use turnstile::config::Config;
 use turnstile::limit::{Algorithm, Decision, Policy};
 use turnstile::Metrics;
@@ -40,7 +40,11 @@ upstream = "u"
 "#,
     )
     .expect("bench config is valid");
-    Router::new(&config.routes)
+    Router::new(config.routes.iter().map(|r| RouteSpec {
+        prefix: r.path_prefix.clone(),
+        host: r.host.clone(),
+        methods: r.methods.clone(),
+    }))
 }
 
 fn bench(c: &mut Criterion) {
@@ -91,7 +95,7 @@ fn headers_and_snapshot(c: &mut Criterion) {
             headers::ratelimit_header([(black_box(&ip), &d), (black_box(&minute), &d)].into_iter())
         })
     });
-    let mut status = turnstile::chain::LimitStatus::default();
+    let mut status = turnstile::chain::headers::LimitStatus::default();
     status.push(&ip, d);
     status.push(&minute, d);
     status.push_policy_header(http::HeaderValue::from_static("\"ip\";q=100;w=2"));

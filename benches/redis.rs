@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use turnstile::limit::store::redis::{RedisConfig, RedisStore, Topology};
+use turnstile::limit::store::CheckRequest;
 use turnstile::limit::{Algorithm, Policy};
 
 /// The redis-server process, killed on drop, and its directory, removed after it.
@@ -88,10 +89,11 @@ async fn run(
             let (store, policies, done) =
                 (Arc::clone(&store), Arc::clone(&policies), Arc::clone(&done));
             tokio::spawn(async move {
-                let client = format!("client-{}", t % 64);
+                let client: Arc<str> = format!("client-{}", t % 64).into();
+                let route: Arc<str> = "orders".into();
                 while Instant::now() < deadline {
                     store
-                        .check_limits(&client, "orders", &policies, 1, None)
+                        .check(&CheckRequest::new(&client, &route, &policies, 1))
                         .await
                         .expect("store call");
                     done.fetch_add(1, Ordering::Relaxed);
@@ -124,7 +126,7 @@ fn main() {
             topology: Topology::Single(url.clone()),
             prefix: "bench".into(),
             timeout: Duration::from_secs(1),
-            concurrency_lease: Duration::from_secs(60),
+            slot_ttl: Duration::from_secs(60),
         })
         .unwrap(),
     );
@@ -162,8 +164,9 @@ fn main() {
     ]);
     runtime.block_on(async {
         // Connect and load the script before measuring.
+        let (client, route): (Arc<str>, Arc<str>) = ("warmup".into(), "orders".into());
         store
-            .check_limits("warmup", "orders", &one, 1, None)
+            .check(&CheckRequest::new(&client, &route, &one, 1))
             .await
             .unwrap();
     });

@@ -48,6 +48,9 @@ fn main() -> ExitCode {
 fn check(file: &std::path::Path) -> ExitCode {
     match Config::load(file) {
         Ok(config) => {
+            for warning in &config.warnings {
+                eprintln!("warning: {}: {warning}", file.display());
+            }
             println!(
                 "{}: ok ({} routes, {} upstreams)",
                 file.display(),

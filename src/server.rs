@@ -52,6 +52,9 @@ pub fn build(path: &Path, mut opt: Opt) -> anyhow::Result<Server> {
         source,
     })?;
     let config = Config::parse(&text)?;
+    for warning in &config.warnings {
+        log::warn!("configuration {}: {warning}", path.display());
+    }
     let conf = server_conf(&config, opt.conf.as_deref())?;
     let listen = config.server.listen.to_string();
     let admin_listen = config.admin.listen.to_string();

@@ -229,7 +229,7 @@ fn limiting_resumes_by_itself_after_redis_restarts_empty() {
         "{carol:?}"
     );
     assert!(carol.iter().all(|s| *s == 200 || *s == 429), "{carol:?}");
-    let sha = redis::Script::new(turnstile::limit::store::redis::SCRIPT_SOURCE)
+    let sha = redis::Script::new(turnstile::limit::store::redis::scripts::CHECK_SOURCE)
         .get_hash()
         .to_owned();
     let loaded: Vec<i64> = redis.cmd(&["SCRIPT", "EXISTS", &sha]);

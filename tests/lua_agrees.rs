@@ -14,7 +14,8 @@ use common::redis::RedisServer;
 use std::sync::Arc;
 use turnstile::clock::ManualClock;
 use turnstile::limit::store::memory::MemoryStore;
-use turnstile::limit::store::redis::{Call, RedisConfig, RedisStore, ScriptTime, Topology};
+use turnstile::limit::store::redis::{RedisConfig, RedisStore, Topology};
+use turnstile::limit::store::request::{CheckRequest, DecideAt};
 use turnstile::limit::{Algorithm, Policy};
 
 /// xorshift64*: a small deterministic generator, so a failing seed can be replayed.
@@ -61,7 +62,7 @@ async fn lua_and_rust_decide_identically_on_random_sequences() {
         topology: Topology::Single(server.url()),
         prefix: "agree".into(),
         timeout: std::time::Duration::from_secs(5),
-        concurrency_lease: std::time::Duration::from_secs(60),
+        slot_ttl: std::time::Duration::from_secs(60),
     })
     .unwrap();
     let mut compared = 0;
@@ -80,19 +81,16 @@ async fn lua_and_rust_decide_identically_on_random_sequences() {
         for step in 0..150 {
             offset += rng.pick(&[0, 0, 1, 2, 5, 13, 40, 120, 400, 1500]);
             let cost = 1 + rng.below(max_cost);
-            let (actual, now) = redis
-                .check_timed(Call {
-                    client: &client,
-                    route: &route,
-                    policies: &policies,
-                    shadow: &shadow,
-                    cost,
-                    lease_id: "",
-                    time: ScriptTime::ServerPlus(offset),
-                })
-                .await
-                .unwrap();
-            let expected = memory.check(&client, &route, &policies, &shadow, cost, Some(now));
+            let request = CheckRequest {
+                shadow: &shadow,
+                at: DecideAt::StoreClockPlus(offset),
+                ..CheckRequest::new(&client, &route, &policies, cost)
+            };
+            let (actual, now) = redis.check_timed(&request).await.unwrap();
+            let expected = memory.check(&CheckRequest {
+                at: DecideAt::Fixed(now),
+                ..request
+            });
             assert_eq!(
                 actual, expected,
                 "seed {seed}, step {step}, now {now}, cost {cost}, policies {policies:?}, shadow {shadow:?}"

@@ -9,17 +9,36 @@ use std::sync::Arc;
 use std::time::Duration;
 use turnstile::chain::headers::retry_after;
 use turnstile::limit::store::redis::{LeaseCall, RedisConfig, RedisStore, Topology};
+use turnstile::limit::store::request::{CheckRequest, DecideAt};
+use turnstile::limit::store::StoreError;
 use turnstile::limit::{Algorithm, Policy, Verdict};
 
 /// A window boundary for 1 s windows, in explicit milliseconds.
 const EDGE: u64 = 1_000_000_000_000;
+
+/// One request of `cost` against enforced `policies`, at `at` (explicit ms) or Redis's clock.
+async fn check_limits(
+    s: &RedisStore,
+    client: &str,
+    route: &str,
+    policies: &[Policy],
+    cost: u64,
+    at: Option<u64>,
+) -> Result<Verdict, StoreError> {
+    let (client, route): (Arc<str>, Arc<str>) = (client.into(), route.into());
+    let request = CheckRequest {
+        at: at.map_or(DecideAt::StoreClock, DecideAt::Fixed),
+        ..CheckRequest::new(&client, &route, policies, cost)
+    };
+    s.check(&request).await
+}
 
 fn store(server: &RedisServer, prefix: &str) -> RedisStore {
     RedisStore::new(RedisConfig {
         topology: Topology::Single(server.url()),
         prefix: prefix.into(),
         timeout: Duration::from_secs(5),
-        concurrency_lease: Duration::from_secs(60),
+        slot_ttl: Duration::from_secs(60),
     })
     .unwrap()
 }
@@ -28,8 +47,7 @@ async fn run(store: &RedisStore, client: &str, policies: &[Policy], times: &[u64
     let mut out = Vec::new();
     for &t in times {
         out.push(
-            store
-                .check_limits(client, "route", policies, 1, Some(t))
+            check_limits(store, client, "route", policies, 1, Some(t))
                 .await
                 .unwrap(),
         );
@@ -38,7 +56,7 @@ async fn run(store: &RedisStore, client: &str, policies: &[Policy], times: &[u64
 }
 
 fn admitted(verdicts: &[Verdict]) -> usize {
-    verdicts.iter().filter(|v| v.allowed()).count()
+    verdicts.iter().filter(|v| v.admitted).count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,11 +136,12 @@ async fn every_written_key_has_a_ttl() {
     for client in ["a", "b", "c"] {
         for _ in 0..3 {
             // Redis's own clock here (no explicit time).
-            assert!(s
-                .check_limits(client, "route", &policies, 1, None)
-                .await
-                .unwrap()
-                .allowed());
+            assert!(
+                check_limits(&s, client, "route", &policies, 1, None)
+                    .await
+                    .unwrap()
+                    .admitted
+            );
         }
     }
     let keys: Vec<String> = server.cmd(&["KEYS", "ttl:*"]);
@@ -139,18 +158,19 @@ async fn noscript_after_script_flush_is_recovered_transparently() {
     let server = RedisServer::start();
     let s = store(&server, "noscript");
     let p = [Policy::new("p", Algorithm::FixedWindow, 100, 60_000, 100)];
-    assert!(s
-        .check_limits("ada", "r", &p, 1, None)
-        .await
-        .unwrap()
-        .allowed());
+    assert!(
+        check_limits(&s, "ada", "r", &p, 1, None)
+            .await
+            .unwrap()
+            .admitted
+    );
     let exists: Vec<i64> = server.cmd(&["SCRIPT", "EXISTS", s.script_sha()]);
     assert_eq!(exists, [1]);
     let _: String = server.cmd(&["SCRIPT", "FLUSH"]);
     let exists: Vec<i64> = server.cmd(&["SCRIPT", "EXISTS", s.script_sha()]);
     assert_eq!(exists, [0]);
-    let v = s.check_limits("ada", "r", &p, 1, None).await.unwrap();
-    assert!(v.allowed());
+    let v = check_limits(&s, "ada", "r", &p, 1, None).await.unwrap();
+    assert!(v.admitted);
     assert_eq!(v.decisions[0].remaining, 98, "the count survived the flush");
     let exists: Vec<i64> = server.cmd(&["SCRIPT", "EXISTS", s.script_sha()]);
     assert_eq!(exists, [1], "the script was loaded again");
@@ -213,10 +233,10 @@ async fn read_then_write_over_admits_under_parallel_load_the_script_does_not() {
         .map(|_| {
             let (s, p) = (Arc::clone(&s), Arc::clone(&p));
             tokio::spawn(async move {
-                s.check_limits("ada", "r", &p[..], 1, None)
+                check_limits(&s, "ada", "r", &p[..], 1, None)
                     .await
                     .unwrap()
-                    .allowed()
+                    .admitted
             })
         })
         .collect();
@@ -243,7 +263,7 @@ async fn cluster_keys_of_one_client_share_a_slot_and_the_limit_is_exact() {
             topology: Topology::Cluster(cluster.urls()),
             prefix: "cl".into(),
             timeout: Duration::from_secs(5),
-            concurrency_lease: Duration::from_secs(60),
+            slot_ttl: Duration::from_secs(60),
         })
         .unwrap(),
     );
@@ -259,10 +279,10 @@ async fn cluster_keys_of_one_client_share_a_slot_and_the_limit_is_exact() {
             tasks.push(tokio::spawn(async move {
                 (
                     c.clone(),
-                    s.check_limits(&c, "r", &p, 1, None)
+                    check_limits(&s, &c, "r", &p, 1, None)
                         .await
                         .unwrap()
-                        .allowed(),
+                        .admitted,
                 )
             }));
         }
@@ -321,7 +341,7 @@ fn lease_call<'a>(
         want,
         give_back: give_back.0,
         give_back_starts: give_back.1,
-        now_ms: Some(now),
+        at: DecideAt::Fixed(now),
     }
 }
 
@@ -341,8 +361,7 @@ async fn a_lease_takes_the_same_slice_of_every_limit_in_the_keys_requests_use() 
     assert_eq!(g.windows[0].reset_ms, 800);
     assert_eq!(g.windows[0].start, t - 200);
     // A per-request check sees the leased units as spent.
-    let v = s
-        .check_limits("lessee", "route", &plan, 1, Some(t))
+    let v = check_limits(&s, "lessee", "route", &plan, 1, Some(t))
         .await
         .unwrap();
     assert_eq!(v.decisions[0].remaining, 1);
@@ -383,8 +402,7 @@ async fn unspent_units_go_back_to_their_window_and_lapse_after_it() {
             .await
             .unwrap();
         assert_eq!(back, 6);
-        let v = s
-            .check_limits("lessee", "route", plan, 1, Some(t))
+        let v = check_limits(&s, "lessee", "route", plan, 1, Some(t))
             .await
             .unwrap();
         assert_eq!(v.decisions[0].remaining, 5);
@@ -392,7 +410,7 @@ async fn unspent_units_go_back_to_their_window_and_lapse_after_it() {
     // One window later: the fixed window's units lapsed (once it counts a new window, there
     // is nothing to give back to); the sliding window still weighs the previous window, which
     // a renewal's give-back lightens.
-    s.check_limits("lessee", "route", &fixed, 1, Some(EDGE + 1000))
+    check_limits(&s, "lessee", "route", &fixed, 1, Some(EDGE + 1000))
         .await
         .unwrap();
     let fixed_back = s

@@ -5,6 +5,8 @@
 //! in `Debug` output, logs, metrics or `/config`.
 
 use crate::limit::Policy;
+use http::header::AUTHORIZATION;
+use http::{HeaderMap, HeaderValue};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fmt;
@@ -43,6 +45,13 @@ impl fmt::Debug for KeyDigest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("KeyDigest(<redacted>)")
     }
+}
+
+/// Whether a route needs an API key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Auth {
+    None,
+    ApiKey,
 }
 
 /// A configured client: its id (the partition key of every per-client limit) and its plan.
@@ -136,6 +145,8 @@ pub enum KeyError {
     RepeatedAuthorization,
     /// Too long, or characters a key never has: 401, without a lookup.
     Malformed,
+    /// Well formed, but no client has it: 401.
+    Unknown,
 }
 
 impl KeyError {
@@ -148,7 +159,7 @@ impl KeyError {
             KeyError::RepeatedAuthorization => {
                 "the request carries more than one Authorization header"
             }
-            KeyError::Malformed => "the API key is not valid",
+            KeyError::Malformed | KeyError::Unknown => "the API key is not valid",
         }
     }
 }
@@ -191,6 +202,21 @@ pub fn bearer_token(value: &[u8]) -> Option<&[u8]> {
     } else {
         None
     }
+}
+
+/// [4]: the client owning the request's API key.
+pub fn authenticate(keys: &KeyRing, headers: &HeaderMap) -> Result<Arc<Client>, KeyError> {
+    let key = extract_key(
+        headers
+            .get_all(API_KEY_HEADER)
+            .iter()
+            .map(HeaderValue::as_bytes),
+        headers
+            .get_all(AUTHORIZATION)
+            .iter()
+            .map(HeaderValue::as_bytes),
+    )?;
+    keys.lookup(key).cloned().ok_or(KeyError::Unknown)
 }
 
 #[cfg(test)]

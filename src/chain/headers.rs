@@ -12,6 +12,7 @@
 //! characters that need no escaping in an sf-string.
 
 use crate::limit::{Decision, Policy};
+use http::HeaderValue;
 use std::fmt::Write;
 
 /// Whole seconds, rounded up.
@@ -83,6 +84,102 @@ pub fn near_limit<'a>(mut decisions: impl Iterator<Item = &'a Decision>) -> bool
     decisions.any(|d| !d.allowed || d.remaining.saturating_mul(10) <= d.limit)
 }
 
+/// Response header naming the dry-run (shadow) limits that would have rejected the request.
+pub const WOULD_LIMIT_HEADER: &str = "x-turnstile-would-limit";
+
+/// The `X-Turnstile-Would-Limit` value, if any dry-run limit would have rejected.
+pub fn would_limit_value(names: &[std::sync::Arc<str>]) -> Option<HeaderValue> {
+    if names.is_empty() {
+        return None;
+    }
+    let joined: Vec<&str> = names.iter().map(|n| &**n).collect();
+    HeaderValue::from_str(&joined.join(", ")).ok()
+}
+
+/// Whether admitted responses carry the quota headers (rejections always do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadersMode {
+    On,
+    Off,
+    /// Only when some policy has at most a tenth of its quota left.
+    NearLimit,
+}
+
+/// The decisions taken for one request, in the order the policies were checked; they feed
+/// the `RateLimit` headers of the response (admitted or not).
+#[derive(Debug, Default)]
+pub struct LimitStatus {
+    pub entries: Vec<(Policy, Decision)>,
+    /// `RateLimit-Policy` parts (rendered once per plan / per-IP table), in entry order.
+    policy_parts: Vec<HeaderValue>,
+}
+
+impl LimitStatus {
+    pub fn push(&mut self, policy: &Policy, decision: Decision) {
+        self.entries.push((policy.clone(), decision));
+    }
+
+    /// Adds the rendered `RateLimit-Policy` of the policies pushed by one step.
+    pub fn push_policy_header(&mut self, value: HeaderValue) {
+        self.policy_parts.push(value);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn violated(&self) -> Vec<&str> {
+        self.entries
+            .iter()
+            .filter(|(_, d)| !d.allowed)
+            .map(|(p, _)| &*p.name)
+            .collect()
+    }
+
+    pub fn retry_after_secs(&self) -> u64 {
+        let ms = self
+            .entries
+            .iter()
+            .filter(|(_, d)| !d.allowed)
+            .map(|(_, d)| d.retry_after_ms)
+            .max()
+            .unwrap_or(0);
+        retry_after(ms)
+    }
+
+    /// The rate-limit headers for this request's response.
+    pub fn headers(&self, legacy: bool) -> Vec<(&'static str, HeaderValue)> {
+        let mut out = Vec::with_capacity(5);
+        let policy = match self.policy_parts.as_slice() {
+            [one] => one.clone(),
+            parts => {
+                let mut joined = Vec::with_capacity(parts.iter().map(|p| p.len() + 2).sum());
+                for (i, part) in parts.iter().enumerate() {
+                    if i > 0 {
+                        joined.extend_from_slice(b", ");
+                    }
+                    joined.extend_from_slice(part.as_bytes());
+                }
+                HeaderValue::from_bytes(&joined).expect("joined header values stay valid")
+            }
+        };
+        out.push(("ratelimit-policy", policy));
+        let ratelimit = ratelimit_header(self.entries.iter().map(|(p, d)| (p, d)));
+        out.push((
+            "ratelimit",
+            HeaderValue::from_str(&ratelimit).expect("ASCII"),
+        ));
+        if legacy {
+            if let Some(d) = most_restrictive(self.entries.iter().map(|(_, d)| d)) {
+                for (name, value) in legacy_headers(d) {
+                    out.push((name, HeaderValue::from(value)));
+                }
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,7 +220,7 @@ mod tests {
 
     #[test]
     fn concurrency_limits_use_the_concurrent_requests_unit_and_no_window() {
-        let p = Policy::concurrency("concurrency", 2, 60_000, crate::limit::Scope::Client);
+        let p = Policy::concurrency("concurrency", 2, 60_000, crate::limit::Scope::Client).unwrap();
         assert_eq!(
             policy_header(std::iter::once(&p)),
             r#""concurrency";q=2;qu="concurrent-requests""#

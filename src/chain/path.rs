@@ -159,6 +159,23 @@ fn is_unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
 }
 
+/// Validation of a configured `path_prefix` (used by the config loader): it must be a path
+/// in the normal form requests are routed in (`request_path::normalize`).
+pub fn check_path_prefix(prefix: &str) -> Result<(), String> {
+    let expected = "expected a path like \"/orders\" (starting with '/', no query, spaces, empty or dot segments, ';', or escapes of unreserved characters)";
+    if prefix
+        .bytes()
+        .any(|b| b <= b' ' || b == 0x7f || b == b'?' || b == b'#')
+    {
+        return Err(format!("{prefix:?}: {expected}"));
+    }
+    match normalize(prefix) {
+        Ok(std::borrow::Cow::Borrowed(_)) => Ok(()),
+        Ok(normal) => Err(format!("{prefix:?}: {expected}; write it as {normal:?}")),
+        Err(_) => Err(format!("{prefix:?}: {expected}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,6 +249,24 @@ mod tests {
         for p in ["//a//b", "/%6Frders//x", "/caf%c3%a9/", "/a%20b"] {
             let once = norm(p).unwrap();
             assert_eq!(norm(&once), Ok(once.clone()), "{p}");
+        }
+    }
+    #[test]
+    fn configured_prefixes_are_checked() {
+        assert!(check_path_prefix("/orders").is_ok());
+        assert!(check_path_prefix("/admin/").is_ok());
+        for bad in [
+            "orders",
+            "/a b",
+            "/a?x",
+            "//a",
+            "/a/../b",
+            "",
+            "/a;b",
+            "/%6Frders",
+            "/a%2Fb",
+        ] {
+            assert!(check_path_prefix(bad).is_err(), "{bad}");
         }
     }
 }

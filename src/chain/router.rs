@@ -19,13 +19,27 @@
 //! Paths are normalised before they get here (`request_path.rs`): no empty or dot segments,
 //! no `;`, no ambiguous escapes.
 
-use crate::control::config::RouteConfig;
+use crate::chain::path::normalize;
+use crate::chain::reject::Reject;
 use http::Method;
+
+/// What the router needs of one route (in configuration order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteSpec {
+    /// The configured `path_prefix` (in normal form).
+    pub prefix: String,
+    /// Lower-case host name without port; `None` matches any host.
+    pub host: Option<String>,
+    /// `None` allows every method.
+    pub methods: Option<Vec<Method>>,
+}
 
 #[derive(Debug, Clone)]
 pub struct Router {
     /// Sorted by precedence: longest prefix, host-specific first, then file order.
     entries: Vec<Entry>,
+    /// The configured prefixes, in configuration order (for messages).
+    prefixes: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -50,13 +64,14 @@ pub enum RouteMatch {
 }
 
 impl Router {
-    pub fn new(routes: &[RouteConfig]) -> Router {
+    pub fn new(routes: impl IntoIterator<Item = RouteSpec>) -> Router {
+        let routes: Vec<RouteSpec> = routes.into_iter().collect();
         let mut entries: Vec<Entry> = routes
             .iter()
             .enumerate()
             .map(|(route, r)| Entry {
                 route,
-                prefix: trim_trailing_slash(&r.path_prefix).into(),
+                prefix: trim_trailing_slash(&r.prefix).into(),
                 host: r.host.clone().map(String::into_boxed_str),
                 methods: r.methods.clone(),
             })
@@ -68,7 +83,15 @@ impl Router {
                 .then(b.host.is_some().cmp(&a.host.is_some()))
                 .then(a.route.cmp(&b.route))
         });
-        Router { entries }
+        Router {
+            entries,
+            prefixes: routes.into_iter().map(|r| r.prefix).collect(),
+        }
+    }
+
+    /// The configured prefix of route `i`.
+    pub fn prefix(&self, i: usize) -> &str {
+        self.prefixes.get(i).map_or("", String::as_str)
     }
 
     /// `host` is the request's Host (header or URI authority), possibly with a port.
@@ -147,53 +170,47 @@ fn strip_port(host: &str) -> &str {
     host.strip_suffix('.').unwrap_or(host)
 }
 
-/// Validation of a configured `path_prefix` (used by the config loader): it must be a path
-/// in the normal form requests are routed in (`request_path::normalize`).
-pub fn check_path_prefix(prefix: &str) -> Result<(), String> {
-    let expected = "expected a path like \"/orders\" (starting with '/', no query, spaces, empty or dot segments, ';', or escapes of unreserved characters)";
-    if prefix
-        .bytes()
-        .any(|b| b <= b' ' || b == 0x7f || b == b'?' || b == b'#')
-    {
-        return Err(format!("{prefix:?}: {expected}"));
-    }
-    match crate::chain::path::normalize(prefix) {
-        Ok(std::borrow::Cow::Borrowed(_)) => Ok(()),
-        Ok(normal) => Err(format!("{prefix:?}: {expected}; write it as {normal:?}")),
-        Err(_) => Err(format!("{prefix:?}: {expected}")),
+/// [1] + [2]: the index of the route serving this request, and the normalised path (the one
+/// routed, and so the one to forward) when it differs from the request's.
+pub fn route(
+    router: &Router,
+    host: Option<&str>,
+    method: &Method,
+    path: &str,
+) -> Result<(usize, Option<String>), Reject> {
+    let normal = normalize(path).map_err(|bad| Reject::BadPath(bad.detail()))?;
+    let path = normal.as_ref();
+    match router.find(host, method, path) {
+        RouteMatch::Found(i) => Ok((
+            i,
+            match normal {
+                std::borrow::Cow::Borrowed(_) => None,
+                std::borrow::Cow::Owned(p) => Some(p),
+            },
+        )),
+        RouteMatch::CaseMismatch(i) => Err(Reject::CaseMismatch(format!(
+            "{path} matches the path prefix {:?} only when letter case is ignored; send the path in the case the route is configured with",
+            router.prefix(i)
+        ))),
+        RouteMatch::MethodNotAllowed(allow) => Err(Reject::MethodNotAllowed {
+            detail: format!("{method} is not allowed here; allowed: {allow}"),
+            allow,
+        }),
+        RouteMatch::NotFound => Err(Reject::NotFound(format!(
+            "no route matches {method} {path}"
+        ))),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
-    fn route(
-        name: &str,
-        prefix: &str,
-        host: Option<&str>,
-        methods: Option<&[&str]>,
-    ) -> RouteConfig {
-        RouteConfig {
-            name: name.into(),
-            path_prefix: prefix.into(),
+    fn route(_name: &str, prefix: &str, host: Option<&str>, methods: Option<&[&str]>) -> RouteSpec {
+        RouteSpec {
+            prefix: prefix.into(),
             host: host.map(Into::into),
             methods: methods.map(|ms| ms.iter().map(|m| m.parse().unwrap()).collect()),
-            upstream: "u".into(),
-            connect_timeout: Duration::from_secs(1),
-            read_timeout: Duration::from_secs(1),
-            write_timeout: Duration::from_secs(1),
-            ip_limit: crate::control::config::IpLimitChoice::Off,
-            auth: crate::control::config::Auth::None,
-            cost: 1,
-            rate_limit_headers: crate::control::config::HeadersMode::On,
-            legacy_rate_limit_headers: false,
-            forward_api_key: false,
-            on_store_error: crate::control::config::FailureMode::FailOpen,
-            max_body_bytes: 1024,
-            shadow: false,
-            max_concurrent: None,
         }
     }
 
@@ -203,7 +220,7 @@ mod tests {
 
     #[test]
     fn longest_prefix_wins_regardless_of_order() {
-        let r = Router::new(&[
+        let r = Router::new([
             route("root", "/", None, None),
             route("orders", "/orders", None, None),
             route("special", "/orders/special", None, None),
@@ -219,7 +236,7 @@ mod tests {
 
     #[test]
     fn prefixes_match_on_segment_boundaries() {
-        let r = Router::new(&[
+        let r = Router::new([
             route("orders", "/orders", None, None),
             route("api", "/api/", None, None),
         ]);
@@ -233,7 +250,7 @@ mod tests {
 
     #[test]
     fn host_is_matched_case_insensitively_without_port() {
-        let r = Router::new(&[
+        let r = Router::new([
             route("any", "/orders", None, None),
             route("eu", "/orders", Some("eu.example.com"), None),
         ]);
@@ -255,7 +272,7 @@ mod tests {
 
     #[test]
     fn methods_are_match_criteria_and_405_lists_allowed_ones() {
-        let r = Router::new(&[
+        let r = Router::new([
             route("read", "/orders", None, Some(&["GET", "HEAD"])),
             route("write", "/orders", None, Some(&["POST"])),
         ]);
@@ -264,7 +281,7 @@ mod tests {
             find(&r, None, "DELETE", "/orders/1"),
             RouteMatch::MethodNotAllowed("GET, HEAD, POST".into())
         );
-        let with_fallback = Router::new(&[
+        let with_fallback = Router::new([
             route("read", "/orders", None, Some(&["GET"])),
             route("root", "/", None, None),
         ]);
@@ -276,7 +293,7 @@ mod tests {
 
     #[test]
     fn a_trailing_slash_in_a_prefix_is_ignored() {
-        let r = Router::new(&[
+        let r = Router::new([
             route("root", "/", None, None),
             route("admin", "/admin/", None, None),
         ]);
@@ -291,7 +308,7 @@ mod tests {
 
     #[test]
     fn a_path_matching_a_route_only_ignoring_case_is_refused() {
-        let r = Router::new(&[
+        let r = Router::new([
             route("root", "/", None, None),
             route("orders", "/orders", None, None),
             route("v1", "/v1/Items", None, None),
@@ -312,30 +329,11 @@ mod tests {
         assert_eq!(find(&r, None, "GET", "/ordersX"), RouteMatch::Found(0));
         assert_eq!(find(&r, None, "GET", "/other"), RouteMatch::Found(0));
         // Nothing matches exactly either: still refused, not a plain 404.
-        let only = Router::new(&[route("orders", "/orders", None, None)]);
+        let only = Router::new([route("orders", "/orders", None, None)]);
         assert_eq!(
             find(&only, None, "GET", "/Orders"),
             RouteMatch::CaseMismatch(0)
         );
         assert_eq!(find(&only, None, "GET", "/x"), RouteMatch::NotFound);
-    }
-
-    #[test]
-    fn configured_prefixes_are_checked() {
-        assert!(check_path_prefix("/orders").is_ok());
-        assert!(check_path_prefix("/admin/").is_ok());
-        for bad in [
-            "orders",
-            "/a b",
-            "/a?x",
-            "//a",
-            "/a/../b",
-            "",
-            "/a;b",
-            "/%6Frders",
-            "/a%2Fb",
-        ] {
-            assert!(check_path_prefix(bad).is_err(), "{bad}");
-        }
     }
 }

@@ -122,7 +122,7 @@ impl Admin {
         m.tracked_entries
             .with_label_values(&["store:local_fallback"])
             .set(fallback as i64);
-        m.breaker_state.set(snapshot.store.breaker_state() as i64);
+        m.set_breaker_state(snapshot.store.breaker_state());
     }
 
     fn readiness(&self, snapshot: &Snapshot) -> (bool, serde_json::Value) {
@@ -130,7 +130,7 @@ impl Admin {
             .routes
             .iter()
             .filter(|r| !r.pool.health().iter().any(|(_, healthy)| *healthy))
-            .map(|r| &*r.name)
+            .map(|r| &*r.rules.name)
             .collect();
         let breaker = snapshot.store.breaker_state();
         let health = snapshot.store.health();

@@ -139,13 +139,18 @@ impl Reloader {
         // async workers.
         let built = tokio::task::spawn_blocking(
             move || -> Result<Option<(Snapshot, String, Vec<String>)>, ConfigError> {
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|source| ConfigError::Read { path, source })?;
+                let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
                 let hash = content_hash(text.as_bytes());
                 if hash == current_hash {
                     return Ok(None);
                 }
                 let mut config = Config::parse(&text)?;
+                for warning in &config.warnings {
+                    log::warn!("configuration {}: {warning}", path.display());
+                }
                 let old = snapshots.load_full();
                 let pending = keep_restart_only_settings(&mut config, &old.config);
                 let snapshot = Snapshot::build(config, Some(&old), &metrics)?;

@@ -6,15 +6,19 @@
 //! (upstream pools with their health state, per-IP tables with their buckets, the store with
 //! its counters), so rebuilding a snapshot does not reset them.
 
+use crate::chain::admission::{IpRule, RouteRules};
 use crate::chain::auth::{Client, KeyRing, Plan};
-use crate::chain::router::Router;
+use crate::chain::headers::policy_header;
+use crate::chain::router::{RouteSpec, Router};
 use crate::control::config::{
-    Config, ConfigError, IpLimitChoice, IpLimitConfig, RouteConfig, StoreConfig,
+    Config, ConfigError, IpLimitChoice, IpLimitConfig, Problem, RouteConfig, StoreConfig,
 };
 use crate::control::upstream::Pool;
 use crate::limit::ip::IpLimiter;
 use crate::limit::store::Store;
-use crate::limit::{Policy, Scope};
+use crate::limit::{
+    Policy, Scope, CONCURRENCY_POLICY_NAME, RESERVED_POLICY_NAMES, ROUTE_CONCURRENCY_POLICY_NAME,
+};
 use crate::ops::metrics::{Metrics, RouteMetrics};
 use arc_swap::ArcSwap;
 use std::collections::BTreeMap;
@@ -54,12 +58,10 @@ pub const UNROUTED: &str = "(none)";
 
 pub struct Route {
     pub config: RouteConfig,
-    /// The per-client concurrency limit of this route, and its rendered `RateLimit-Policy`.
-    pub concurrency: Option<(Policy, http::HeaderValue)>,
-    /// The route name, shared cheaply with limiter keys.
-    pub name: Arc<str>,
+    /// What admission needs: the name (shared cheaply with limiter keys), cost, dry run,
+    /// failure mode, per-IP table, the route's concurrency limit.
+    pub rules: RouteRules,
     pub pool: Arc<Pool>,
-    pub ip_limiter: Option<Arc<IpLimiter>>,
     pub metrics: RouteMetrics,
     pub upstream_latency: prometheus::Histogram,
 }
@@ -73,16 +75,10 @@ impl Snapshot {
         metrics: &Arc<Metrics>,
     ) -> Result<Snapshot, ConfigError> {
         let pools = build_pools(&config, previous)?;
-        let lease_ms = concurrency_lease(&config.store).as_millis() as u64;
+        let slot_ttl_ms = slot_ttl(&config.store).as_millis() as u64;
         let ip_tables = build_ip_tables(&config, previous);
         // Every policy name a route's decisions can be labelled with.
-        let mut policy_names: Vec<Arc<str>> = [
-            crate::control::config::IP_POLICY_NAME,
-            crate::control::config::CONCURRENCY_POLICY_NAME,
-            crate::control::config::ROUTE_CONCURRENCY_POLICY_NAME,
-        ]
-        .map(Arc::from)
-        .to_vec();
+        let mut policy_names: Vec<Arc<str>> = RESERVED_POLICY_NAMES.map(Arc::from).to_vec();
         for plan in config.plans.values() {
             for p in &plan.limits {
                 if !policy_names.contains(&p.name) {
@@ -99,41 +95,54 @@ impl Snapshot {
                     IpLimitChoice::Off => None,
                     IpLimitChoice::Own(_) => Some(IpTableId::Route(r.name.clone())),
                 };
-                Route {
-                    concurrency: r.max_concurrent.map(|n| {
+                let concurrency = r
+                    .max_concurrent
+                    .map(|n| {
                         let policy = Policy::concurrency(
-                            crate::control::config::ROUTE_CONCURRENCY_POLICY_NAME,
+                            ROUTE_CONCURRENCY_POLICY_NAME,
                             n,
-                            lease_ms,
+                            slot_ttl_ms,
                             Scope::Route,
-                        );
-                        let header = crate::chain::headers::policy_header(std::iter::once(&policy));
-                        (
-                            policy,
-                            http::HeaderValue::from_str(&header).expect("header-safe names"),
                         )
-                    }),
+                        .map_err(|e| invalid(&format!("routes.{}.max_concurrent", r.name), e))?;
+                        let header = policy_header(std::iter::once(&policy));
+                        let header =
+                            http::HeaderValue::from_str(&header).expect("header-safe names");
+                        Ok::<_, ConfigError>((policy, header))
+                    })
+                    .transpose()?;
+                Ok(Route {
+                    rules: RouteRules {
+                        name: Arc::from(r.name.as_str()),
+                        cost: r.cost,
+                        shadow: r.shadow,
+                        on_store_error: r.on_store_error,
+                        ip: table
+                            .and_then(|id| ip_tables.get(&id))
+                            .map(|t| IpRule::new(Arc::clone(&t.limiter))),
+                        concurrency,
+                    },
                     config: r.clone(),
-                    name: Arc::from(r.name.as_str()),
                     pool: Arc::clone(&pools[&r.upstream]),
-                    ip_limiter: table
-                        .and_then(|id| ip_tables.get(&id))
-                        .map(|t| Arc::clone(&t.limiter)),
                     metrics: metrics.route(&r.name, policy_names.iter().cloned()),
                     upstream_latency: metrics.upstream_duration.with_label_values(&[&r.upstream]),
-                }
+                })
             })
-            .collect();
+            .collect::<Result<Vec<Route>, ConfigError>>()?;
         let store = match previous {
             Some(p) if p.config.store == config.store => Arc::clone(&p.store),
             _ => Arc::new(build_store(&config.store, metrics)?),
         };
         Ok(Snapshot {
-            router: Router::new(&config.routes),
+            router: Router::new(config.routes.iter().map(|r| RouteSpec {
+                prefix: r.path_prefix.clone(),
+                host: r.host.clone(),
+                methods: r.methods.clone(),
+            })),
             routes,
             pools,
             ip_tables,
-            keys: key_ring(&config, lease_ms),
+            keys: key_ring(&config, slot_ttl_ms)?,
             store,
             unrouted: metrics.route(UNROUTED, []),
             metrics: Arc::clone(metrics),
@@ -144,15 +153,9 @@ impl Snapshot {
 
 fn build_store(config: &StoreConfig, metrics: &Arc<Metrics>) -> Result<Store, ConfigError> {
     match config {
-        StoreConfig::Memory => Ok(Store::memory(Arc::clone(metrics))),
+        StoreConfig::Memory => Ok(Store::memory(metrics.store())),
         StoreConfig::Redis(redis, failure) => {
-            Store::redis(redis.clone(), *failure, Arc::clone(metrics)).map_err(|e| {
-                ConfigError::Invalid(vec![crate::control::config::Problem {
-                    path: "store".to_owned(),
-                    message: e.to_string(),
-                    location: None,
-                }])
-            })
+            Store::redis(redis.clone(), *failure, metrics.store()).map_err(|e| invalid("store", e))
         }
     }
 }
@@ -223,33 +226,39 @@ fn build_ip_tables(config: &Config, previous: Option<&Snapshot>) -> BTreeMap<IpT
         .collect()
 }
 
-/// How long a concurrency slot lives unreleased (only the Redis store keeps leases).
-fn concurrency_lease(store: &StoreConfig) -> std::time::Duration {
+/// How long a concurrency slot lives unreleased (only the Redis store keeps slots in time).
+fn slot_ttl(store: &StoreConfig) -> std::time::Duration {
     match store {
-        StoreConfig::Redis(redis, _) => redis.concurrency_lease,
-        StoreConfig::Memory => crate::control::config::defaults::CONCURRENCY_LEASE,
+        StoreConfig::Redis(redis, _) => redis.slot_ttl,
+        StoreConfig::Memory => crate::control::config::defaults::CONCURRENCY_SLOT_TTL,
     }
 }
 
-fn key_ring(config: &Config, lease_ms: u64) -> KeyRing {
-    let plans: BTreeMap<&str, Arc<Plan>> = config
-        .plans
-        .values()
-        .map(|p| {
-            let mut policies = p.limits.clone();
-            let mut shadow = p.shadow.clone();
-            if let Some(n) = p.max_concurrent {
-                let name = crate::control::config::CONCURRENCY_POLICY_NAME;
-                policies.push(Policy::concurrency(name, n, lease_ms, Scope::Client));
-                shadow.push(false);
-            }
-            (
-                p.name.as_str(),
-                Arc::new(Plan::with_shadow(&p.name, policies, shadow).with_lease(p.lease)),
-            )
-        })
-        .collect();
-    KeyRing::new(config.clients.iter().flat_map(|c| {
+/// A problem found while building (the config loader catches these first).
+fn invalid(path: &str, e: impl std::fmt::Display) -> ConfigError {
+    ConfigError::Invalid(vec![Problem {
+        path: path.to_owned(),
+        message: e.to_string(),
+        location: None,
+    }])
+}
+
+fn key_ring(config: &Config, slot_ttl_ms: u64) -> Result<KeyRing, ConfigError> {
+    let mut plans: BTreeMap<&str, Arc<Plan>> = BTreeMap::new();
+    for p in config.plans.values() {
+        let mut policies = p.limits.clone();
+        let mut shadow = p.shadow.clone();
+        if let Some(n) = p.max_concurrent {
+            let policy =
+                Policy::concurrency(CONCURRENCY_POLICY_NAME, n, slot_ttl_ms, Scope::Client)
+                    .map_err(|e| invalid(&format!("plans.{}.max_concurrent", p.name), e))?;
+            policies.push(policy);
+            shadow.push(false);
+        }
+        let plan = Plan::with_shadow(&p.name, policies, shadow).with_lease(p.lease);
+        plans.insert(p.name.as_str(), Arc::new(plan));
+    }
+    Ok(KeyRing::new(config.clients.iter().flat_map(|c| {
         let client = Arc::new(Client {
             id: Arc::from(c.id.as_str()),
             plan: Arc::clone(&plans[c.plan.as_str()]),
@@ -257,5 +266,5 @@ fn key_ring(config: &Config, lease_ms: u64) -> KeyRing {
         c.api_keys
             .iter()
             .map(move |digest| (*digest, Arc::clone(&client)))
-    }))
+    })))
 }

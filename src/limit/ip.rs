@@ -13,9 +13,9 @@
 //! distinct addresses competes with itself in the overflow buckets and cannot reset the
 //! bucket of an address already being limited.
 
-use super::algorithm::TokenBucket;
-use super::sharded::Sharded;
-use super::{Decision, Policy};
+use crate::limit::algorithm::TokenBucket;
+use crate::limit::sharded::Sharded;
+use crate::limit::{Decision, Policy};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
@@ -25,8 +25,6 @@ pub type IpKey = u128;
 
 pub struct IpLimiter {
     pub policy: Policy,
-    /// `RateLimit-Policy` for this table's policy, rendered once.
-    pub policy_header: http::HeaderValue,
     table: Sharded<IpKey, TokenBucket>,
     max_per_shard: usize,
     overflow: Box<[Mutex<TokenBucket>]>,
@@ -41,11 +39,8 @@ impl IpLimiter {
         let overflow = (0..shards)
             .map(|_| Mutex::new(TokenBucket::full(&policy)))
             .collect();
-        let header = crate::chain::headers::policy_header(std::iter::once(&policy));
         IpLimiter {
             max_per_shard: max_tracked.div_ceil(shards).max(1),
-            policy_header: http::HeaderValue::from_str(&header)
-                .expect("policy names are header-safe"),
             policy,
             table,
             overflow,

@@ -54,29 +54,102 @@ pub enum Scope {
 pub struct Policy {
     pub name: Arc<str>,
     pub algorithm: Algorithm,
-    pub limit: u64,
-    pub window_ms: u64,
-    pub burst: u64,
+    /// At least 1 (checked at construction, like `window_ms` and `burst`).
+    limit: u64,
+    window_ms: u64,
+    burst: u64,
     pub scope: Scope,
 }
 
+/// A policy with a zero limit, window or burst: it could admit nothing, or divide by zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a limit's {0} must be at least 1")]
+pub struct InvalidPolicy(pub &'static str);
+
+/// Name of the per-IP policy in `RateLimit` headers and 429 bodies (reserved: plans cannot
+/// name a limit so).
+pub const IP_POLICY_NAME: &str = "ip";
+/// Name of a plan's concurrency limit (`max_concurrent`), reserved likewise.
+pub const CONCURRENCY_POLICY_NAME: &str = "concurrency";
+/// Name of a route's concurrency limit, reserved likewise.
+pub const ROUTE_CONCURRENCY_POLICY_NAME: &str = "route-concurrency";
+/// Every reserved policy name.
+pub const RESERVED_POLICY_NAMES: [&str; 3] = [
+    IP_POLICY_NAME,
+    CONCURRENCY_POLICY_NAME,
+    ROUTE_CONCURRENCY_POLICY_NAME,
+];
+
 impl Policy {
-    pub fn new(name: &str, algorithm: Algorithm, limit: u64, window_ms: u64, burst: u64) -> Policy {
-        Policy {
+    /// A policy from checked values (the config loader's, or constants); zero values are
+    /// refused, so every policy can admit something and no computation divides by zero.
+    pub fn try_new(
+        name: &str,
+        algorithm: Algorithm,
+        limit: u64,
+        window_ms: u64,
+        burst: u64,
+    ) -> Result<Policy, InvalidPolicy> {
+        for (value, what) in [(limit, "limit"), (window_ms, "window"), (burst, "burst")] {
+            if value == 0 {
+                return Err(InvalidPolicy(what));
+            }
+        }
+        Ok(Policy {
             name: name.into(),
             algorithm,
             limit,
             window_ms,
             burst,
             scope: Scope::Route,
-        }
+        })
     }
 
-    /// A concurrency limit: `limit` in flight, slot leases living `lease_ms`.
-    pub fn concurrency(name: &str, limit: u64, lease_ms: u64, scope: Scope) -> Policy {
-        Policy {
+    /// [`try_new`](Self::try_new) for values known to be valid (literals, or values checked
+    /// already). Panics on a zero limit, window or burst.
+    pub fn new(name: &str, algorithm: Algorithm, limit: u64, window_ms: u64, burst: u64) -> Policy {
+        Policy::try_new(name, algorithm, limit, window_ms, burst)
+            .unwrap_or_else(|e| panic!("policy {name:?}: {e}"))
+    }
+
+    /// A concurrency limit: `limit` (at least 1) in flight, a slot living `slot_ttl_ms`
+    /// (at least 1) unless released.
+    pub fn concurrency(
+        name: &str,
+        limit: u64,
+        slot_ttl_ms: u64,
+        scope: Scope,
+    ) -> Result<Policy, InvalidPolicy> {
+        Ok(Policy {
             scope,
-            ..Policy::new(name, Algorithm::Concurrency, limit, lease_ms, limit)
+            ..Policy::try_new(name, Algorithm::Concurrency, limit, slot_ttl_ms, limit)?
+        })
+    }
+
+    /// Units per window (for a token bucket: the refill per window); at least 1.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window in milliseconds (for a concurrency limit: how long a slot lives); at
+    /// least 1.
+    pub fn window_ms(&self) -> u64 {
+        self.window_ms
+    }
+
+    /// A token bucket's capacity (the other algorithms: the limit); at least 1.
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// The same policy with its limit and burst divided by `n` (the local fallback's share
+    /// of `n` instances), never below 1.
+    pub fn divided(&self, n: u64) -> Policy {
+        let n = n.max(1);
+        Policy {
+            limit: (self.limit / n).max(1),
+            burst: (self.burst / n).max(1),
+            ..self.clone()
         }
     }
 
@@ -89,10 +162,10 @@ impl Policy {
             Algorithm::TokenBucket => {
                 // Wide arithmetic: never overflows, whatever the numbers.
                 let refill = (u128::from(self.burst) * u128::from(self.window_ms))
-                    .div_ceil(u128::from(self.limit.max(1)) * 1000);
-                (self.burst, u64::try_from(refill).unwrap_or(u64::MAX).max(1))
+                    .div_ceil(u128::from(self.limit) * 1000);
+                (self.burst, u64::try_from(refill).unwrap_or(u64::MAX))
             }
-            _ => (self.limit, self.window_ms.div_ceil(1000).max(1)),
+            _ => (self.limit, self.window_ms.div_ceil(1000)),
         }
     }
 
@@ -131,17 +204,13 @@ pub struct Decision {
 /// enforced (non-shadow) policy allows it, and only then is anything committed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Verdict {
+    /// Whether the request is admitted (shadow policies never block it).
     pub admitted: bool,
     /// Same order as the policies asked about.
     pub decisions: Vec<Decision>,
 }
 
 impl Verdict {
-    /// Whether the request is admitted (shadow policies never block it).
-    pub fn allowed(&self) -> bool {
-        self.admitted
-    }
-
     /// The longest wait among the rejecting policies.
     pub fn retry_after_ms(&self) -> u64 {
         self.decisions

@@ -5,7 +5,9 @@
 //! request path touches are resolved once per snapshot ([`RouteMetrics`]), so a request
 //! increments atomics and never looks labels up.
 
+use crate::chain::admission::Outcome;
 use crate::limit::store::breaker::BreakerState;
+use crate::limit::store::metrics::{StoreMetrics, CALL_RESULTS};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -13,62 +15,25 @@ use prometheus::{
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-/// How a limiter step ended for one policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Allowed = 0,
-    Rejected = 1,
-    /// Store failed, route fails open: admitted without a decision.
-    DegradedOpen = 2,
-    /// Store failed, route fails closed: 503.
-    DegradedClosed = 3,
-    /// Store failed, decided by the in-process fallback.
-    LocalFallback = 4,
-    /// A dry-run (shadow) limit that would have rejected the request.
-    ShadowRejected = 5,
-}
-
-impl Outcome {
-    pub const ALL: [Outcome; 6] = [
-        Outcome::Allowed,
-        Outcome::Rejected,
-        Outcome::DegradedOpen,
-        Outcome::DegradedClosed,
-        Outcome::LocalFallback,
-        Outcome::ShadowRejected,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Allowed => "allowed",
-            Outcome::Rejected => "rejected",
-            Outcome::DegradedOpen => "degraded_open",
-            Outcome::DegradedClosed => "degraded_closed",
-            Outcome::LocalFallback => "local_fallback",
-            Outcome::ShadowRejected => "shadow_rejected",
-        }
-    }
-}
-
 pub struct Metrics {
     pub registry: Registry,
     requests: IntCounterVec,
     decisions: IntCounterVec,
     ip_rejections: IntCounterVec,
-    pub store_duration: Histogram,
-    pub store_calls: IntCounterVec,
-    pub store_short_circuits: IntCounter,
+    store_duration: Histogram,
+    store_calls: IntCounterVec,
+    store_short_circuits: IntCounter,
     /// Decisions made from a local quota lease (or a remembered refusal), without a store call.
-    pub lease_local: IntCounter,
-    pub breaker_state: IntGauge,
-    pub breaker_transitions: IntCounterVec,
+    lease_local: IntCounter,
+    breaker_state: IntGauge,
+    breaker_transitions: IntCounterVec,
     pub upstream_duration: HistogramVec,
     pub upstream_healthy: IntGaugeVec,
     pub reloads: IntCounterVec,
     pub config_version: IntGauge,
     pub config_info: IntGaugeVec,
     pub tracked_entries: IntGaugeVec,
-    pub live_instances: IntGauge,
+    live_instances: IntGauge,
     pub access_log_dropped: IntCounter,
 }
 
@@ -208,11 +173,30 @@ impl Metrics {
         out
     }
 
+    /// The breaker's current state (refreshed at every scrape).
     pub fn set_breaker_state(&self, state: BreakerState) {
         self.breaker_state.set(state as i64);
-        self.breaker_transitions
-            .with_label_values(&[state.as_str()])
-            .inc();
+    }
+
+    /// The store's handles, registered here (the store does not know the registry).
+    pub fn store(&self) -> StoreMetrics {
+        StoreMetrics {
+            calls: CALL_RESULTS.map(|result| self.store_calls.with_label_values(&[result])),
+            duration: self.store_duration.clone(),
+            short_circuits: self.store_short_circuits.clone(),
+            lease_local: self.lease_local.clone(),
+            live_instances: self.live_instances.clone(),
+            breaker_state: self.breaker_state.clone(),
+            breaker_transitions: [
+                BreakerState::Closed,
+                BreakerState::Open,
+                BreakerState::HalfOpen,
+            ]
+            .map(|state| {
+                self.breaker_transitions
+                    .with_label_values(&[state.as_str()])
+            }),
+        }
     }
 
     /// The counters one route's requests touch, resolved now so requests never look them up.
@@ -224,7 +208,7 @@ impl Metrics {
         let decisions = policies
             .into_iter()
             .map(|policy| {
-                let counters = Outcome::ALL.map(|o| {
+                let counters = Outcome::DECISIONS.map(|o| {
                     self.decisions
                         .with_label_values(&[route, &policy, o.as_str()])
                 });
@@ -271,8 +255,8 @@ impl RouteMetrics {
     }
 
     pub fn decision(&self, policy: &str, outcome: Outcome) {
-        if let Some(counters) = self.decisions.get(policy) {
-            counters[outcome as usize].inc();
+        if let (Some(counters), Some(i)) = (self.decisions.get(policy), outcome.decision_index()) {
+            counters[i].inc();
         }
     }
 }

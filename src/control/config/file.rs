@@ -168,6 +168,8 @@ pub enum StoreFile {
         breaker_cooldown: Option<HumanDuration>,
         expected_instances: Option<u64>,
         heartbeat_interval: Option<HumanDuration>,
+        concurrency_slot_ttl: Option<HumanDuration>,
+        /// Deprecated name of `concurrency_slot_ttl`.
         concurrency_lease: Option<HumanDuration>,
     },
     /// A Redis Cluster, given by seed nodes.
@@ -179,6 +181,8 @@ pub enum StoreFile {
         breaker_cooldown: Option<HumanDuration>,
         expected_instances: Option<u64>,
         heartbeat_interval: Option<HumanDuration>,
+        concurrency_slot_ttl: Option<HumanDuration>,
+        /// Deprecated name of `concurrency_slot_ttl`.
         concurrency_lease: Option<HumanDuration>,
     },
 }

@@ -2,9 +2,12 @@
 //! (plaintext or digests) appear only as a count, the admin token only as "set", and
 //! passwords in Redis URLs as `***`.
 
+use super::model::{Config, IpLimitChoice, IpLimitConfig, StoreConfig};
 use super::units::format_duration;
-use super::{Auth, Config, FailureMode, HeadersMode, IpLimitChoice, IpLimitConfig, StoreConfig};
+use crate::chain::auth::Auth;
+use crate::chain::headers::HeadersMode;
 use crate::limit::store::redis::Topology;
+use crate::limit::store::FailureMode;
 use serde_json::{json, Value};
 
 pub fn render(config: &Config) -> Value {
@@ -74,9 +77,9 @@ pub fn render(config: &Config) -> Value {
             "limits": p.limits.iter().zip(&p.shadow).map(|(l, shadow)| json!({
                 "name": &*l.name,
                 "algorithm": l.algorithm.as_str(),
-                "limit": l.limit,
-                "window": format_duration(std::time::Duration::from_millis(l.window_ms)),
-                "burst": l.burst,
+                "limit": l.limit(),
+                "window": format_duration(std::time::Duration::from_millis(l.window_ms())),
+                "burst": l.burst(),
                 "shadow": shadow,
             })).collect::<Vec<_>>(),
             "max_concurrent": p.max_concurrent,
@@ -114,6 +117,7 @@ fn store(store: &StoreConfig) -> Value {
                 "breaker_cooldown": format_duration(f.breaker_cooldown),
                 "expected_instances": f.expected_instances,
                 "heartbeat_interval": format_duration(f.heartbeat_interval),
+                "concurrency_slot_ttl": format_duration(r.slot_ttl),
             })
         }
     }

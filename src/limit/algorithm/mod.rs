@@ -5,6 +5,8 @@
 //! decisions; `tests/lua_agrees.rs` checks that on random sequences. Validation keeps every
 //! intermediate product below [`MAX_PRODUCT`].
 //!
+//! One file per algorithm, each mirroring its Lua script in `lua/`:
+//!
 //! - **Token bucket**: capacity `burst`, refilled at `limit` per `window`. The level is kept
 //!   scaled by `window_ms` (one token = `window_ms` units, refill = `limit` units per ms), which
 //!   makes refill exact for any rate.
@@ -15,8 +17,19 @@
 //! - **Sliding log**: the timestamps (and costs) admitted in the last `window`; exact, memory
 //!   grows with the limit.
 
-use super::{Algorithm, Decision, Policy};
-use std::collections::VecDeque;
+mod concurrency;
+mod fixed_window;
+mod sliding_log;
+mod sliding_window;
+mod token_bucket;
+
+pub use concurrency::Concurrency;
+pub use fixed_window::FixedWindow;
+pub use sliding_log::SlidingLog;
+pub use sliding_window::SlidingWindow;
+pub use token_bucket::TokenBucket;
+
+use crate::limit::{Algorithm, Decision, Policy};
 
 /// Upper bound for any product the algorithms form (`burst * window_ms`, `limit * window_ms`):
 /// below 2^53, so doubles in Lua represent it exactly.
@@ -95,296 +108,6 @@ impl State {
                 .back()
                 .is_none_or(|(ts, _)| ts + policy.window_ms <= now),
             State::Concurrency(s) => s.in_flight == 0,
-        }
-    }
-}
-
-fn ceil_div(a: u64, b: u64) -> u64 {
-    a.div_ceil(b)
-}
-
-/// Token bucket state: `level` in units of token·ms (`tokens * window_ms`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct TokenBucket {
-    pub level: u64,
-    pub updated_ms: u64,
-}
-
-impl TokenBucket {
-    pub fn full(policy: &Policy) -> TokenBucket {
-        TokenBucket {
-            level: policy.burst * policy.window_ms,
-            updated_ms: 0,
-        }
-    }
-
-    /// The level at `now` after refilling (time going backwards refills nothing).
-    pub fn level_at(&self, policy: &Policy, now: u64) -> u64 {
-        let capacity = policy.burst * policy.window_ms;
-        let elapsed = now.saturating_sub(self.updated_ms);
-        let refill = elapsed.saturating_mul(policy.limit);
-        self.level.saturating_add(refill).min(capacity)
-    }
-
-    pub fn decide(&self, policy: &Policy, now: u64, cost: u64) -> (Decision, TokenBucket) {
-        let w = policy.window_ms;
-        let capacity = policy.burst * w;
-        let level = self.level_at(policy, now);
-        let need = cost * w;
-        let now = now.max(self.updated_ms);
-        if level >= need {
-            let level = level - need;
-            let decision = Decision {
-                allowed: true,
-                limit: policy.burst,
-                remaining: level / w,
-                reset_ms: ceil_div(capacity - level, policy.limit),
-                retry_after_ms: 0,
-            };
-            (
-                decision,
-                TokenBucket {
-                    level,
-                    updated_ms: now,
-                },
-            )
-        } else {
-            let retry_after_ms = if need > capacity {
-                w // can never pass; validation prevents this, report one window
-            } else {
-                ceil_div(need - level, policy.limit)
-            };
-            let decision = Decision {
-                allowed: false,
-                limit: policy.burst,
-                remaining: level / w,
-                reset_ms: ceil_div(capacity - level, policy.limit),
-                retry_after_ms,
-            };
-            (
-                decision,
-                TokenBucket {
-                    level,
-                    updated_ms: now,
-                },
-            )
-        }
-    }
-}
-
-/// Fixed window state: the start of the window `count` belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct FixedWindow {
-    pub window_start: u64,
-    pub count: u64,
-}
-
-impl FixedWindow {
-    pub fn decide(&self, policy: &Policy, now: u64, cost: u64) -> (Decision, FixedWindow) {
-        let w = policy.window_ms;
-        let start = now - now % w;
-        let count = if self.window_start == start {
-            self.count
-        } else {
-            0
-        };
-        let reset_ms = start + w - now;
-        if count + cost <= policy.limit {
-            let count = count + cost;
-            let decision = Decision {
-                allowed: true,
-                limit: policy.limit,
-                remaining: policy.limit - count,
-                reset_ms,
-                retry_after_ms: 0,
-            };
-            (
-                decision,
-                FixedWindow {
-                    window_start: start,
-                    count,
-                },
-            )
-        } else {
-            let decision = Decision {
-                allowed: false,
-                limit: policy.limit,
-                remaining: policy.limit.saturating_sub(count),
-                reset_ms,
-                retry_after_ms: reset_ms,
-            };
-            (
-                decision,
-                FixedWindow {
-                    window_start: start,
-                    count,
-                },
-            )
-        }
-    }
-}
-
-/// Sliding window counter state: counts of the current aligned window and the one before.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SlidingWindow {
-    pub window_start: u64,
-    pub current: u64,
-    pub previous: u64,
-}
-
-impl SlidingWindow {
-    /// The state rolled forward to the window containing `now`.
-    fn rolled(&self, w: u64, now: u64) -> SlidingWindow {
-        let start = now - now % w;
-        if self.window_start == start {
-            *self
-        } else if self.window_start + w == start {
-            SlidingWindow {
-                window_start: start,
-                current: 0,
-                previous: self.current,
-            }
-        } else {
-            SlidingWindow {
-                window_start: start,
-                current: 0,
-                previous: 0,
-            }
-        }
-    }
-
-    pub fn decide(&self, policy: &Policy, now: u64, cost: u64) -> (Decision, SlidingWindow) {
-        let w = policy.window_ms;
-        let s = self.rolled(w, now);
-        let elapsed = now - s.window_start;
-        let until_next = w - elapsed;
-        // used·w = previous·(w - elapsed) + current·w, compared against limit·w.
-        let used = s.previous * until_next + s.current * w;
-        let capacity = policy.limit * w;
-        if used + cost * w <= capacity {
-            let used = used + cost * w;
-            let decision = Decision {
-                allowed: true,
-                limit: policy.limit,
-                remaining: (capacity - used) / w,
-                reset_ms: until_next,
-                retry_after_ms: 0,
-            };
-            let s = SlidingWindow {
-                current: s.current + cost,
-                ..s
-            };
-            (decision, s)
-        } else {
-            let retry_after_ms = if cost > policy.limit {
-                w
-            } else if s.current + cost <= policy.limit {
-                // Fits once the previous window's weight has decayed enough, within this window:
-                // previous·(until_next - t) <= (limit - current - cost)·w.
-                let spare = (policy.limit - s.current - cost) * w;
-                until_next - spare / s.previous
-            } else {
-                // Only after this window ends, when `current` becomes the previous window:
-                // current·(w - e) <= (limit - cost)·w.
-                let spare = (policy.limit - cost) * w;
-                until_next + (w - spare / s.current)
-            };
-            let decision = Decision {
-                allowed: false,
-                limit: policy.limit,
-                remaining: capacity.saturating_sub(used) / w,
-                reset_ms: retry_after_ms,
-                retry_after_ms,
-            };
-            (decision, s)
-        }
-    }
-}
-
-/// Requests in flight (in one process; the Redis store keeps leases with an expiry instead).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Concurrency {
-    pub in_flight: u64,
-}
-
-impl Concurrency {
-    /// A request takes one slot whatever its cost; cost 0 only reports.
-    pub fn decide(&self, policy: &Policy, cost: u64) -> (Decision, Concurrency) {
-        let take = u64::from(cost > 0);
-        if self.in_flight + take <= policy.limit {
-            let in_flight = self.in_flight + take;
-            let decision = Decision {
-                allowed: true,
-                limit: policy.limit,
-                remaining: policy.limit - in_flight,
-                reset_ms: 0,
-                retry_after_ms: 0,
-            };
-            (decision, Concurrency { in_flight })
-        } else {
-            let decision = Decision {
-                allowed: false,
-                limit: policy.limit,
-                remaining: 0,
-                reset_ms: 0,
-                retry_after_ms: 1000,
-            };
-            (decision, *self)
-        }
-    }
-}
-
-/// Sliding log state: `(timestamp, cost)` of admitted requests, oldest first.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SlidingLog {
-    pub entries: VecDeque<(u64, u64)>,
-}
-
-impl SlidingLog {
-    pub fn decide(mut self, policy: &Policy, now: u64, cost: u64) -> (Decision, SlidingLog) {
-        let w = policy.window_ms;
-        // An entry counts while now - w < ts, i.e. it expires at ts + w.
-        while self.entries.front().is_some_and(|(ts, _)| ts + w <= now) {
-            self.entries.pop_front();
-        }
-        let count: u64 = self.entries.iter().map(|(_, c)| c).sum();
-        if count + cost <= policy.limit {
-            self.entries.push_back((now, cost));
-            let oldest = self.entries.front().map_or(now, |(ts, _)| *ts);
-            let decision = Decision {
-                allowed: true,
-                limit: policy.limit,
-                remaining: policy.limit - count - cost,
-                reset_ms: oldest + w - now,
-                retry_after_ms: 0,
-            };
-            (decision, self)
-        } else {
-            let retry_after_ms = if cost > policy.limit {
-                w
-            } else {
-                // Wait until enough of the oldest entries expire to make room for `cost`.
-                let excess = count + cost - policy.limit;
-                let mut freed = 0;
-                let mut at = now;
-                for (ts, c) in &self.entries {
-                    freed += c;
-                    if freed >= excess {
-                        at = ts + w;
-                        break;
-                    }
-                }
-                at - now
-            };
-            let oldest = self.entries.front().map_or(now, |(ts, _)| *ts);
-            let decision = Decision {
-                allowed: false,
-                limit: policy.limit,
-                remaining: policy.limit.saturating_sub(count),
-                reset_ms: oldest + w - now,
-                retry_after_ms,
-            };
-            (decision, self)
         }
     }
 }

@@ -13,6 +13,7 @@
 use crate::clock::Clock;
 use crate::limit::algorithm::State;
 use crate::limit::sharded::Sharded;
+use crate::limit::store::request::CheckRequest;
 use crate::limit::{Decision, Policy, Scope, Verdict};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -53,18 +54,19 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// Decides one request of `cost` by `client` on `route` against `policies` (`shadow[i]`:
-    /// policy `i` never blocks), at `now_ms` or the store's clock.
-    pub fn check(
-        &self,
-        client: &Arc<str>,
-        route: &Arc<str>,
-        policies: &[Policy],
-        shadow: &[bool],
-        cost: u64,
-        now_ms: Option<u64>,
-    ) -> Verdict {
-        let now = now_ms.unwrap_or_else(|| self.clock.now_ms());
+    /// Decides one request against its policies (`shadow[i]`: policy `i` never blocks), at
+    /// the time it asks for (normally this store's clock).
+    pub fn check(&self, req: &CheckRequest<'_>) -> Verdict {
+        let CheckRequest {
+            client,
+            route,
+            policies,
+            shadow,
+            cost,
+            at,
+            ..
+        } = *req;
+        let now = at.resolve(|| self.clock.now_ms());
         let is_shadow = |i: usize| shadow.get(i).copied().unwrap_or(false);
         let has_concurrency = policies.iter().any(Policy::is_concurrency);
         // Lock order: the in-flight table, then a shard.
@@ -193,6 +195,26 @@ impl<C: Clock> MemoryStore<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limit::store::request::DecideAt;
+
+    fn ask<C: Clock>(
+        s: &MemoryStore<C>,
+        client: &Arc<str>,
+        route: &Arc<str>,
+        policies: &[Policy],
+        shadow: &[bool],
+    ) -> Verdict {
+        s.check(&CheckRequest {
+            client,
+            route,
+            policies,
+            shadow,
+            cost: 1,
+            slot_id: "",
+            at: DecideAt::StoreClock,
+            lease: None,
+        })
+    }
     use crate::clock::ManualClock;
     use crate::limit::Algorithm;
 
@@ -211,14 +233,14 @@ mod tests {
             Policy::new("per-minute", Algorithm::FixedWindow, 3, 60_000, 3),
         ];
         for _ in 0..3 {
-            assert!(s.check(&c, &r, &policies, &[], 1, None).allowed());
+            assert!(ask(&s, &c, &r, &policies, &[]).admitted);
         }
-        let v = s.check(&c, &r, &policies, &[], 1, None);
-        assert!(!v.allowed());
+        let v = ask(&s, &c, &r, &policies, &[]);
+        assert!(!v.admitted);
         assert!(v.decisions[0].allowed && !v.decisions[1].allowed);
         // It reports the per-second bucket as it stays (7 tokens), and burnt none of them.
         assert_eq!(v.decisions[0].remaining, 7);
-        let v = s.check(&c, &r, &policies[..1], &[], 1, None);
+        let v = ask(&s, &c, &r, &policies[..1], &[]);
         assert_eq!(v.decisions[0].remaining, 6);
     }
 
@@ -232,10 +254,10 @@ mod tests {
             Arc::from("r1"),
             Arc::from("r2"),
         );
-        assert!(s.check(&a, &r1, &p, &[], 1, None).allowed());
-        assert!(!s.check(&a, &r1, &p, &[], 1, None).allowed());
-        assert!(s.check(&b, &r1, &p, &[], 1, None).allowed());
-        assert!(s.check(&a, &r2, &p, &[], 1, None).allowed());
+        assert!(ask(&s, &a, &r1, &p, &[]).admitted);
+        assert!(!ask(&s, &a, &r1, &p, &[]).admitted);
+        assert!(ask(&s, &b, &r1, &p, &[]).admitted);
+        assert!(ask(&s, &a, &r2, &p, &[]).admitted);
     }
 
     #[test]
@@ -245,9 +267,9 @@ mod tests {
         let (c, r) = (Arc::from("c"), Arc::from("r"));
         let old = [Policy::new("p", Algorithm::FixedWindow, 1, 1000, 1)];
         let new = [Policy::new("p", Algorithm::FixedWindow, 2, 1000, 2)];
-        assert!(s.check(&c, &r, &old, &[], 1, None).allowed());
-        assert!(!s.check(&c, &r, &old, &[], 1, None).allowed());
-        assert!(s.check(&c, &r, &new, &[], 1, None).allowed());
+        assert!(ask(&s, &c, &r, &old, &[]).admitted);
+        assert!(!ask(&s, &c, &r, &old, &[]).admitted);
+        assert!(ask(&s, &c, &r, &new, &[]).admitted);
         assert_eq!(s.sweep(), 0);
         clock.advance(1000);
         assert_eq!(s.sweep(), 1);
@@ -263,10 +285,8 @@ mod tests {
             Policy::new("trial", Algorithm::FixedWindow, 2, 60_000, 2),
         ];
         let shadow = [false, true];
-        let verdicts: Vec<Verdict> = (0..4)
-            .map(|_| s.check(&c, &r, &p, &shadow, 1, None))
-            .collect();
-        assert!(verdicts.iter().all(Verdict::allowed), "shadow never blocks");
+        let verdicts: Vec<Verdict> = (0..4).map(|_| ask(&s, &c, &r, &p, &shadow)).collect();
+        assert!(verdicts.iter().all(|v| v.admitted), "shadow never blocks");
         let trial: Vec<bool> = verdicts.iter().map(|v| v.decisions[1].allowed).collect();
         assert_eq!(
             trial,
@@ -274,7 +294,7 @@ mod tests {
             "but it decides as if enforced"
         );
         // The enforced limit counted all four; the shadow one only what it would have let in.
-        let v = s.check(&c, &r, &p, &shadow, 1, None);
+        let v = ask(&s, &c, &r, &p, &shadow);
         assert_eq!(v.decisions[0].remaining, 5);
         assert_eq!(v.decisions[1].remaining, 0);
     }
@@ -284,14 +304,14 @@ mod tests {
         let s = store();
         let c = Arc::from("c");
         let (r1, r2) = (Arc::from("r1"), Arc::from("r2"));
-        let p = [Policy::concurrency("concurrency", 2, 60_000, Scope::Client)];
-        assert!(s.check(&c, &r1, &p, &[], 1, None).allowed());
-        assert!(s.check(&c, &r2, &p, &[], 1, None).allowed());
-        let third = s.check(&c, &r1, &p, &[], 1, None);
-        assert!(!third.allowed());
+        let p = [Policy::concurrency("concurrency", 2, 60_000, Scope::Client).unwrap()];
+        assert!(ask(&s, &c, &r1, &p, &[]).admitted);
+        assert!(ask(&s, &c, &r2, &p, &[]).admitted);
+        let third = ask(&s, &c, &r1, &p, &[]);
+        assert!(!third.admitted);
         assert_eq!(third.decisions[0].retry_after_ms, 1000);
         s.release(&c, &r2, &p);
-        assert!(s.check(&c, &r1, &p, &[], 1, None).allowed());
+        assert!(ask(&s, &c, &r1, &p, &[]).admitted);
         // A rate limit rejecting the request does not take a slot.
         let mixed = [
             p[0].clone(),
@@ -299,10 +319,10 @@ mod tests {
         ];
         s.release(&c, &r1, &p);
         s.release(&c, &r1, &p);
-        assert!(s.check(&c, &r1, &mixed, &[], 1, None).allowed());
-        assert!(!s.check(&c, &r1, &mixed, &[], 1, None).allowed());
+        assert!(ask(&s, &c, &r1, &mixed, &[]).admitted);
+        assert!(!ask(&s, &c, &r1, &mixed, &[]).admitted);
         assert!(
-            s.check(&c, &r2, &p, &[], 1, None).allowed(),
+            ask(&s, &c, &r2, &p, &[]).admitted,
             "the refused request held no slot"
         );
     }

@@ -32,11 +32,15 @@
 //! One renewal per key at a time: requests that find the lease spent while a renewal is in
 //! flight wait for it (bounded by the store timeout) and take again.
 
+mod entry;
+mod types;
+
+pub use types::{Ask, Grant, GrantWindow, LeaseKey, Take, Unspent};
+
+use self::entry::{Entry, Renewal, Window};
 use crate::limit::sharded::Sharded;
-use crate::limit::{Decision, Policy, Verdict};
-use std::pin::Pin;
+use crate::limit::{Policy, Verdict};
 use std::sync::Arc;
-use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
 
 /// A lease is sized to cover this much of the key's recent traffic (within the cap).
@@ -48,169 +52,6 @@ const RATE_WEIGHT: f64 = 0.5;
 /// An entry with no lease, no refusal and no renewal for this long is dropped by the sweeper
 /// (it forgets the key's rate; nothing else is lost).
 pub const IDLE_MS: u64 = 10_000;
-
-/// Leases are per client and route (a client-scoped limit leased from two routes is simply
-/// leased twice: both grants are counted in Redis).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct LeaseKey {
-    pub client: Arc<str>,
-    pub route: Arc<str>,
-}
-
-/// One limit's window as the store last reported it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Window {
-    /// Start of the window in the store's clock (what give-backs name).
-    start: u64,
-    /// When it ends, in this process's clock (early by the call's round trip).
-    ends_at: u64,
-    /// Units the store had left after the last grant (other instances may take them since).
-    remaining: u64,
-}
-
-struct Entry {
-    /// What the lease was taken against: a reload that changes the limits starts afresh.
-    policies: Vec<Policy>,
-    /// Units granted and not yet spent.
-    left: u64,
-    /// `left` may be spent until this local time.
-    expires_at: u64,
-    windows: Vec<Window>,
-    /// The store refused: (index of the refusing limit, local time until which to refuse).
-    refused: Option<(usize, u64)>,
-    /// Unspent units of a lease whose window ended, to give back with the next renewal.
-    lapsed: u64,
-    lapsed_starts: Vec<u64>,
-    /// Set while a renewal is in flight.
-    renewing: Option<Renewal>,
-    /// Moving average of units spent per millisecond, and what was spent since `last_ask`.
-    rate: f64,
-    spent: u64,
-    last_ask: u64,
-}
-
-impl Entry {
-    fn new(policies: &[Policy]) -> Entry {
-        Entry {
-            policies: policies.to_vec(),
-            left: 0,
-            expires_at: 0,
-            windows: Vec::new(),
-            refused: None,
-            lapsed: 0,
-            lapsed_starts: Vec::new(),
-            renewing: None,
-            rate: 0.0,
-            spent: 0,
-            last_ask: 0,
-        }
-    }
-
-    /// Moves an expired lease's units to `lapsed` (to be given back).
-    fn lapse(&mut self) {
-        if self.left > 0 {
-            self.lapsed = self.left;
-            self.lapsed_starts = self.windows.iter().map(|w| w.start).collect();
-            self.left = 0;
-        }
-    }
-
-    fn verdict(&self, now: u64, refused: Option<(usize, u64)>) -> Verdict {
-        let decisions = self
-            .policies
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let w = self.windows.get(i).copied().unwrap_or_default();
-                let blocked = refused.filter(|(by, _)| *by == i);
-                Decision {
-                    allowed: blocked.is_none(),
-                    limit: p.capacity(),
-                    remaining: match blocked {
-                        Some(_) => 0,
-                        None => w.remaining.saturating_add(self.left),
-                    },
-                    reset_ms: w.ends_at.saturating_sub(now),
-                    retry_after_ms: blocked
-                        .map_or(0, |(_, until)| until.saturating_sub(now).max(1)),
-                }
-            })
-            .collect();
-        Verdict {
-            admitted: refused.is_none(),
-            decisions,
-        }
-    }
-}
-
-/// A renewal in flight.
-struct Renewal {
-    /// Notified when it settles (or is abandoned).
-    settled: Arc<Notify>,
-    /// Local time after which it is overdue: sent more than the store timeout ago.
-    overdue_at: u64,
-}
-
-/// What [`LeaseTable::take`] decided.
-pub enum Take {
-    /// Decided from the local lease (or a remembered refusal): no store call.
-    Local(Verdict),
-    /// Ask the store ([`Ask`]), then [`settle`](LeaseTable::settle) or
-    /// [`abandon`](LeaseTable::abandon).
-    Ask(Ask),
-    /// Another request of this key is renewing: await this, then take again.
-    Wait(Pin<Box<OwnedNotified>>),
-    /// The table is full: decide this request with a per-request store call.
-    Untracked,
-    /// A renewal of this key has been in flight for longer than the store timeout: the
-    /// store is stalling. Decide by the route's failure mode, without another store call
-    /// (which would only queue behind it, and spend units when the store wakes up).
-    Stalled,
-}
-
-/// A renewal to send to the store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ask {
-    /// Units the request must get (its cost less what it took from the current lease).
-    pub need: u64,
-    /// Units to reserve (at least `need`).
-    pub want: u64,
-    /// Units of the current lease the request holds (given back locally if refused).
-    pub held: u64,
-    /// A lapsed lease to give back first: its units, and each limit's window start.
-    pub give_back: u64,
-    pub give_back_starts: Vec<u64>,
-    /// Local time the call was sent.
-    pub sent_at: u64,
-}
-
-/// One limit in the store's answer to a renewal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GrantWindow {
-    pub remaining: u64,
-    pub reset_ms: u64,
-    pub retry_after_ms: u64,
-    pub start: u64,
-}
-
-/// The store's answer to a renewal.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
-    /// Units reserved (0: refused).
-    pub granted: u64,
-    /// The first limit that could not spare `need`.
-    pub rejected: Option<usize>,
-    pub windows: Vec<GrantWindow>,
-}
-
-/// Unspent units of one live lease, for a graceful shutdown to give back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unspent {
-    pub key: LeaseKey,
-    pub policies: Vec<Policy>,
-    pub starts: Vec<u64>,
-    pub units: u64,
-}
 
 pub struct LeaseTable {
     map: Sharded<LeaseKey, Entry>,
@@ -535,19 +376,20 @@ mod tests {
         let t = LeaseTable::new(100);
         let a = ask(&t, 1_000);
         assert_eq!((a.need, a.want, a.held), (1, 1, 0));
-        assert!(t
-            .settle(&key(), &policies(), a, &grant(1, 99, 30_000, 0), 1_001)
-            .allowed());
+        assert!(
+            t.settle(&key(), &policies(), a, &grant(1, 99, 30_000, 0), 1_001)
+                .admitted
+        );
         // 1 unit per ms observed since the last ask: 200 ms of it is capped at 10.
         let a = ask(&t, 1_001);
         assert_eq!(a.want, 10);
         let v = t.settle(&key(), &policies(), a, &grant(10, 89, 29_999, 0), 1_002);
-        assert!(v.allowed());
+        assert!(v.admitted);
         assert_eq!(v.decisions[0].remaining, 89 + 9);
         for _ in 0..9 {
             assert!(matches!(
                 t.take(&key(), &policies(), 1, 10, 1_003, 50),
-                Take::Local(v) if v.allowed()
+                Take::Local(v) if v.admitted
             ));
         }
         assert!(matches!(
@@ -574,11 +416,11 @@ mod tests {
         let t = LeaseTable::new(100);
         let a = ask(&t, 1_000);
         let v = t.settle(&key(), &policies(), a, &grant(0, 0, 5_000, 0), 1_010);
-        assert!(!v.allowed());
+        assert!(!v.admitted);
         assert_eq!(v.decisions[0].retry_after_ms, 5_000 - 10);
         assert!(matches!(
             t.take(&key(), &policies(), 1, 10, 5_999, 50),
-            Take::Local(v) if !v.allowed()
+            Take::Local(v) if !v.admitted
         ));
         assert!(matches!(
             t.take(&key(), &policies(), 1, 10, 6_000, 50),
@@ -595,7 +437,7 @@ mod tests {
         t.settle(&key(), &policies(), a, &grant(10, 80, 99, 60_000), 1_001);
         // 9 units left, expiring at 1_001 + 99 = 1_100.
         assert!(
-            matches!(t.take(&key(), &policies(), 1, 10, 1_099, 50), Take::Local(v) if v.allowed())
+            matches!(t.take(&key(), &policies(), 1, 10, 1_099, 50), Take::Local(v) if v.admitted)
         );
         // Expired: the 8 left lapse and ride along with the renewal, to be given back.
         let a = ask(&t, 1_100);
@@ -633,15 +475,16 @@ mod tests {
         // 1 left; the next request holds it and needs 2 more (and gets 3: 1 left again).
         let Take::Ask(a) = take(1_001) else { panic!() };
         assert_eq!((a.held, a.need), (1, 2));
-        assert!(t
-            .settle(&key(), &policies(), a, &grant(3, 93, 29_999, 0), 1_002)
-            .allowed());
+        assert!(
+            t.settle(&key(), &policies(), a, &grant(3, 93, 29_999, 0), 1_002)
+                .admitted
+        );
         // If a grant lands in a later window (a store clock jump), the held unit is void and
         // the request is refused rather than overspend.
         let Take::Ask(a) = take(1_003) else { panic!() };
         assert_eq!(a.held, 1);
         let v = t.settle(&key(), &policies(), a, &grant(2, 98, 60_000, 60_000), 1_004);
-        assert!(!v.allowed());
+        assert!(!v.admitted);
         // 2 left, expiring at 1_003 + 60_000. Near that end they cannot join a renewal: they
         // lapse and are given back with it.
         let Take::Ask(a) = take(60_960) else { panic!() };

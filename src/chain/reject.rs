@@ -1,0 +1,84 @@
+//! Why the gateway answers a request itself instead of proxying it: one value per reason,
+//! mapped to the problem+json kind and detail the client gets.
+
+use crate::chain::auth::KeyError;
+use crate::chain::problem::Kind;
+use crate::limit::store::StoreError;
+
+/// Why the gateway answers a request itself instead of proxying it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reject {
+    /// Ambiguous or unsupported message framing (request smuggling attempts), or a request
+    /// head HTTP/1.1 does not allow (no `Host`, several).
+    BadMessage(&'static str),
+    UriTooLong(usize),
+    HeadersTooLarge(String),
+    BodyTooLarge(u64),
+    BadPath(&'static str),
+    /// The path matches a route's prefix only when letter case is ignored.
+    CaseMismatch(String),
+    NotFound(String),
+    MethodNotAllowed {
+        detail: String,
+        allow: String,
+    },
+    Key(KeyError),
+    /// A limit rejected the request; the decisions are in the request's [`LimitStatus`].
+    TooManyRequests,
+    /// The store could not decide (down, slow, refusing).
+    Store(StoreError),
+}
+
+impl Reject {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Reject::BadMessage(_)
+            | Reject::BadPath(_)
+            | Reject::CaseMismatch(_)
+            | Reject::Key(KeyError::Ambiguous | KeyError::RepeatedAuthorization) => {
+                Kind::BadRequest
+            }
+            Reject::UriTooLong(_) => Kind::UriTooLong,
+            Reject::HeadersTooLarge(_) => Kind::HeadersTooLarge,
+            Reject::BodyTooLarge(_) => Kind::PayloadTooLarge,
+            Reject::NotFound(_) => Kind::RouteNotFound,
+            Reject::MethodNotAllowed { .. } => Kind::MethodNotAllowed,
+            Reject::Key(_) => Kind::Unauthorized,
+            Reject::TooManyRequests => Kind::QuotaExceeded,
+            Reject::Store(_) => Kind::LimiterUnavailable,
+        }
+    }
+
+    pub fn detail(&self) -> String {
+        match self {
+            Reject::BadMessage(d) | Reject::BadPath(d) => (*d).to_owned(),
+            Reject::UriTooLong(max) => format!("the request target is longer than {max} bytes"),
+            Reject::HeadersTooLarge(why) => why.clone(),
+            Reject::BodyTooLarge(max) => format!("the request body is larger than {max} bytes"),
+            Reject::NotFound(d)
+            | Reject::CaseMismatch(d)
+            | Reject::MethodNotAllowed { detail: d, .. } => d.clone(),
+            Reject::Key(e) => e.detail().to_owned(),
+            Reject::TooManyRequests => {
+                "rate limit exceeded; retry after the time in Retry-After".to_owned()
+            }
+            Reject::Store(_) => {
+                "the rate limiter is unavailable; this is not caused by the request".to_owned()
+            }
+        }
+    }
+}
+
+/// Whether the answer to this rejection must close the connection (the request's body, if
+/// any, was not read, or its framing cannot be trusted).
+pub fn closes_connection(reject: &Reject) -> bool {
+    matches!(
+        reject,
+        Reject::BadMessage(_)
+            | Reject::UriTooLong(_)
+            | Reject::HeadersTooLarge(_)
+            | Reject::BodyTooLarge(_)
+            | Reject::BadPath(_)
+            | Reject::Key(KeyError::Ambiguous | KeyError::RepeatedAuthorization)
+    )
+}

@@ -1,0 +1,40 @@
+//! Defaults, in one place so the docs (`conf/gateway.toml`) and the code agree.
+
+use crate::limit::store::FailureMode;
+use std::time::Duration;
+
+pub const LISTEN: &str = "0.0.0.0:8080";
+pub const ADMIN_LISTEN: &str = "127.0.0.1:9090";
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+pub const CLIENT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+pub const MAX_HEADER_COUNT: usize = 100;
+pub const MAX_URI_LENGTH: usize = 8 * 1024;
+pub const MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
+pub const PID_FILE: &str = "/tmp/turnstile.pid";
+pub const UPGRADE_SOCK: &str = "/tmp/turnstile_upgrade.sock";
+pub const GRACE_PERIOD: Duration = Duration::from_secs(10);
+pub const GRACEFUL_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+pub const UPSTREAM_KEEPALIVE_POOL_SIZE: usize = 128;
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
+pub const HEALTH_HOST: &str = "localhost";
+pub const MAX_TRACKED_IPS: usize = 100_000;
+pub const STORE_PREFIX: &str = "turnstile";
+pub const STORE_TIMEOUT: Duration = Duration::from_millis(20);
+pub const ON_STORE_ERROR: FailureMode = FailureMode::FailOpen;
+pub const BREAKER_FAILURES: u32 = 5;
+pub const BREAKER_COOLDOWN: Duration = Duration::from_secs(1);
+pub const EXPECTED_INSTANCES: u64 = 1;
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+pub const CONCURRENCY_SLOT_TTL: Duration = Duration::from_secs(60);
+pub const UNHEALTHY_THRESHOLD: usize = 2;
+pub const HEALTHY_THRESHOLD: usize = 1;
+pub fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}

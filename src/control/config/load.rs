@@ -1,0 +1,73 @@
+//! Reading a configuration: TOML text → the serde mirror (`file`) → the validated
+//! [`Config`] (`validate`), with the failing path and position on error.
+
+use super::error::{ConfigError, Problem};
+use super::file::FileConfig;
+use super::model::Config;
+use std::path::Path;
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(&text)
+    }
+
+    /// Parses and validates configuration text.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let file = parse_file(text).map_err(|p| ConfigError::Invalid(vec![p]))?;
+        Config::try_from(file).map_err(ConfigError::Invalid)
+    }
+}
+
+/// TOML text → serde mirror, with the failing path and position on error.
+fn parse_file(text: &str) -> Result<FileConfig, Problem> {
+    let de = toml::de::Deserializer::parse(text).map_err(|e| toml_problem(text, ".", &e))?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        toml_problem(text, &path, e.inner())
+    })
+}
+
+fn toml_problem(text: &str, path: &str, e: &toml::de::Error) -> Problem {
+    Problem {
+        path: path.to_owned(),
+        message: e.message().trim().to_owned(),
+        location: e.span().map(|span| line_column(text, span.start)),
+    }
+}
+
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_column_is_one_based() {
+        assert_eq!(line_column("a\nbc\n", 0), (1, 1));
+        assert_eq!(line_column("a\nbc\n", 3), (2, 2));
+    }
+
+    #[test]
+    fn syntax_errors_have_a_location() {
+        let err = Config::parse("[server\nlisten = 1").unwrap_err();
+        let p = &err.problems()[0];
+        assert_eq!(p.path, ".");
+        assert!(p.location.is_some(), "{p}");
+    }
+
+    #[test]
+    fn type_errors_name_the_path() {
+        let err = Config::parse("[server]\nthreads = \"two\"\n").unwrap_err();
+        assert_eq!(err.problems()[0].path, "server.threads", "{err}");
+    }
+}

@@ -1,0 +1,177 @@
+//! The validated configuration: typed values only (durations, addresses, policies, enums);
+//! nothing downstream sees a string that encodes a choice.
+
+use super::units::Rate;
+use crate::chain::auth::{Auth, KeyDigest};
+use crate::chain::headers::HeadersMode;
+use crate::chain::identity::{Grouping, TrustedProxies};
+use crate::chain::message::RequestLimits;
+use crate::limit::store::redis::RedisConfig;
+use crate::limit::store::{FailureMode, FailureSettings};
+use crate::limit::{Algorithm, Policy, IP_POLICY_NAME};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub admin: AdminConfig,
+    pub access_log: AccessLogConfig,
+    pub upstreams: BTreeMap<String, UpstreamConfig>,
+    pub routes: Vec<RouteConfig>,
+    pub store: StoreConfig,
+    pub plans: BTreeMap<String, PlanConfig>,
+    pub clients: Vec<ClientConfig>,
+    /// Accepted, but worth saying (a deprecated key): shown by `turnstile check`, logged at
+    /// start and on reload.
+    pub warnings: Vec<super::error::Problem>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub threads: usize,
+    pub pid_file: String,
+    pub upgrade_sock: String,
+    pub grace_period: Duration,
+    pub graceful_shutdown_timeout: Duration,
+    pub upstream_keepalive_pool_size: usize,
+    /// Whether a change of the file on disk reloads it (takes effect at once on reload).
+    pub watch_config: bool,
+    pub trusted_proxies: TrustedProxies,
+    pub grouping: Grouping,
+    /// Per-IP limit of routes that do not choose their own.
+    pub ip_limit: Option<IpLimitConfig>,
+    /// Most addresses one per-IP table tracks.
+    pub max_tracked_ips: usize,
+    /// Failure mode of routes that do not choose their own.
+    pub on_store_error: FailureMode,
+    pub limits: RequestLimits,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AccessLogConfig {
+    pub mode: crate::ops::access_log::Mode,
+    pub target: crate::ops::access_log::Target,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminConfig {
+    pub listen: SocketAddr,
+    /// Bearer token every admin request must carry, if set. Never printed.
+    pub token: Option<String>,
+}
+
+impl fmt::Debug for AdminConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdminConfig")
+            .field("listen", &self.listen)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// `ip_limit = { rate, burst }`: a token bucket per client address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IpLimitConfig {
+    pub rate: Rate,
+    pub burst: u64,
+}
+
+impl IpLimitConfig {
+    pub fn policy(&self) -> Policy {
+        Policy::new(
+            IP_POLICY_NAME,
+            Algorithm::TokenBucket,
+            self.rate.amount,
+            self.rate.period.as_millis() as u64,
+            self.burst,
+        )
+    }
+}
+
+/// A route's per-IP limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpLimitChoice {
+    /// `server.ip_limit`, if any (one table shared by every route using it).
+    ServerDefault,
+    Off,
+    /// The route's own limit and table.
+    Own(IpLimitConfig),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreConfig {
+    Memory,
+    Redis(RedisConfig, FailureSettings),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanConfig {
+    pub name: String,
+    pub limits: Vec<Policy>,
+    /// `shadow[i]`: `limits[i]` is a dry run.
+    pub shadow: Vec<bool>,
+    pub max_concurrent: Option<u64>,
+    /// Quota leasing: the smallest `lease` of the plan's limits (all of them lease, or none).
+    pub lease: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientConfig {
+    pub id: String,
+    pub plan: String,
+    pub api_keys: Vec<KeyDigest>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamConfig {
+    pub name: String,
+    /// `ip:port` or `host:port`; names are resolved when a snapshot is built (at start and
+    /// at every reload), not by `turnstile check`.
+    pub servers: Vec<String>,
+    pub health_check: Option<HealthCheckConfig>,
+    pub keepalive_timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HealthCheckConfig {
+    pub path: String,
+    pub host: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub unhealthy_threshold: usize,
+    pub healthy_threshold: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteConfig {
+    pub name: String,
+    /// Always starts with `/`. Matches the path itself and anything below it
+    /// (`/orders` matches `/orders`, `/orders/7`, not `/ordersx`).
+    pub path_prefix: String,
+    /// Lower-case host name without port; `None` matches any host.
+    pub host: Option<String>,
+    /// `None` allows every method.
+    pub methods: Option<Vec<http::Method>>,
+    pub upstream: String,
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
+    pub write_timeout: Duration,
+    pub ip_limit: IpLimitChoice,
+    pub auth: Auth,
+    /// Units one request costs against the client's plan limits.
+    pub cost: u64,
+    pub rate_limit_headers: HeadersMode,
+    pub legacy_rate_limit_headers: bool,
+    pub forward_api_key: bool,
+    pub on_store_error: FailureMode,
+    pub max_body_bytes: u64,
+    /// Every limit on this route is a dry run.
+    pub shadow: bool,
+    /// Per client, on this route.
+    pub max_concurrent: Option<u64>,
+}

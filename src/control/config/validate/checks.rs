@@ -1,0 +1,85 @@
+//! Problems found while converting, and the checks shared by every table.
+
+use crate::control::config::error::Problem;
+use crate::control::config::units::HumanDuration;
+use std::time::Duration;
+
+/// Longest route / upstream name accepted (names end up in metric labels and store keys).
+pub const MAX_NAME_LEN: usize = 64;
+
+/// Problems found so far: errors (the file is refused) and warnings (it is accepted, and the
+/// warning is shown by `turnstile check`, at start and on reload).
+#[derive(Default)]
+pub(super) struct Problems {
+    pub(super) errors: Vec<Problem>,
+    pub(super) warnings: Vec<Problem>,
+}
+
+impl Problems {
+    pub(super) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(Problem {
+            path: path.into(),
+            message: message.into(),
+            location: None,
+        });
+    }
+
+    pub(super) fn warn(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.warnings.push(Problem {
+            path: path.into(),
+            message: message.into(),
+            location: None,
+        });
+    }
+}
+
+pub(super) fn bounded(
+    path: &str,
+    value: Option<usize>,
+    default: usize,
+    min: usize,
+    max: usize,
+    problems: &mut Problems,
+) -> usize {
+    match value {
+        Some(v) if v < min || v > max => {
+            problems.push(path, format!("{v}: expected {min} to {max}"));
+            default
+        }
+        Some(v) => v,
+        None => default,
+    }
+}
+
+/// Names appear in metric labels, logs and store keys: keep them boring.
+pub(super) fn check_name(path: &str, name: &str, problems: &mut Problems) {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if !ok {
+        problems.push(
+            path,
+            format!(
+                "invalid name {name:?}: expected 1 to {MAX_NAME_LEN} characters of A-Z a-z 0-9 _ - ."
+            ),
+        );
+    }
+}
+
+pub(super) fn positive(
+    path: String,
+    value: Option<HumanDuration>,
+    default: Duration,
+    p: &mut Problems,
+) -> Duration {
+    match value {
+        Some(HumanDuration(d)) if d.is_zero() => {
+            p.push(path, "must be greater than zero");
+            default
+        }
+        Some(HumanDuration(d)) => d,
+        None => default,
+    }
+}

@@ -1,0 +1,92 @@
+//! Serde mirror → typed [`Config`], one file per TOML table: defaults applied, values
+//! checked, cross-references resolved. Every field of the mirror is destructured, so adding
+//! a field to `file.rs` does not compile until it is handled here. All problems are
+//! collected, not just the first.
+
+mod access_log;
+mod admin;
+mod checks;
+mod clients;
+mod plans;
+mod routes;
+mod server;
+mod store;
+mod upstreams;
+
+pub use checks::MAX_NAME_LEN;
+
+use self::access_log::*;
+use self::admin::*;
+use self::checks::*;
+use self::clients::*;
+use self::plans::*;
+use self::routes::*;
+use self::server::*;
+use self::store::*;
+use self::upstreams::*;
+use crate::control::config::error::Problem;
+use crate::control::config::file::FileConfig;
+use crate::control::config::model::{Config, PlanConfig, RouteConfig, UpstreamConfig};
+use std::collections::BTreeMap;
+
+impl TryFrom<FileConfig> for Config {
+    type Error = Vec<Problem>;
+
+    fn try_from(file: FileConfig) -> Result<Config, Vec<Problem>> {
+        let FileConfig {
+            server,
+            admin,
+            access_log,
+            upstreams,
+            routes,
+            store,
+            plans,
+            clients,
+        } = file;
+        let mut problems = Problems::default();
+        let server = server_config(server, &mut problems);
+        let admin = admin_config(admin, &mut problems);
+        let access_log = access_log_config(access_log, &mut problems);
+        let store = store_config(store, &mut problems);
+        let plans: BTreeMap<String, PlanConfig> = plans
+            .into_iter()
+            .map(|(name, plan)| {
+                let cfg = plan_config(&name, plan, &mut problems);
+                (name, cfg)
+            })
+            .collect();
+        let clients = clients_config(clients, &plans, &mut problems);
+        let upstreams: BTreeMap<String, UpstreamConfig> = upstreams
+            .into_iter()
+            .map(|(name, up)| {
+                let cfg = upstream_config(&name, up, &mut problems);
+                (name, cfg)
+            })
+            .collect();
+        if routes.is_empty() {
+            problems.push("routes", "at least one [[routes]] entry is required");
+        }
+        let routes: Vec<RouteConfig> = routes
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| route_config(i, r, &upstreams, &server, &mut problems))
+            .collect();
+        check_route_overlaps(&routes, &mut problems);
+        check_costs(&routes, &plans, &mut problems);
+        if problems.errors.is_empty() {
+            Ok(Config {
+                server,
+                admin,
+                access_log,
+                upstreams,
+                routes,
+                store,
+                plans,
+                clients,
+                warnings: problems.warnings,
+            })
+        } else {
+            Err(problems.errors)
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! `[plans.NAME]`: limits (algorithm, limit, window, burst, shadow, lease), `max_concurrent`.
+
+use super::checks::*;
+use crate::control::config::file::{AlgorithmFile, LimitFile, PlanFile};
+use crate::control::config::model::PlanConfig;
+use crate::limit::algorithm::MAX_PRODUCT;
+use crate::limit::{Algorithm, Policy, IP_POLICY_NAME, RESERVED_POLICY_NAMES};
+
+pub(super) fn algorithm(file: AlgorithmFile) -> Algorithm {
+    match file {
+        AlgorithmFile::TokenBucket => Algorithm::TokenBucket,
+        AlgorithmFile::FixedWindow => Algorithm::FixedWindow,
+        AlgorithmFile::SlidingWindow => Algorithm::SlidingWindow,
+        AlgorithmFile::SlidingLog => Algorithm::SlidingLog,
+    }
+}
+
+/// Sliding logs keep one entry per admitted unit: cap them so a typo cannot eat the memory.
+pub const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
+
+pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -> PlanConfig {
+    let PlanFile {
+        limits,
+        max_concurrent,
+    } = file;
+    let base = format!("plans.{name}");
+    check_name(&base, name, problems);
+    if limits.is_empty() {
+        problems.push(format!("{base}.limits"), "a plan needs at least one limit");
+    }
+    let mut policies: Vec<Policy> = Vec::with_capacity(limits.len());
+    let mut shadows: Vec<bool> = Vec::with_capacity(limits.len());
+    let mut leases: Vec<(String, Option<u64>)> = Vec::with_capacity(limits.len());
+    if max_concurrent == Some(0) {
+        problems.push(format!("{base}.max_concurrent"), "must be at least 1");
+    }
+    for (i, limit) in limits.into_iter().enumerate() {
+        let LimitFile {
+            name: limit_name,
+            algorithm: alg,
+            limit,
+            window,
+            burst,
+            shadow,
+            lease,
+        } = limit;
+        let path = format!("{base}.limits[{i}]");
+        shadows.push(shadow.unwrap_or(false));
+        leases.push((path.clone(), lease));
+        check_name(&format!("{path}.name"), &limit_name, problems);
+        if limit_name == IP_POLICY_NAME {
+            problems.push(
+                format!("{path}.name"),
+                "\"ip\" is reserved for the per-IP limit",
+            );
+        } else if RESERVED_POLICY_NAMES.contains(&limit_name.as_str()) {
+            problems.push(
+                format!("{path}.name"),
+                format!("{limit_name:?} is reserved for concurrency limits (max_concurrent)"),
+            );
+        }
+        if policies.iter().any(|p| *p.name == *limit_name) {
+            problems.push(
+                format!("{path}.name"),
+                format!("{limit_name:?} is used twice in this plan"),
+            );
+        }
+        let alg = algorithm(alg);
+        if limit == 0 {
+            problems.push(format!("{path}.limit"), "must be at least 1");
+        }
+        let window_ms = window.0.as_millis() as u64;
+        if window_ms == 0 {
+            problems.push(format!("{path}.window"), "must be greater than zero");
+        }
+        let burst = match (alg, burst) {
+            (Algorithm::TokenBucket, Some(0)) => {
+                problems.push(format!("{path}.burst"), "must be at least 1");
+                limit
+            }
+            (Algorithm::TokenBucket, Some(b)) => b,
+            (Algorithm::TokenBucket, None) => limit,
+            (_, Some(_)) => {
+                problems.push(
+                    format!("{path}.burst"),
+                    format!("only token_bucket has a burst, not {alg}"),
+                );
+                limit
+            }
+            (_, None) => limit,
+        };
+        if burst.max(limit).saturating_mul(window_ms).saturating_mul(2) > MAX_PRODUCT {
+            problems.push(
+                path.clone(),
+                "limit × window is too large for exact arithmetic",
+            );
+        }
+        if alg == Algorithm::SlidingLog && limit > MAX_SLIDING_LOG_LIMIT {
+            problems.push(
+                format!("{path}.limit"),
+                format!("a sliding_log keeps one entry per request: at most {MAX_SLIDING_LOG_LIMIT} (use sliding_window for larger limits)"),
+            );
+        }
+        // Zero values were reported above; such a limit is left out (the file is refused).
+        if let Ok(policy) = Policy::try_new(&limit_name, alg, limit, window_ms, burst) {
+            policies.push(policy);
+        }
+    }
+    let lease = plan_lease(
+        &base,
+        &policies,
+        &shadows,
+        &leases,
+        max_concurrent,
+        problems,
+    );
+    PlanConfig {
+        name: name.to_owned(),
+        limits: policies,
+        shadow: shadows,
+        max_concurrent: max_concurrent.filter(|n| *n > 0),
+        lease,
+    }
+}
+
+/// Quota leasing is all or nothing per plan: one local lease decides every limit of a
+/// request, so each must be a window that bounds the lease's life (fixed or sliding), and
+/// enforced (a dry run counts every request, which a lease would hide). The plan leases the
+/// smallest size its limits ask for.
+pub(super) fn plan_lease(
+    base: &str,
+    policies: &[Policy],
+    shadows: &[bool],
+    leases: &[(String, Option<u64>)],
+    max_concurrent: Option<u64>,
+    problems: &mut Problems,
+) -> Option<u64> {
+    if leases.iter().all(|(_, l)| l.is_none()) {
+        return None;
+    }
+    if max_concurrent.is_some() {
+        problems.push(
+            format!("{base}.max_concurrent"),
+            "a plan whose limits are leased cannot have a concurrency limit (each request must reach the store for its slot)",
+        );
+    }
+    for ((path, lease), (policy, shadow)) in leases.iter().zip(policies.iter().zip(shadows)) {
+        match lease {
+            None => problems.push(
+                format!("{path}.lease"),
+                "every limit of a plan that leases must lease (one local lease decides them all)",
+            ),
+            Some(0) => problems.push(format!("{path}.lease"), "must be at least 1"),
+            Some(n) if *n > policy.limit() => problems.push(
+                format!("{path}.lease"),
+                format!("cannot exceed the limit ({})", policy.limit()),
+            ),
+            Some(_) => {}
+        }
+        if !matches!(
+            policy.algorithm,
+            Algorithm::FixedWindow | Algorithm::SlidingWindow
+        ) {
+            problems.push(
+                format!("{path}.lease"),
+                format!(
+                    "only fixed_window and sliding_window limits can be leased (a lease lives until its window ends), not {}",
+                    policy.algorithm
+                ),
+            );
+        }
+        if *shadow {
+            problems.push(
+                format!("{path}.lease"),
+                "a shadow (dry-run) limit cannot be leased",
+            );
+        }
+    }
+    leases
+        .iter()
+        .filter_map(|(_, l)| *l)
+        .min()
+        .filter(|n| *n > 0)
+}

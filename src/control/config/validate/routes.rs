@@ -1,0 +1,229 @@
+//! `[[routes]]`: matching, limits, timeouts, failure mode; overlaps and costs checked across routes and plans.
+
+use super::checks::*;
+use super::server::*;
+use super::store::*;
+use crate::chain::auth::Auth;
+use crate::chain::headers::HeadersMode;
+use crate::control::config::defaults;
+use crate::control::config::file::{AuthFile, HeadersModeFile, IpLimitSetting, RouteFile};
+use crate::control::config::model::{
+    IpLimitChoice, PlanConfig, RouteConfig, ServerConfig, UpstreamConfig,
+};
+use std::collections::BTreeMap;
+
+pub(super) fn route_config(
+    index: usize,
+    file: RouteFile,
+    upstreams: &BTreeMap<String, UpstreamConfig>,
+    server: &ServerConfig,
+    problems: &mut Problems,
+) -> RouteConfig {
+    let RouteFile {
+        name,
+        path_prefix,
+        host,
+        methods,
+        upstream,
+        connect_timeout,
+        read_timeout,
+        write_timeout,
+        ip_limit,
+        auth,
+        cost,
+        rate_limit_headers,
+        legacy_rate_limit_headers,
+        forward_api_key,
+        on_store_error,
+        max_body_bytes,
+        shadow,
+        max_concurrent,
+    } = file;
+    let base = format!("routes[{index}]");
+    match max_concurrent {
+        Some(0) => problems.push(format!("{base}.max_concurrent"), "must be at least 1"),
+        Some(_) if auth != Some(AuthFile::ApiKey) => problems.push(
+            format!("{base}.max_concurrent"),
+            "a concurrency limit is per client: it needs auth = \"api_key\"",
+        ),
+        _ => {}
+    }
+    let ip_limit = match ip_limit {
+        None => IpLimitChoice::ServerDefault,
+        Some(IpLimitSetting::Off) => IpLimitChoice::Off,
+        Some(IpLimitSetting::Limit(l)) => {
+            IpLimitChoice::Own(ip_limit_config(&format!("{base}.ip_limit"), l, problems))
+        }
+    };
+    let auth = match auth {
+        None | Some(AuthFile::None) => Auth::None,
+        Some(AuthFile::ApiKey) => Auth::ApiKey,
+    };
+    let cost = match cost {
+        Some(0) => {
+            problems.push(format!("{base}.cost"), "must be at least 1");
+            1
+        }
+        Some(c) => c,
+        None => 1,
+    };
+    if cost > 1 && auth != Auth::ApiKey {
+        problems.push(
+            format!("{base}.cost"),
+            "cost applies to plan limits, which need auth = \"api_key\"",
+        );
+    }
+    let rate_limit_headers = match rate_limit_headers {
+        None | Some(HeadersModeFile::On) => HeadersMode::On,
+        Some(HeadersModeFile::Off) => HeadersMode::Off,
+        Some(HeadersModeFile::NearLimit) => HeadersMode::NearLimit,
+    };
+    check_name(&format!("{base}.name"), &name, problems);
+    if let Err(msg) = crate::chain::path::check_path_prefix(&path_prefix) {
+        problems.push(format!("{base}.path_prefix"), msg);
+    }
+    let host = host.map(|h| {
+        let lower = h.to_ascii_lowercase();
+        let valid = !lower.is_empty()
+            && lower
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.'));
+        if !valid {
+            problems.push(
+                format!("{base}.host"),
+                format!(
+                    "{h:?}: expected a host name without scheme or port, like \"api.example.com\""
+                ),
+            );
+        }
+        lower
+    });
+    let methods = methods.map(|list| {
+        if list.is_empty() {
+            problems.push(
+                format!("{base}.methods"),
+                "an empty list would match nothing: leave `methods` out to allow every method",
+            );
+        }
+        let mut parsed: Vec<http::Method> = Vec::with_capacity(list.len());
+        for (i, m) in list.iter().enumerate() {
+            match http::Method::from_bytes(m.to_ascii_uppercase().as_bytes()) {
+                Ok(method) if !parsed.contains(&method) => parsed.push(method),
+                Ok(_) => problems.push(
+                    format!("{base}.methods[{i}]"),
+                    format!("{m:?} is listed twice"),
+                ),
+                Err(_) => problems.push(
+                    format!("{base}.methods[{i}]"),
+                    format!("{m:?} is not an HTTP method"),
+                ),
+            }
+        }
+        parsed
+    });
+    if !upstreams.contains_key(&upstream) {
+        let known: Vec<&str> = upstreams.keys().map(String::as_str).collect();
+        problems.push(
+            format!("{base}.upstream"),
+            format!(
+                "unknown upstream {upstream:?}: define [upstreams.{upstream}] or use one of [{}]",
+                known.join(", ")
+            ),
+        );
+    }
+    RouteConfig {
+        name,
+        path_prefix,
+        host,
+        methods,
+        upstream,
+        connect_timeout: positive(
+            format!("{base}.connect_timeout"),
+            connect_timeout,
+            defaults::CONNECT_TIMEOUT,
+            problems,
+        ),
+        read_timeout: positive(
+            format!("{base}.read_timeout"),
+            read_timeout,
+            defaults::READ_TIMEOUT,
+            problems,
+        ),
+        write_timeout: positive(
+            format!("{base}.write_timeout"),
+            write_timeout,
+            defaults::WRITE_TIMEOUT,
+            problems,
+        ),
+        ip_limit,
+        auth,
+        cost,
+        rate_limit_headers,
+        legacy_rate_limit_headers: legacy_rate_limit_headers.unwrap_or(false),
+        forward_api_key: forward_api_key.unwrap_or(false),
+        on_store_error: on_store_error.map_or(server.on_store_error, failure_mode),
+        max_body_bytes: max_body_bytes.unwrap_or(server.limits.max_body_bytes),
+        shadow: shadow.unwrap_or(false),
+        max_concurrent: max_concurrent.filter(|n| *n > 0),
+    }
+}
+
+/// Route names must be unique, and two routes must not claim the same host, prefix and method
+/// (the second could never match).
+pub(super) fn check_route_overlaps(routes: &[RouteConfig], problems: &mut Problems) {
+    for (i, route) in routes.iter().enumerate() {
+        for (j, earlier) in routes[..i].iter().enumerate() {
+            if route.name == earlier.name {
+                problems.push(
+                    format!("routes[{i}].name"),
+                    format!("{:?} is already the name of routes[{j}]", route.name),
+                );
+            }
+            let methods_overlap = match (&route.methods, &earlier.methods) {
+                (Some(a), Some(b)) => a.iter().any(|m| b.contains(m)),
+                _ => true,
+            };
+            if route.host == earlier.host
+                && route.path_prefix == earlier.path_prefix
+                && methods_overlap
+            {
+                problems.push(
+                    format!("routes[{i}]"),
+                    format!(
+                        "same host, path_prefix and method(s) as routes[{j}] ({:?}): it could never match",
+                        earlier.name
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// A route's cost must fit every plan limit at least once, or its requests could never pass.
+pub(super) fn check_costs(
+    routes: &[RouteConfig],
+    plans: &BTreeMap<String, PlanConfig>,
+    problems: &mut Problems,
+) {
+    for (i, route) in routes.iter().enumerate() {
+        if route.auth != Auth::ApiKey {
+            continue;
+        }
+        for plan in plans.values() {
+            for policy in &plan.limits {
+                if route.cost > policy.capacity() {
+                    problems.push(
+                        format!("routes[{i}].cost"),
+                        format!(
+                            "{} is more than limit {:?} of plan {:?} admits at once ({}): such requests could never pass",
+                            route.cost,
+                            policy.name,
+                            plan.name,
+                            policy.capacity()
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}

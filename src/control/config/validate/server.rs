@@ -1,0 +1,200 @@
+//! `[server]`: listen address, threads, trusted proxies, address grouping, the default per-IP limit, request limits.
+
+use super::checks::*;
+use super::store::*;
+use crate::chain::identity::{Grouping, TrustedProxies};
+use crate::chain::message::RequestLimits;
+use crate::control::config::defaults;
+use crate::control::config::file::{IpLimitFile, ServerFile};
+use crate::control::config::model::{IpLimitConfig, ServerConfig};
+use crate::limit::algorithm::MAX_PRODUCT;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+const MAX_THREADS: usize = 1024;
+
+pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> ServerConfig {
+    let ServerFile {
+        listen,
+        threads,
+        pid_file,
+        upgrade_sock,
+        grace_period,
+        graceful_shutdown_timeout,
+        upstream_keepalive_pool_size,
+        watch_config,
+        trusted_proxies,
+        ipv4_prefix,
+        ipv6_prefix,
+        ip_limit,
+        max_tracked_ips,
+        on_store_error,
+        header_timeout,
+        body_timeout,
+        keepalive_timeout,
+        max_header_bytes,
+        max_header_count,
+        max_uri_length,
+        max_body_bytes,
+    } = file;
+    let listen_text = listen.unwrap_or_else(|| defaults::LISTEN.to_owned());
+    let listen = listen_text.parse::<SocketAddr>().unwrap_or_else(|_| {
+        problems.push(
+            "server.listen",
+            format!("{listen_text:?} is not an address: expected ip:port like \"0.0.0.0:8080\""),
+        );
+        defaults::LISTEN
+            .parse()
+            .expect("default listen address parses")
+    });
+    let threads = threads.unwrap_or_else(defaults::threads);
+    if threads == 0 || threads > MAX_THREADS {
+        problems.push(
+            "server.threads",
+            format!("{threads} worker threads: expected 1 to {MAX_THREADS}"),
+        );
+    }
+    ServerConfig {
+        listen,
+        threads,
+        pid_file: pid_file.unwrap_or_else(|| defaults::PID_FILE.to_owned()),
+        upgrade_sock: upgrade_sock.unwrap_or_else(|| defaults::UPGRADE_SOCK.to_owned()),
+        grace_period: grace_period.map_or(defaults::GRACE_PERIOD, |d| d.0),
+        graceful_shutdown_timeout: graceful_shutdown_timeout
+            .map_or(defaults::GRACEFUL_SHUTDOWN_TIMEOUT, |d| d.0),
+        upstream_keepalive_pool_size: upstream_keepalive_pool_size
+            .unwrap_or(defaults::UPSTREAM_KEEPALIVE_POOL_SIZE),
+        watch_config: watch_config.unwrap_or(true),
+        trusted_proxies: trusted_proxies_config(trusted_proxies.unwrap_or_default(), problems),
+        grouping: grouping_config(ipv4_prefix, ipv6_prefix, problems),
+        ip_limit: ip_limit.map(|l| ip_limit_config("server.ip_limit", l, problems)),
+        max_tracked_ips: match max_tracked_ips {
+            Some(0) => {
+                problems.push("server.max_tracked_ips", "must be at least 1");
+                defaults::MAX_TRACKED_IPS
+            }
+            Some(n) => n,
+            None => defaults::MAX_TRACKED_IPS,
+        },
+        on_store_error: on_store_error.map_or(defaults::ON_STORE_ERROR, failure_mode),
+        limits: RequestLimits {
+            header_timeout: positive(
+                "server.header_timeout".into(),
+                header_timeout,
+                defaults::HEADER_TIMEOUT,
+                problems,
+            ),
+            body_timeout: positive(
+                "server.body_timeout".into(),
+                body_timeout,
+                defaults::BODY_TIMEOUT,
+                problems,
+            ),
+            keepalive_timeout: {
+                let d = positive(
+                    "server.keepalive_timeout".into(),
+                    keepalive_timeout,
+                    defaults::CLIENT_KEEPALIVE_TIMEOUT,
+                    problems,
+                );
+                if d < Duration::from_secs(1) {
+                    problems.push(
+                        "server.keepalive_timeout",
+                        "must be at least 1s (whole seconds)",
+                    );
+                }
+                d
+            },
+            max_header_bytes: bounded(
+                "server.max_header_bytes",
+                max_header_bytes,
+                defaults::MAX_HEADER_BYTES,
+                256,
+                MAX_HEADER_BYTES_CAP,
+                problems,
+            ),
+            max_header_count: bounded(
+                "server.max_header_count",
+                max_header_count,
+                defaults::MAX_HEADER_COUNT,
+                1,
+                MAX_HEADER_COUNT_CAP,
+                problems,
+            ),
+            max_uri_length: bounded(
+                "server.max_uri_length",
+                max_uri_length,
+                defaults::MAX_URI_LENGTH,
+                16,
+                MAX_HEADER_BYTES_CAP,
+                problems,
+            ),
+            max_body_bytes: max_body_bytes.unwrap_or(defaults::MAX_BODY_BYTES),
+        },
+    }
+}
+
+/// Pingora refuses headers beyond 1 MiB and 256 fields by itself; our limits stay below.
+const MAX_HEADER_BYTES_CAP: usize = 1024 * 1024 - 1;
+const MAX_HEADER_COUNT_CAP: usize = 256;
+
+pub(super) fn trusted_proxies_config(list: Vec<String>, problems: &mut Problems) -> TrustedProxies {
+    let mut nets = Vec::with_capacity(list.len());
+    for (i, text) in list.iter().enumerate() {
+        let parsed = text
+            .parse::<ipnet::IpNet>()
+            .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from));
+        match parsed {
+            Ok(net) => nets.push(net.trunc()),
+            Err(_) => problems.push(
+                format!("server.trusted_proxies[{i}]"),
+                format!("{text:?}: expected a CIDR like \"10.0.0.0/8\" or an address like \"192.0.2.7\""),
+            ),
+        }
+    }
+    TrustedProxies::new(nets)
+}
+
+pub(super) fn grouping_config(v4: Option<u8>, v6: Option<u8>, problems: &mut Problems) -> Grouping {
+    let defaults = Grouping::default();
+    let mut prefix = |path: &str, value: Option<u8>, max: u8, default: u8| match value {
+        Some(p) if p == 0 || p > max => {
+            problems.push(
+                path,
+                format!("{p}: expected a prefix length from 1 to {max}"),
+            );
+            default
+        }
+        Some(p) => p,
+        None => default,
+    };
+    Grouping {
+        ipv4_prefix: prefix("server.ipv4_prefix", v4, 32, defaults.ipv4_prefix),
+        ipv6_prefix: prefix("server.ipv6_prefix", v6, 128, defaults.ipv6_prefix),
+    }
+}
+
+pub(super) fn ip_limit_config(
+    path: &str,
+    file: IpLimitFile,
+    problems: &mut Problems,
+) -> IpLimitConfig {
+    let IpLimitFile { rate, burst } = file;
+    let burst = burst.unwrap_or(rate.amount);
+    if burst == 0 {
+        problems.push(format!("{path}.burst"), "must be at least 1");
+    }
+    let period_ms = rate.period.as_millis() as u64;
+    if burst.saturating_mul(period_ms) > MAX_PRODUCT
+        || rate.amount.saturating_mul(period_ms) > MAX_PRODUCT
+    {
+        problems.push(
+            path.to_owned(),
+            "rate and burst are too large for exact arithmetic",
+        );
+    }
+    IpLimitConfig {
+        rate,
+        burst: burst.max(1),
+    }
+}

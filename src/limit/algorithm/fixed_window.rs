@@ -1,0 +1,56 @@
+//! Fixed window: one counter per aligned window. Cheapest; admits up to twice the limit
+//! around a window edge. Mirrors `lua/fixed_window.lua`.
+
+use crate::limit::{Decision, Policy};
+
+/// Fixed window state: the start of the window `count` belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FixedWindow {
+    pub window_start: u64,
+    pub count: u64,
+}
+
+impl FixedWindow {
+    pub fn decide(&self, policy: &Policy, now: u64, cost: u64) -> (Decision, FixedWindow) {
+        let w = policy.window_ms;
+        let start = now - now % w;
+        let count = if self.window_start == start {
+            self.count
+        } else {
+            0
+        };
+        let reset_ms = start + w - now;
+        if count + cost <= policy.limit {
+            let count = count + cost;
+            let decision = Decision {
+                allowed: true,
+                limit: policy.limit,
+                remaining: policy.limit - count,
+                reset_ms,
+                retry_after_ms: 0,
+            };
+            (
+                decision,
+                FixedWindow {
+                    window_start: start,
+                    count,
+                },
+            )
+        } else {
+            let decision = Decision {
+                allowed: false,
+                limit: policy.limit,
+                remaining: policy.limit.saturating_sub(count),
+                reset_ms,
+                retry_after_ms: reset_ms,
+            };
+            (
+                decision,
+                FixedWindow {
+                    window_start: start,
+                    count,
+                },
+            )
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Redis key names. The client id is the hash tag: one client's keys share a Cluster slot (so
+//! one script can touch them all) while clients spread over slots. The definition in the key
+//! means a changed limit starts from fresh keys; old keys expire by their TTL.
+
+use crate::limit::{Algorithm, Policy, Scope};
+use std::fmt::Write;
+
+/// `<prefix>:{<client>}:<route>:<name>@<definition>`; `*` as the route of a client-wide
+/// (all routes) limit.
+pub fn key(prefix: &str, client: &str, route: &str, policy: &Policy) -> String {
+    let route = match policy.scope {
+        Scope::Route => route,
+        Scope::Client => "*",
+    };
+    let mut key =
+        String::with_capacity(prefix.len() + client.len() + route.len() + policy.name.len() + 32);
+    let _ = write!(key, "{prefix}:{{{client}}}:{route}:{}@", policy.name);
+    let _ = match policy.algorithm {
+        Algorithm::TokenBucket => write!(
+            key,
+            "tb{}/{}/{}",
+            policy.limit, policy.window_ms, policy.burst
+        ),
+        other => write!(
+            key,
+            "{}{}/{}",
+            algorithm_code(other),
+            policy.limit,
+            policy.window_ms
+        ),
+    };
+    key
+}
+
+pub fn algorithm_code(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::TokenBucket => "tb",
+        Algorithm::FixedWindow => "fw",
+        Algorithm::SlidingWindow => "sw",
+        Algorithm::SlidingLog => "sl",
+        Algorithm::Concurrency => "cc",
+    }
+}
+
+/// The instances' heartbeat set.
+pub fn instances_key(prefix: &str) -> String {
+    format!("{prefix}:instances")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_put_the_client_in_the_hash_tag_and_the_definition_last() {
+        let p = Policy::new("per-minute", Algorithm::SlidingWindow, 100, 60_000, 100);
+        assert_eq!(
+            key("turnstile", "ada", "orders", &p),
+            "turnstile:{ada}:orders:per-minute@sw100/60000"
+        );
+        let p = Policy::new("burst", Algorithm::TokenBucket, 10, 1000, 20);
+        assert_eq!(
+            key("gw1", "ada", "orders", &p),
+            "gw1:{ada}:orders:burst@tb10/1000/20"
+        );
+    }
+}

@@ -1,0 +1,56 @@
+//! What one request carries through the Pingora phases.
+
+use crate::chain::admission::Admission;
+use crate::chain::auth::Client;
+use crate::control::snapshot::{Route, Snapshot};
+use http::HeaderValue;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Per-request state. Holds the snapshot the request started with: a reload in the middle of
+/// a request never mixes two configurations.
+pub struct RequestCtx {
+    pub snapshot: Arc<Snapshot>,
+    /// Index of the route serving the request, once routed.
+    pub route: Option<usize>,
+    pub request_id: HeaderValue,
+    /// Connection attempts to upstream servers so far.
+    pub upstream_tries: usize,
+    /// The authenticated client.
+    pub client: Option<Arc<Client>>,
+    /// What the limits decided (header parts, dry runs, held slots, the outcome).
+    pub admission: Admission,
+    /// When the request was sent upstream (for the upstream latency histogram).
+    pub upstream_sent: Option<Instant>,
+    /// When the request started (for the access log).
+    pub started: Instant,
+    pub upstream_addr: Option<SocketAddr>,
+    /// Request body bytes received so far.
+    pub body_bytes: u64,
+    /// The normalised path the request was routed by, when it differs from the one received:
+    /// the upstream gets this one.
+    pub forward_path: Option<String>,
+}
+
+impl RequestCtx {
+    pub fn new(snapshot: Arc<Snapshot>) -> RequestCtx {
+        RequestCtx {
+            snapshot,
+            route: None,
+            request_id: HeaderValue::from_static(""),
+            upstream_tries: 0,
+            client: None,
+            admission: Admission::default(),
+            upstream_sent: None,
+            started: Instant::now(),
+            upstream_addr: None,
+            body_bytes: 0,
+            forward_path: None,
+        }
+    }
+
+    pub fn route(&self) -> Option<&Route> {
+        self.route.map(|i| &self.snapshot.routes[i])
+    }
+}

@@ -1,0 +1,195 @@
+//! The response phases: `response_filter` (request id and `RateLimit` headers on proxied
+//! responses), our own answers (rejections and upstream failures as problem+json), and
+//! `logging` (metrics, the access log, the next request's header deadline).
+
+use crate::chain::headers::{self, would_limit_value, HeadersMode, WOULD_LIMIT_HEADER};
+use crate::chain::identity;
+use crate::chain::problem::{self, Kind};
+use crate::chain::reject::{closes_connection, Reject};
+use crate::chain::request_id;
+use crate::chain::upstream_error::{classify, describe};
+use crate::ops::access_log::{unix_ms, AccessLog, Entry};
+use crate::proxy::conn::GuardedStream;
+use crate::proxy::context::RequestCtx;
+use bytes::Bytes;
+use http::header::{
+    HeaderName, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER,
+    WWW_AUTHENTICATE,
+};
+use pingora::http::ResponseHeader;
+use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
+use pingora::proxy::{FailToProxy, Session};
+use pingora::{Error, Result};
+use std::sync::Arc;
+
+/// A proxied response: the request id, the `RateLimit` headers (per the route's
+/// `rate_limit_headers`), and the dry-run limits that would have rejected it.
+pub fn response_filter(response: &mut ResponseHeader, ctx: &RequestCtx) -> Result<()> {
+    response.insert_header(request_id::HEADER, ctx.request_id.clone())?;
+    let limits = &ctx.admission.limits;
+    if let Some(route) = ctx.route() {
+        let show = match route.config.rate_limit_headers {
+            HeadersMode::On => true,
+            HeadersMode::Off => false,
+            HeadersMode::NearLimit => headers::near_limit(limits.entries.iter().map(|(_, d)| d)),
+        };
+        if show && !limits.is_empty() {
+            for (name, value) in limits.headers(route.config.legacy_rate_limit_headers) {
+                response.insert_header(name, value)?;
+            }
+        }
+    }
+    if let Some(value) = would_limit_value(&ctx.admission.would_limit) {
+        response.insert_header(WOULD_LIMIT_HEADER, value)?;
+    }
+    Ok(())
+}
+
+/// Writes the response for a request the chain rejected. Rejections keep the connection open
+/// (a client told to slow down should not also pay for a new handshake), except for
+/// malformed requests.
+pub async fn respond_reject(
+    session: &mut Session,
+    ctx: &RequestCtx,
+    reject: &Reject,
+) -> Result<()> {
+    let kind = reject.kind();
+    let request_id = ctx.request_id.to_str().ok();
+    let limits = &ctx.admission.limits;
+    let mut extra: Vec<(HeaderName, HeaderValue)> = Vec::new();
+    let body = match reject {
+        Reject::TooManyRequests => {
+            let legacy = ctx
+                .route()
+                .is_some_and(|r| r.config.legacy_rate_limit_headers);
+            for (name, value) in limits.headers(legacy) {
+                extra.push((HeaderName::from_static(name), value));
+            }
+            extra.push((RETRY_AFTER, HeaderValue::from(limits.retry_after_secs())));
+            problem::render_with_policies(kind, &reject.detail(), request_id, &limits.violated())
+        }
+        Reject::Store(_) => {
+            // Short: the store is usually back (or the breaker decides) within a second.
+            extra.push((RETRY_AFTER, HeaderValue::from_static("1")));
+            problem::render(kind, &reject.detail(), request_id)
+        }
+        Reject::MethodNotAllowed { allow, .. } => {
+            if let Ok(allow) = HeaderValue::from_str(allow) {
+                extra.push((ALLOW, allow));
+            }
+            problem::render(kind, &reject.detail(), request_id)
+        }
+        Reject::Key(_) if kind == Kind::Unauthorized => {
+            extra.push((
+                WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"turnstile\""),
+            ));
+            problem::render(kind, &reject.detail(), request_id)
+        }
+        _ => problem::render(kind, &reject.detail(), request_id),
+    };
+    if let Some(value) = would_limit_value(&ctx.admission.would_limit) {
+        extra.push((HeaderName::from_static(WOULD_LIMIT_HEADER), value));
+    }
+    if closes_connection(reject) {
+        session.set_keepalive(None);
+    }
+    write_problem(session, ctx, kind, body, extra).await
+}
+
+/// Proxying failed (upstream unreachable, timed out, no healthy server): a problem+json
+/// answer if nothing was written yet; the connection is not reused.
+pub async fn fail_to_proxy(session: &mut Session, e: &Error, ctx: &RequestCtx) -> FailToProxy {
+    let Some(kind) = classify(e) else {
+        // The client is gone or sent garbage we cannot answer on; nothing to write.
+        return FailToProxy {
+            error_code: 0,
+            can_reuse_downstream: false,
+        };
+    };
+    let upstream = ctx.route().map_or("", |r| r.pool.config.name.as_str());
+    let detail = describe(kind, e, upstream);
+    if session.response_written().is_none() {
+        session.set_keepalive(None);
+        let body = problem::render(kind, &detail, ctx.request_id.to_str().ok());
+        if let Err(write_err) = write_problem(session, ctx, kind, body, Vec::new()).await {
+            log::debug!("could not write {} response: {write_err}", kind.status());
+        }
+    }
+    FailToProxy {
+        error_code: kind.status(),
+        can_reuse_downstream: false,
+    }
+}
+
+async fn write_problem(
+    session: &mut Session,
+    ctx: &RequestCtx,
+    kind: Kind,
+    body: Vec<u8>,
+    extra: Vec<(HeaderName, HeaderValue)>,
+) -> Result<()> {
+    let mut resp = ResponseHeader::build(kind.status(), Some(6 + extra.len()))?;
+    resp.insert_header(CONTENT_TYPE, problem::CONTENT_TYPE)?;
+    resp.insert_header(CONTENT_LENGTH, body.len())?;
+    resp.insert_header(CACHE_CONTROL, "no-store")?;
+    resp.insert_header(request_id::HEADER, ctx.request_id.clone())?;
+    for (name, value) in extra {
+        resp.insert_header(name, value)?;
+    }
+    session.write_response_header(Box::new(resp), false).await?;
+    session
+        .write_response_body(Some(Bytes::from(body)), true)
+        .await
+}
+
+/// The request is over: count it, log it, and give the connection's next request a fresh
+/// header deadline.
+pub fn logging(access_log: &AccessLog, session: &Session, error: Option<&Error>, ctx: &RequestCtx) {
+    let status = session
+        .response_written()
+        .map(|r| r.status.as_u16())
+        .or_else(|| error.and_then(classify).map(Kind::status))
+        .unwrap_or(0);
+    match ctx.route() {
+        Some(route) => route.metrics.request(status),
+        None => ctx.snapshot.unrouted.request(status),
+    }
+    // The connection may carry another request: its headers get a fresh deadline.
+    if let Some(guard) = GuardedStream::of(session.stream()) {
+        let limits = &ctx.snapshot.config.server.limits;
+        guard.arm(limits.keepalive_timeout + limits.header_timeout);
+    }
+    if access_log.wants(ctx.snapshot.config.access_log.mode) {
+        access_log.log(access_entry(session, ctx, status));
+    }
+}
+
+/// The access log line of a finished request.
+fn access_entry(session: &Session, ctx: &RequestCtx, status: u16) -> Entry {
+    let req = session.req_header();
+    let client_ip = session
+        .client_addr()
+        .and_then(PeerAddr::as_inet)
+        .map(|peer| {
+            let values = req.headers.get_all("x-forwarded-for");
+            identity::client_ip(
+                peer.ip(),
+                values.iter().map(HeaderValue::as_bytes),
+                &ctx.snapshot.config.server.trusted_proxies,
+            )
+        });
+    Entry {
+        at_ms: unix_ms(),
+        request_id: ctx.request_id.to_str().unwrap_or_default().to_owned(),
+        method: req.method.as_str().to_owned(),
+        path: req.uri.path().to_owned(),
+        route: ctx.route().map(|r| Arc::clone(&r.rules.name)),
+        status,
+        client_id: ctx.client.as_ref().map(|c| Arc::clone(&c.id)),
+        client_ip,
+        decision: ctx.admission.outcome.as_str(),
+        latency_ms: ctx.started.elapsed().as_secs_f64() * 1000.0,
+        upstream: ctx.upstream_addr.map(|a| a.to_string()),
+    }
+}

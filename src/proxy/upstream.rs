@@ -1,0 +1,124 @@
+//! The upstream phases: `upstream_peer` (a healthy server of the route's pool),
+//! `fail_to_connect` (retry on the next server), `upstream_request_filter` (what the upstream
+//! receives) and `upstream_response_filter` (its latency).
+
+use crate::chain::auth::{bearer_token, API_KEY_HEADER};
+use crate::chain::forward::{forwarded_for, underscore_aliases, CLIENT_ID_HEADER};
+use crate::chain::request_id;
+use crate::chain::upstream_error::NO_HEALTHY_UPSTREAM;
+use crate::proxy::context::RequestCtx;
+use http::header::{HeaderValue, AUTHORIZATION};
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
+use pingora::proxy::Session;
+use pingora::upstreams::peer::HttpPeer;
+use pingora::{Error, ErrorType, Result};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The next healthy server of the route's pool (502 when none is).
+pub fn upstream_peer(ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
+    ctx.upstream_tries += 1;
+    let snapshot = Arc::clone(&ctx.snapshot);
+    let route = &snapshot.routes[ctx
+        .route
+        .expect("request_filter sets the route before proxying")];
+    let Some(addr) = route.pool.select() else {
+        return Err(Error::explain(
+            NO_HEALTHY_UPSTREAM,
+            format!(
+                "every server of upstream {:?} is failing its health check",
+                route.pool.config.name
+            ),
+        ));
+    };
+    ctx.upstream_addr = Some(addr);
+    let mut peer = HttpPeer::new(addr, false, String::new());
+    let options = &mut peer.options;
+    options.connection_timeout = Some(route.config.connect_timeout);
+    options.read_timeout = Some(route.config.read_timeout);
+    options.write_timeout = Some(route.config.write_timeout);
+    options.idle_timeout = Some(route.pool.config.keepalive_timeout);
+    Ok(Box::new(peer))
+}
+
+/// A connect failure is retried on the next server of the pool (the request has not been
+/// sent yet, so this is safe for every method), at most once per server.
+pub fn fail_to_connect(ctx: &RequestCtx, mut e: Box<Error>) -> Box<Error> {
+    if let Some(route) = ctx.route() {
+        if ctx.upstream_tries < route.pool.len() {
+            e.set_retry(true);
+        }
+    }
+    e
+}
+
+/// What the upstream receives: the normalised path, `X-Forwarded-For` + the TCP peer,
+/// `X-Request-Id`, `X-Client-Id` (only the gateway's), no API key unless the route forwards it.
+pub fn upstream_request_filter(
+    session: &Session,
+    upstream_request: &mut RequestHeader,
+    ctx: &mut RequestCtx,
+) -> Result<()> {
+    if let Some(peer_ip) = session
+        .client_addr()
+        .and_then(PeerAddr::as_inet)
+        .map(|a| a.ip())
+    {
+        let forwarded = forwarded_for(
+            upstream_request
+                .headers
+                .get_all("x-forwarded-for")
+                .iter()
+                .map(HeaderValue::as_bytes),
+            peer_ip,
+        );
+        upstream_request.insert_header("x-forwarded-for", forwarded)?;
+    }
+    upstream_request.insert_header(request_id::HEADER, ctx.request_id.clone())?;
+    if let Some(path) = &ctx.forward_path {
+        // The upstream acts on the path the route was chosen by.
+        let target = match upstream_request.uri.query() {
+            Some(query) => format!("{path}?{query}"),
+            None => path.clone(),
+        };
+        let uri = http::Uri::try_from(target)
+            .map_err(|e| Error::because(ErrorType::InternalError, "normalised request path", e))?;
+        upstream_request.set_uri(uri);
+    }
+    ctx.upstream_sent = Some(Instant::now());
+    // Only the gateway says who the client is, also to servers reading `_` as `-`.
+    let aliases: Vec<String> =
+        underscore_aliases(upstream_request.headers.keys().map(|k| k.as_str()))
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+    for alias in aliases {
+        upstream_request.remove_header(&alias);
+    }
+    upstream_request.remove_header(CLIENT_ID_HEADER);
+    if let Some(client) = &ctx.client {
+        upstream_request.insert_header(CLIENT_ID_HEADER, &*client.id)?;
+    }
+    let forward_key = ctx.route().is_some_and(|r| r.config.forward_api_key);
+    if ctx.client.is_some() && !forward_key {
+        // Every value: a key in any of them stays here.
+        upstream_request.remove_header(API_KEY_HEADER);
+        let bearer = upstream_request
+            .headers
+            .get_all(AUTHORIZATION)
+            .iter()
+            .any(|v| bearer_token(v.as_bytes()).is_some());
+        if bearer {
+            upstream_request.remove_header(&AUTHORIZATION);
+        }
+    }
+    Ok(())
+}
+
+/// The upstream answered: its latency, per pool.
+pub fn upstream_response_filter(_response: &ResponseHeader, ctx: &mut RequestCtx) {
+    if let (Some(sent), Some(route)) = (ctx.upstream_sent.take(), ctx.route()) {
+        route.upstream_latency.observe(sent.elapsed().as_secs_f64());
+    }
+}
