@@ -1,7 +1,9 @@
 --[[ check.lua — the entry point: several limits of one client, decided atomically.
 
-The script sent to Redis is lib.lua, the four algorithm files and this file, concatenated in
-that order (src/limit/redis.rs); it is loaded once and called by SHA (EVALSHA).
+The script sent to Redis is lib.lua, the five algorithm files (token bucket, fixed window,
+sliding window, sliding log, concurrency) and this file, concatenated in that order (the list
+is CHECK_FILES in src/limit/store/redis/scripts.rs); it is loaded once per connection and
+called by SHA (EVALSHA).
 
 KEYS[i]   one key per limit: <prefix>:{<client id>}:<route>:<limit name>@<definition>. The
           client id is the hash tag, so all keys of a call share one Redis Cluster slot.
@@ -9,9 +11,9 @@ ARGV[1]   "" to use the server's clock (TIME); tests only: an explicit time in m
           (window-edge scenarios replayed exactly) or "+<ms>", the server's clock plus an offset
           (see now_ms in lib.lua)
 ARGV[2]   cost: units the request asks of every limit (an integer >= 1)
-ARGV[3]   the request's lease id (used by concurrency limits; "" when there are none)
+ARGV[3]   the request's slot id (names its concurrency slots; "" when it has none)
 ARGV[4..] six per limit, in KEYS order: name, algorithm (tb | fw | sw | sl | cc), limit,
-          window_ms (for cc: the slot lease), burst (only the token bucket uses it), and
+          window_ms (for cc: how long a slot lives unreleased), burst (only the token bucket uses it), and
           shadow ("1": decided and counted, but never blocks the request)
 Reply     { admitted 0/1, now_ms, name of the first enforced limit that rejected, or "",
             then four per limit: admitted 0/1, remaining, reset_ms, retry_after_ms }
@@ -27,7 +29,7 @@ if #ARGV ~= 3 + PER * n then
 end
 local now = now_ms(ARGV[1])
 local cost = tonumber(ARGV[2])
-local lease_id = ARGV[3]
+local slot_id = ARGV[3]
 local algorithms = { tb = token_bucket, fw = fixed_window, sw = sliding_window, sl = sliding_log, cc = concurrency }
 
 local function arg(i, k) return ARGV[3 + PER * (i - 1) + k] end
@@ -37,7 +39,7 @@ local function decide(i, c)
   if not algorithm then
     error('turnstile check.lua: unknown algorithm ' .. tostring(arg(i, 2)))
   end
-  return algorithm(KEYS[i], now, c, tonumber(arg(i, 3)), tonumber(arg(i, 4)), tonumber(arg(i, 5)), lease_id)
+  return algorithm(KEYS[i], now, c, tonumber(arg(i, 3)), tonumber(arg(i, 4)), tonumber(arg(i, 5)), slot_id)
 end
 
 local decisions, commits, rejected = {}, {}, ''

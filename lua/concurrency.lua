@@ -1,17 +1,17 @@
 --[[ concurrency.lua — requests of a client in flight, on one ZSET key.
 
-Function  concurrency(key, now, cost, limit, lease_ms, _, lease_id) -> decision, commit
-  key     ZSET: member = a request's lease id, score = when the lease expires (ms). A lease
-          past its expiry no longer counts, so a gateway that crashed holding slots gives
-          them back after at most `lease_ms`.
-  cost    a request takes one slot whatever its cost; 0 = only report.
-  limit   most requests in flight.
+Function  concurrency(key, now, cost, limit, slot_ttl, _, slot_id) -> decision, commit
+  key       ZSET: member = a request's slot id, score = when the slot expires (ms). A slot
+            past its expiry no longer counts, so a gateway that crashed holding slots gives
+            them back after at most `slot_ttl`.
+  cost      a request takes one slot whatever its cost; 0 = only report.
+  limit     most requests in flight.
 Returns   decision = {admitted 0/1, slots left, reset_ms (0: unknown), retry_after_ms (1000)}
-          commit   = function dropping expired leases and adding this request's lease (nil when
-                     not admitted). The lease is removed by release.lua when the request ends.
-TTL       `lease_ms` after the newest lease, plus TTL_GRACE_MS (lib.lua).
+          commit   = function dropping expired slots and adding this request's (nil when not
+                     admitted). The slot is removed by release.lua when the request ends.
+TTL       `slot_ttl` after the newest slot, plus TTL_GRACE_MS (lib.lua).
 ]]
-local function concurrency(key, now, cost, limit, lease_ms, _, lease_id)
+local function concurrency(key, now, cost, limit, slot_ttl, _, slot_id)
   local live = redis.call('ZCOUNT', key, string.format('(%d', now), '+inf')
   local take = 0
   if cost > 0 then take = 1 end
@@ -19,8 +19,8 @@ local function concurrency(key, now, cost, limit, lease_ms, _, lease_id)
     local commit = function()
       redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
       if take > 0 then
-        redis.call('ZADD', key, now + lease_ms, lease_id)
-        expire(key, lease_ms)
+        redis.call('ZADD', key, now + slot_ttl, slot_id)
+        expire(key, slot_ttl)
       end
     end
     return {1, limit - live - take, 0, 0}, commit

@@ -9,7 +9,7 @@ Returns   decision = {admitted 0/1, remaining, reset_ms (until the window ends),
           commit   = function writing the new state (nil when not admitted).
 TTL       until the window ends, plus TTL_GRACE_MS (lib.lua).
 Note      admits up to twice `limit` around a window edge (by design: it is the cheap one).
-Mirrors   src/limit/algorithm.rs (FixedWindow).
+Mirrors   src/limit/algorithm/fixed_window.rs.
 ]]
 local function fixed_window(key, now, cost, limit, window)
   local start = now - now % window

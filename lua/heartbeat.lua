@@ -7,7 +7,12 @@ ARGV[2]   liveness in ms: an instance not heard from for that long is no longer 
 ARGV[3]   "1" to leave (graceful shutdown): remove this instance instead of refreshing it
 Reply     the number of live instances (after this call)
 TTL       the whole set expires `liveness` after the last heartbeat of any instance.
+
+The script sent to Redis is this file alone (src/limit/store/redis/scripts.rs).
 ]]
+if #KEYS ~= 1 or #ARGV ~= 3 then
+  return redis.error_reply('turnstile heartbeat.lua: expected 1 key and 3 arguments, got ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local liveness = tonumber(ARGV[2])

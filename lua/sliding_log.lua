@@ -9,7 +9,7 @@ Returns   decision = {admitted 0/1, remaining, reset_ms (until the oldest entry 
           admitted). A rejection writes nothing.
 TTL       `window` after the newest entry (then every entry has expired), plus TTL_GRACE_MS.
 Memory    one member per admitted unit, so `limit` is capped by the config loader.
-Mirrors   src/limit/algorithm.rs (SlidingLog).
+Mirrors   src/limit/algorithm/sliding_log.rs.
 ]]
 local function sliding_log(key, now, cost, limit, window)
   local live = string.format('(%d', now - window)

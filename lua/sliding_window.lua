@@ -11,7 +11,7 @@ Returns   decision = {admitted 0/1, remaining, reset_ms, retry_after_ms}; reset_
           commit   = function writing the new state (nil when not admitted).
 TTL       until the end of the next window (when both counts stop mattering), plus
           TTL_GRACE_MS (lib.lua).
-Mirrors   src/limit/algorithm.rs (SlidingWindow).
+Mirrors   src/limit/algorithm/sliding_window.rs.
 ]]
 local function sliding_window(key, now, cost, limit, window)
   local start = now - now % window

@@ -11,7 +11,7 @@ Returns   decision = {admitted 0/1, remaining tokens, reset_ms (until full), ret
                      only if every limit of the call admits the request.
 TTL       the time until the bucket is full again (an expired key reads as full, so the TTL
           never changes a decision), plus TTL_GRACE_MS (lib.lua).
-Mirrors   src/limit/algorithm.rs (TokenBucket); tests/lua_agrees.rs compares the two.
+Mirrors   src/limit/algorithm/token_bucket.rs; tests/lua_agrees.rs compares the two.
 ]]
 local function token_bucket(key, now, cost, limit, window, burst)
   local cap = burst * window

@@ -78,6 +78,30 @@ fn every_invalid_fixture_fails_naming_its_path() {
 }
 
 #[test]
+fn a_deprecated_key_is_read_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("old.toml");
+    std::fs::write(
+        &file,
+        "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\nconcurrency_lease = \"45s\"\n\n[upstreams.u]\nservers = [\"127.0.0.1:9001\"]\n\n[[routes]]\nname = \"r\"\npath_prefix = \"/\"\nupstream = \"u\"\n",
+    )
+    .unwrap();
+    let config = Config::load(&file).unwrap();
+    let turnstile::config::StoreConfig::Redis(redis, _) = &config.store else {
+        panic!("a redis store")
+    };
+    assert_eq!(redis.slot_ttl, std::time::Duration::from_secs(45));
+    assert_eq!(config.warnings.len(), 1);
+    assert_eq!(config.warnings[0].path, "store.concurrency_lease");
+    let (code, _, stderr) = common::turnstile(&["check", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("warning") && stderr.contains("renamed store.concurrency_slot_ttl"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn several_problems_are_reported_at_once() {
     let err = Config::parse(
         "[server]\nthreads = 0\n[upstreams.u]\nservers = []\n[[routes]]\nname = \"r\"\npath_prefix = \"x\"\nupstream = \"nope\"\n",

@@ -71,7 +71,7 @@ fn calls_given_up_on_during_a_stall_leave_no_concurrency_slot_behind() {
     let up = Upstream::start("a");
     let plan = "limits = [{ name = \"per-hour\", algorithm = \"fixed_window\", limit = 1000, window = \"1h\" }]\nmax_concurrent = 2";
     // A slot that leaked would stay taken for 10 minutes: far longer than this test.
-    let gw = Gateway::start(&config(&up, &redis, "concurrency_lease = \"10m\"", plan));
+    let gw = Gateway::start(&config(&up, &redis, "concurrency_slot_ttl = \"10m\"", plan));
     assert_eq!(get(&gw, "/echo/open/warm").status, 200);
     for (route, during) in [("open", 200), ("closed", 503)] {
         let path = format!("/echo/{route}/x");

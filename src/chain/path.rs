@@ -160,7 +160,7 @@ fn is_unreserved(b: u8) -> bool {
 }
 
 /// Validation of a configured `path_prefix` (used by the config loader): it must be a path
-/// in the normal form requests are routed in (`request_path::normalize`).
+/// in the normal form requests are routed in ([`normalize`]).
 pub fn check_path_prefix(prefix: &str) -> Result<(), String> {
     let expected = "expected a path like \"/orders\" (starting with '/', no query, spaces, empty or dot segments, ';', or escapes of unreserved characters)";
     if prefix

@@ -1,5 +1,6 @@
 //! `application/problem+json` bodies (RFC 9457) for every response the gateway itself
-//! writes: unknown route, bad request, upstream failures, and (later) limiter rejections.
+//! writes: bad requests, unknown routes, authentication and limiter rejections (429, and 503
+//! when the store cannot decide and the route fails closed), upstream failures.
 
 use serde::Serialize;
 

@@ -16,7 +16,7 @@
 //!   is refused ([`RouteMatch::CaseMismatch`]): behind a case-insensitive upstream
 //!   (Express, ASP.NET) `/ORDERS` would otherwise reach `/orders` past that route's checks.
 //!
-//! Paths are normalised before they get here (`request_path.rs`): no empty or dot segments,
+//! Paths are normalised before they get here (`path.rs`): no empty or dot segments,
 //! no `;`, no ambiguous escapes.
 
 use crate::chain::path::normalize;

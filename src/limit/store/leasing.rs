@@ -1,5 +1,5 @@
 //! Quota leasing's I/O half: a renewal runs as a task of its own, so that it outlives a
-//! request that stops waiting for it (the bookkeeping is `lease.rs`, pure).
+//! request that stops waiting for it (the bookkeeping is `lease/`, pure).
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::store::error::StoreError;

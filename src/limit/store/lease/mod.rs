@@ -13,7 +13,8 @@
 //!   than the limit. A lease is only spent inside the window it was granted in: its local
 //!   expiry is the window's end measured from *before* the call was sent (so it errs early),
 //!   and leftover units are only merged into a renewal sent at least the store timeout
-//!   before that expiry (a reply arriving later is discarded as a timeout).
+//!   before that expiry. A grant that arrives after its request stopped waiting
+//!   ([`LeaseTable::settle_late`]) expires by the same rule, measured from when it was asked.
 //! - **Undershoot: at most `lease` units per instance per window.** An instance holds at most
 //!   one lease of at most `lease` units per (client, route); what it holds unspent when the
 //!   window ends lapsed unused. Renewing after a lapse gives those units back first (for a
