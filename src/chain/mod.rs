@@ -21,9 +21,11 @@
 
 pub mod admission;
 pub mod auth;
+pub mod body;
 pub mod forward;
 pub mod headers;
 pub mod identity;
+pub mod keys;
 pub mod message;
 pub mod path;
 pub mod problem;

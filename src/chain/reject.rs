@@ -27,6 +27,10 @@ pub enum Reject {
     TooManyRequests,
     /// The store could not decide (down, slow, refusing).
     Store(StoreError),
+    /// A keyed limit's key needs a part the request lacks (and the limit says reject).
+    MissingKeyPart(String),
+    /// A keyed limit's key part is given twice (a header, a body field).
+    AmbiguousKeyPart(String),
 }
 
 impl Reject {
@@ -35,6 +39,8 @@ impl Reject {
             Reject::BadMessage(_)
             | Reject::BadPath(_)
             | Reject::CaseMismatch(_)
+            | Reject::MissingKeyPart(_)
+            | Reject::AmbiguousKeyPart(_)
             | Reject::Key(KeyError::Ambiguous | KeyError::RepeatedAuthorization) => {
                 Kind::BadRequest
             }
@@ -57,6 +63,8 @@ impl Reject {
             Reject::BodyTooLarge(max) => format!("the request body is larger than {max} bytes"),
             Reject::NotFound(d)
             | Reject::CaseMismatch(d)
+            | Reject::MissingKeyPart(d)
+            | Reject::AmbiguousKeyPart(d)
             | Reject::MethodNotAllowed { detail: d, .. } => d.clone(),
             Reject::Key(e) => e.detail().to_owned(),
             Reject::TooManyRequests => {

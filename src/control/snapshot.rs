@@ -6,9 +6,10 @@
 //! (upstream pools with their health state, per-IP tables with their buckets, the store with
 //! its counters), so rebuilding a snapshot does not reset them.
 
-use crate::chain::admission::{IpRule, RouteRules};
+use crate::chain::admission::{IpRule, KeyedLimit, RouteRules};
 use crate::chain::auth::{Client, KeyRing, Plan};
 use crate::chain::headers::policy_header;
+use crate::chain::keys::KeyHasher;
 use crate::chain::router::{RouteSpec, Router};
 use crate::control::config::{
     Config, ConfigError, IpLimitChoice, IpLimitConfig, Problem, RouteConfig, StoreConfig,
@@ -79,6 +80,20 @@ impl Snapshot {
         let ip_tables = build_ip_tables(&config, previous);
         // Every policy name a route's decisions can be labelled with.
         let mut policy_names: Vec<Arc<str>> = RESERVED_POLICY_NAMES.map(Arc::from).to_vec();
+        for route in &config.routes {
+            for l in &route.limits {
+                if !policy_names.contains(&l.policy.name) {
+                    policy_names.push(Arc::clone(&l.policy.name));
+                }
+            }
+        }
+        let hasher = Arc::new(KeyHasher::new(
+            config
+                .server
+                .key_hash_secret
+                .as_ref()
+                .map_or(DEFAULT_KEY_HASH_SECRET, |s| s.expose().as_bytes()),
+        ));
         for plan in config.plans.values() {
             for p in &plan.limits {
                 if !policy_names.contains(&p.name) {
@@ -95,6 +110,16 @@ impl Snapshot {
                     IpLimitChoice::Off => None,
                     IpLimitChoice::Own(_) => Some(IpTableId::Route(r.name.clone())),
                 };
+                let keyed: Vec<KeyedLimit> = r
+                    .limits
+                    .iter()
+                    .map(|l| KeyedLimit {
+                        policy: l.policy.clone(),
+                        shadow: l.shadow,
+                        key: l.key.clone(),
+                        missing: l.missing,
+                    })
+                    .collect();
                 let concurrency = r
                     .max_concurrent
                     .map(|n| {
@@ -121,6 +146,9 @@ impl Snapshot {
                             .and_then(|id| ip_tables.get(&id))
                             .map(|t| IpRule::new(Arc::clone(&t.limiter))),
                         concurrency,
+                        keyed_header: KeyedLimit::header(&keyed, r.shadow),
+                        keyed,
+                        hasher: Arc::clone(&hasher),
                     },
                     config: r.clone(),
                     pool: Arc::clone(&pools[&r.upstream]),
@@ -225,6 +253,10 @@ fn build_ip_tables(config: &Config, previous: Option<&Snapshot>) -> BTreeMap<IpT
         })
         .collect()
 }
+
+/// The secret keyed limits hash with when `server.key_hash_secret` is not set: the same on
+/// every instance, so they agree; not secret, so set one (the config loader warns).
+pub const DEFAULT_KEY_HASH_SECRET: &[u8] = b"turnstile keyed limits: set server.key_hash_secret";
 
 /// How long a concurrency slot lives unreleased (only the Redis store keeps slots in time).
 fn slot_ttl(store: &StoreConfig) -> std::time::Duration {

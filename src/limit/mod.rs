@@ -126,6 +126,14 @@ impl Policy {
         })
     }
 
+    /// The same policy under another name.
+    pub fn renamed(&self, name: &str) -> Policy {
+        Policy {
+            name: name.into(),
+            ..self.clone()
+        }
+    }
+
     /// Units per window (for a token bucket: the refill per window); at least 1.
     pub fn limit(&self) -> u64 {
         self.limit

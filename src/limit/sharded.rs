@@ -21,6 +21,8 @@ pub struct Sharded<K, V> {
     hasher: RandomState,
 }
 
+type ShardGuard<'a, K, V> = MutexGuard<'a, HashTable<(K, V)>>;
+
 /// One shard, locked, positioned on one key's hash.
 pub struct Locked<'a, K, V> {
     table: MutexGuard<'a, HashTable<(K, V)>>,
@@ -62,6 +64,60 @@ impl<K: Hash + Eq, V> Locked<'_, K, V> {
 
     pub fn is_empty(&self) -> bool {
         self.table.is_empty()
+    }
+}
+
+/// The shards of several keys, locked together ([`Sharded::lock_many`]); key `i` is the
+/// `i`-th key given.
+pub struct LockedMany<'a, K, V> {
+    /// Each locked shard once, by index.
+    guards: Vec<(usize, ShardGuard<'a, K, V>)>,
+    /// Shard index and hash of each key given.
+    positions: Vec<(usize, u64)>,
+    hasher: &'a RandomState,
+}
+
+impl<K: Hash + Eq, V> LockedMany<'_, K, V> {
+    fn table(&self, i: usize) -> (usize, u64) {
+        let (shard, hash) = self.positions[i];
+        let slot = self
+            .guards
+            .iter()
+            .position(|(index, _)| *index == shard)
+            .expect("every key's shard is locked");
+        (slot, hash)
+    }
+
+    /// The value of `key`, the `i`-th key given.
+    pub fn get(&self, i: usize, key: &K) -> Option<&V> {
+        let (slot, hash) = self.table(i);
+        self.guards[slot]
+            .1
+            .find(hash, |(k, _)| k == key)
+            .map(|(_, v)| v)
+    }
+
+    pub fn get_mut(&mut self, i: usize, key: &K) -> Option<&mut V> {
+        let (slot, hash) = self.table(i);
+        self.guards[slot]
+            .1
+            .find_mut(hash, |(k, _)| k == key)
+            .map(|(_, v)| v)
+    }
+
+    /// Inserts or replaces the value of `key`, the `i`-th key given.
+    pub fn insert(&mut self, i: usize, key: K, value: V) {
+        let (slot, hash) = self.table(i);
+        let hasher = self.hasher;
+        match self.guards[slot]
+            .1
+            .entry(hash, |(k, _)| *k == key, |(k, _)| hasher.hash_one(k))
+        {
+            Entry::Occupied(mut e) => e.get_mut().1 = value,
+            Entry::Vacant(e) => {
+                e.insert((key, value));
+            }
+        }
     }
 }
 
@@ -110,6 +166,29 @@ impl<K: Hash + Eq, V> Sharded<K, V> {
                 hasher: &self.hasher,
             },
         )
+    }
+
+    /// Locks the shards holding every one of `keys` at once (each shard once, in index order,
+    /// so that two callers cannot deadlock): a decision over several keys is atomic.
+    pub fn lock_many(&self, keys: &[K]) -> LockedMany<'_, K, V> {
+        let positions: Vec<(usize, u64)> = keys
+            .iter()
+            .map(|k| {
+                let hash = self.hash(k);
+                (((hash >> 48) & self.mask) as usize, hash)
+            })
+            .collect();
+        let mut indexes: Vec<usize> = positions.iter().map(|(i, _)| *i).collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        LockedMany {
+            guards: indexes
+                .into_iter()
+                .map(|i| (i, self.lock_shard(i)))
+                .collect(),
+            positions,
+            hasher: &self.hasher,
+        }
     }
 
     fn lock_shard(&self, index: usize) -> MutexGuard<'_, HashTable<(K, V)>> {
@@ -176,6 +255,25 @@ mod tests {
         let (_, shard) = map.lock_key(&4);
         assert_eq!(shard.get(&4), Some(&4));
         assert_eq!(shard.get(&5), None);
+    }
+
+    #[test]
+    fn several_keys_are_locked_together_each_shard_once() {
+        let map: Sharded<u32, u32> = Sharded::new(4);
+        let keys: Vec<u32> = (0..20).collect();
+        {
+            let mut many = map.lock_many(&keys);
+            for (i, k) in keys.iter().enumerate() {
+                assert_eq!(many.get(i, k), None);
+                many.insert(i, *k, k * 10);
+            }
+            assert_eq!(many.get(3, &3), Some(&30));
+        }
+        assert_eq!(map.len(), 20);
+        assert_eq!(map.lock_key(&7).1.get(&7), Some(&70));
+        // The same key twice is one shard, locked once.
+        let many = map.lock_many(&[5, 5]);
+        assert_eq!(many.get(1, &5), Some(&50));
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub struct Entry {
     /// What the limiter did (see README): `allowed`, `rejected`, `unauthorized`,
     /// `degraded_open`, `degraded_closed`, `local_fallback`, `not_limited`.
     pub decision: &'static str,
+    /// The limit that refused the request, by name (never its key).
+    pub limited_by: Option<Arc<str>>,
     pub latency_ms: f64,
     pub upstream: Option<String>,
 }
@@ -252,6 +254,7 @@ mod tests {
             client_id: None,
             client_ip: None,
             decision: "not_limited",
+            limited_by: None,
             latency_ms: 0.1,
             upstream: None,
         }
@@ -341,6 +344,7 @@ mod tests {
             client_id: Some("ada".into()),
             client_ip: Some("10.0.0.1".parse().unwrap()),
             decision: "allowed",
+            limited_by: None,
             latency_ms: 1.5,
             upstream: Some("127.0.0.1:9001".into()),
         };

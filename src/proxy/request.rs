@@ -3,14 +3,16 @@
 //! `request_body_filter` (the body size as it streams).
 
 use crate::chain::admission::Outcome;
+use crate::chain::body::BodyFields;
 use crate::chain::identity::{client_ip, group_key};
+use crate::chain::keys::KeyInputs;
 use crate::chain::reject::Reject;
 use crate::chain::{auth, message, request_id, router};
 use crate::clock::{Clock, MonotonicClock};
 use crate::proxy::conn::GuardedStream;
 use crate::proxy::context::RequestCtx;
-use bytes::Bytes;
-use http::header::{HeaderValue, HOST};
+use bytes::{Bytes, BytesMut};
+use http::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, HOST};
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
@@ -35,7 +37,57 @@ pub fn early_request_filter(session: &mut Session, ctx: &mut RequestCtx) {
 }
 
 /// The request id, then steps [0]–[5] of the chain. `Err`: the caller answers with it.
-pub async fn admit(session: &Session, ctx: &mut RequestCtx) -> Result<(), Reject> {
+pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Reject> {
+    let snapshot = Arc::clone(&ctx.snapshot);
+    let index = route_request(session, ctx)?;
+    let route = &snapshot.routes[index];
+    let mut record = |policy: &str, outcome: Outcome| route.metrics.decision(policy, outcome);
+    let ip = client_key(session, ctx);
+    if route.rules.ip.is_some() {
+        let now = MonotonicClock.now_ms();
+        let checked = ctx.admission.check_ip(&route.rules, ip, now, &mut record);
+        if checked.is_err() {
+            route.metrics.ip_rejections.inc();
+        }
+        checked?;
+    }
+    if route.config.auth == auth::Auth::ApiKey {
+        let client = auth::authenticate(&snapshot.keys, &session.req_header().headers)
+            .map_err(Reject::Key)
+            .inspect_err(|_| ctx.admission.unauthorized())?;
+        ctx.client = Some(client);
+    }
+    let body = if route.config.reads_body() {
+        read_key_body(session, route.config.body_key_bytes)
+            .await?
+            .map(|bytes| {
+                let content_type = session.req_header().headers.get(CONTENT_TYPE);
+                BodyFields::parse(content_type.map(HeaderValue::as_bytes), &bytes)
+            })
+    } else {
+        None
+    };
+    let inputs = KeyInputs {
+        ip,
+        client: ctx.client.as_ref().map(|c| &*c.id),
+        route: &route.rules.name,
+        headers: &session.req_header().headers,
+        body: body.as_ref(),
+    };
+    ctx.admission
+        .check_limits(
+            &route.rules,
+            &snapshot.store,
+            ctx.client.as_ref(),
+            &inputs,
+            request_id::generate,
+            &mut record,
+        )
+        .await
+}
+
+/// The request id, [0] message checks and [1]–[2] the route; the route's index.
+fn route_request(session: &Session, ctx: &mut RequestCtx) -> Result<usize, Reject> {
     let req = session.req_header();
     ctx.request_id = match req.headers.get(request_id::HEADER) {
         Some(v) if request_id::is_acceptable(v.as_bytes()) => v.clone(),
@@ -47,57 +99,64 @@ pub async fn admit(session: &Session, ctx: &mut RequestCtx) -> Result<(), Reject
         .contains_key(http::header::TRANSFER_ENCODING)
         .then(|| session.as_http1().map(|h1| h1.get_headers_raw_bytes()))
         .flatten();
-    let snapshot = Arc::clone(&ctx.snapshot);
-    let server = &snapshot.config.server;
-    message::check_message(&server.limits, req, raw_head.as_deref())?;
+    let snapshot = &ctx.snapshot;
+    message::check_message(&snapshot.config.server.limits, req, raw_head.as_deref())?;
     let host = req
         .uri
         .host()
         .or_else(|| req.headers.get(HOST).and_then(|h| h.to_str().ok()));
     let (index, normalized) = router::route(&snapshot.router, host, &req.method, req.uri.path())?;
+    message::check_content_length(snapshot.routes[index].config.max_body_bytes, req)?;
     ctx.route = Some(index);
     ctx.forward_path = normalized;
-    let route = &snapshot.routes[index];
-    message::check_content_length(route.config.max_body_bytes, req)?;
-    let mut record = |policy: &str, outcome: Outcome| route.metrics.decision(policy, outcome);
-    if route.rules.ip.is_some() {
-        let ip = session
-            .client_addr()
-            .and_then(PeerAddr::as_inet)
-            .map(|peer| {
-                let forwarded = req.headers.get_all("x-forwarded-for");
-                let ip = client_ip(
-                    peer.ip(),
-                    forwarded.iter().map(HeaderValue::as_bytes),
-                    &server.trusted_proxies,
-                );
-                group_key(ip, server.grouping)
-            });
-        let now = MonotonicClock.now_ms();
-        let checked = ctx.admission.check_ip(&route.rules, ip, now, &mut record);
-        if checked.is_err() {
-            route.metrics.ip_rejections.inc();
+    Ok(index)
+}
+
+/// The client address (after trusted proxies), grouped by prefix; `None` on a Unix socket.
+fn client_key(session: &Session, ctx: &RequestCtx) -> Option<u128> {
+    let server = &ctx.snapshot.config.server;
+    session
+        .client_addr()
+        .and_then(PeerAddr::as_inet)
+        .map(|peer| {
+            let forwarded = session.req_header().headers.get_all("x-forwarded-for");
+            let ip = client_ip(
+                peer.ip(),
+                forwarded.iter().map(HeaderValue::as_bytes),
+                &server.trusted_proxies,
+            );
+            group_key(ip, server.grouping)
+        })
+}
+
+/// The body of a request whose keyed limits read body fields, if it is small enough:
+/// announced by `Content-Length` and at most `max` bytes (`body_key_bytes`, at most 64 KiB).
+/// It is read into Pingora's retry buffer, which is sent to the upstream first: the body
+/// arrives there byte for byte. A chunked or larger body is not read (`None`: the fields are
+/// missing).
+async fn read_key_body(session: &mut Session, max: u64) -> Result<Option<Bytes>, Reject> {
+    let announced = session
+        .req_header()
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let Some(length) = announced.filter(|n| *n <= max) else {
+        return Ok(None);
+    };
+    if length == 0 {
+        return Ok(Some(Bytes::new()));
+    }
+    session.enable_retry_buffering();
+    let mut body = BytesMut::with_capacity(length as usize);
+    while (body.len() as u64) < length {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            Ok(None) => break,
+            Err(_) => return Err(Reject::BadMessage("the request body could not be read")),
         }
-        checked?;
     }
-    if route.config.auth == auth::Auth::ApiKey {
-        let client = auth::authenticate(&snapshot.keys, &req.headers)
-            .map_err(Reject::Key)
-            .inspect_err(|_| ctx.admission.unauthorized())?;
-        let admitted = ctx
-            .admission
-            .check_plan(
-                &route.rules,
-                &snapshot.store,
-                &client,
-                request_id::generate,
-                &mut record,
-            )
-            .await;
-        ctx.client = Some(client);
-        admitted?;
-    }
-    Ok(())
+    Ok(Some(body.freeze()))
 }
 
 /// Counts the body as it streams: a chunked body larger than the route allows is cut off

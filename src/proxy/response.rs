@@ -189,6 +189,12 @@ fn access_entry(session: &Session, ctx: &RequestCtx, status: u16) -> Entry {
         client_id: ctx.client.as_ref().map(|c| Arc::clone(&c.id)),
         client_ip,
         decision: ctx.admission.outcome.as_str(),
+        limited_by: ctx
+            .admission
+            .limits
+            .violated()
+            .first()
+            .map(|name| Arc::from(*name)),
         latency_ms: ctx.started.elapsed().as_secs_f64() * 1000.0,
         upstream: ctx.upstream_addr.map(|a| a.to_string()),
     }

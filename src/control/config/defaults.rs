@@ -38,3 +38,6 @@ pub const HEALTHY_THRESHOLD: usize = 1;
 pub fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
+/// Largest body read for `body:` key parts (Pingora buffers at most 64 KiB for replay).
+pub const BODY_KEY_BYTES: u64 = 8 * 1024;
+pub const MAX_BODY_KEY_BYTES: u64 = 64 * 1024;

@@ -44,6 +44,9 @@ pub struct ServerFile {
     pub graceful_shutdown_timeout: Option<HumanDuration>,
     /// Idle keep-alive connections kept to upstreams (all pools together).
     pub upstream_keepalive_pool_size: Option<usize>,
+    /// Secret of the keyed hash that turns keyed limits' key parts into store keys (the same
+    /// on every instance).
+    pub key_hash_secret: Option<super::units::Secret>,
     /// Reload when the configuration file changes on disk (SIGHUP and `POST /reload` work
     /// either way).
     pub watch_config: Option<bool>,
@@ -315,4 +318,32 @@ pub struct RouteFile {
     pub shadow: Option<bool>,
     /// Most requests of one client in flight on this route.
     pub max_concurrent: Option<u64>,
+    /// Keyed limits of this route (per IP, account, header, route-wide...).
+    pub limits: Option<Vec<RouteLimitFile>>,
+    /// Largest request body read for `body:` key parts.
+    pub body_key_bytes: Option<u64>,
+}
+
+/// A route's own limit, counted per key.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteLimitFile {
+    pub name: String,
+    pub algorithm: AlgorithmFile,
+    pub limit: u64,
+    pub window: HumanDuration,
+    pub burst: Option<u64>,
+    pub shadow: Option<bool>,
+    /// Parts of the key: "ip", "client", "route", "header:NAME", "body:FIELD".
+    pub key: Vec<String>,
+    /// What a request lacking a part gets: reject (default), skip, shared.
+    pub missing: Option<MissingFile>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MissingFile {
+    Reject,
+    Skip,
+    Shared,
 }

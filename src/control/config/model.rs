@@ -41,6 +41,8 @@ pub struct ServerConfig {
     pub upstream_keepalive_pool_size: usize,
     /// Whether a change of the file on disk reloads it (takes effect at once on reload).
     pub watch_config: bool,
+    /// Secret of keyed limits' keyed hash; `None`: a built-in one (see the README).
+    pub key_hash_secret: Option<super::units::Secret>,
     pub trusted_proxies: TrustedProxies,
     pub grouping: Grouping,
     /// Per-IP limit of routes that do not choose their own.
@@ -174,4 +176,29 @@ pub struct RouteConfig {
     pub shadow: bool,
     /// Per client, on this route.
     pub max_concurrent: Option<u64>,
+    /// The route's own limits, each counted per key.
+    pub limits: Vec<RouteLimitConfig>,
+    /// Largest request body read for `body:` key parts (bodies over it lack the fields).
+    pub body_key_bytes: u64,
+}
+
+/// A route's limit, counted per key (per IP, account, header value, or route-wide).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteLimitConfig {
+    pub policy: Policy,
+    /// A dry run (the route's `shadow` makes every limit one).
+    pub shadow: bool,
+    pub key: Vec<crate::chain::keys::KeyPart>,
+    pub missing: crate::chain::keys::Missing,
+}
+
+impl RouteConfig {
+    /// Whether some keyed limit reads the body.
+    pub fn reads_body(&self) -> bool {
+        self.limits.iter().any(|l| {
+            l.key
+                .iter()
+                .any(|p| matches!(p, crate::chain::keys::KeyPart::Body(_)))
+        })
+    }
 }

@@ -55,7 +55,8 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// Decides one request against its policies (`shadow[i]`: policy `i` never blocks), at
-    /// the time it asks for (normally this store's clock).
+    /// the time it asks for (normally this store's clock). Policies of several partitions
+    /// (plan limits and keyed limits) are decided under all their locks at once.
     pub fn check(&self, req: &CheckRequest<'_>) -> Verdict {
         let CheckRequest {
             client,
@@ -69,16 +70,28 @@ impl<C: Clock> MemoryStore<C> {
         let now = at.resolve(|| self.clock.now_ms());
         let is_shadow = |i: usize| shadow.get(i).copied().unwrap_or(false);
         let has_concurrency = policies.iter().any(Policy::is_concurrency);
-        // Lock order: the in-flight table, then a shard.
+        // Lock order: the in-flight table, then the shards (in index order).
         let mut in_flight = has_concurrency.then(|| {
             self.in_flight
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
         });
-        let key = (Arc::clone(client), Arc::clone(route));
-        let (_, mut shard) = self.table.lock_key(&key);
-        let slots = shard.get(&key);
-        let current = |policy: &Policy| -> State {
+        // The (partition, route) keys this request touches; `owner[i]` is policy i's.
+        let mut keys: Vec<Key> = Vec::with_capacity(1);
+        let owner: Vec<usize> = (0..policies.len())
+            .map(|i| {
+                let key = (Arc::clone(req.partition_of(i)), Arc::clone(route));
+                match keys.iter().position(|k| *k == key) {
+                    Some(at) => at,
+                    None => {
+                        keys.push(key);
+                        keys.len() - 1
+                    }
+                }
+            })
+            .collect();
+        let mut locked = self.table.lock_many(&keys);
+        let current = |i: usize, policy: &Policy| -> State {
             if policy.is_concurrency() {
                 let n = in_flight
                     .as_ref()
@@ -93,11 +106,16 @@ impl<C: Clock> MemoryStore<C> {
                     .unwrap_or(0);
                 return State::Concurrency(crate::limit::algorithm::Concurrency { in_flight: n });
             }
-            slots
+            locked
+                .get(owner[i], &keys[owner[i]])
                 .and_then(|s| s.iter().find(|slot| slot.policy == *policy))
                 .map_or_else(|| State::new(policy), |slot| slot.state.clone())
         };
-        let before: Vec<State> = policies.iter().map(current).collect();
+        let before: Vec<State> = policies
+            .iter()
+            .enumerate()
+            .map(|(i, p)| current(i, p))
+            .collect();
         let mut decisions: Vec<Decision> = Vec::with_capacity(policies.len());
         let mut next: Vec<State> = Vec::with_capacity(policies.len());
         for (policy, state) in policies.iter().zip(&before) {
@@ -110,7 +128,6 @@ impl<C: Clock> MemoryStore<C> {
             .enumerate()
             .all(|(i, d)| d.allowed || is_shadow(i));
         if admitted {
-            let mut kept: Vec<Slot> = Vec::with_capacity(policies.len());
             for (i, (policy, state)) in policies.iter().zip(next).enumerate() {
                 // A shadow policy that would have rejected is left as it was.
                 let state = if decisions[i].allowed {
@@ -131,13 +148,28 @@ impl<C: Clock> MemoryStore<C> {
                             );
                         }
                     }
-                    state => kept.push(Slot {
-                        policy: policy.clone(),
-                        state,
-                    }),
+                    state => {
+                        let k = owner[i];
+                        match locked.get_mut(k, &keys[k]) {
+                            Some(slots) => match slots.iter_mut().find(|s| s.policy == *policy) {
+                                Some(slot) => slot.state = state,
+                                None => slots.push(Slot {
+                                    policy: policy.clone(),
+                                    state,
+                                }),
+                            },
+                            None => locked.insert(
+                                k,
+                                keys[k].clone(),
+                                vec![Slot {
+                                    policy: policy.clone(),
+                                    state,
+                                }],
+                            ),
+                        }
+                    }
                 }
             }
-            shard.insert(key, kept);
         } else {
             // Nothing is committed: policies that would have admitted the request report
             // their state as it stays (the same decision at cost 0).
@@ -208,6 +240,7 @@ mod tests {
             client,
             route,
             policies,
+            partitions: &[],
             shadow,
             cost: 1,
             slot_id: "",

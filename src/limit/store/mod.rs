@@ -461,6 +461,7 @@ mod tests {
             client: &c,
             route: &r,
             policies: &p,
+            partitions: &[],
             shadow: &[],
             cost: 1,
             slot_id: "",

@@ -3,13 +3,16 @@
 use crate::limit::Policy;
 use std::sync::Arc;
 
-/// One request's question to the store: may `client` spend `cost` units of every policy on
+/// One request's question to the store: may it spend `cost` units of every policy on
 /// `route`? Answered with a `Verdict` that commits only if every enforced policy admits.
 #[derive(Debug, Clone, Copy)]
 pub struct CheckRequest<'a> {
+    /// The client whose plan limits are asked about (the [`Partition::Client`] policies).
     pub client: &'a Arc<str>,
     pub route: &'a Arc<str>,
     pub policies: &'a [Policy],
+    /// `partitions[i]`: whose count policy `i` is (missing = the client's).
+    pub partitions: &'a [Partition],
     /// `shadow[i]`: policy `i` decides and counts but never blocks (missing = enforced).
     pub shadow: &'a [bool],
     pub cost: u64,
@@ -20,6 +23,26 @@ pub struct CheckRequest<'a> {
     /// Decide from a quota lease of at most this many units (Redis stores; every policy a
     /// fixed or sliding window, none shadow). `None`: one store call per request.
     pub lease: Option<u64>,
+}
+
+/// Whose count a policy is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Partition {
+    /// The client's (plan limits, concurrency).
+    Client,
+    /// A keyed limit's: `k:` and a hash of the key parts (`chain::keys`), the same on every
+    /// instance.
+    Keyed(Arc<str>),
+}
+
+impl CheckRequest<'_> {
+    /// The name of policy `i`'s partition: the client id, or the keyed partition.
+    pub fn partition_of(&self, i: usize) -> &Arc<str> {
+        match self.partitions.get(i) {
+            Some(Partition::Keyed(key)) => key,
+            _ => self.client,
+        }
+    }
 }
 
 /// The time a request is decided at.
@@ -59,6 +82,7 @@ impl<'a> CheckRequest<'a> {
             client,
             route,
             policies,
+            partitions: &[],
             shadow: &[],
             cost,
             slot_id: "",

@@ -26,7 +26,7 @@ use self::store::*;
 use self::upstreams::*;
 use crate::control::config::error::Problem;
 use crate::control::config::file::FileConfig;
-use crate::control::config::model::{Config, PlanConfig, RouteConfig, UpstreamConfig};
+use crate::control::config::model::{Config, PlanConfig, RouteConfig, StoreConfig, UpstreamConfig};
 use std::collections::BTreeMap;
 
 impl TryFrom<FileConfig> for Config {
@@ -71,6 +71,15 @@ impl TryFrom<FileConfig> for Config {
             .enumerate()
             .map(|(i, r)| route_config(i, r, &upstreams, &server, &mut problems))
             .collect();
+        if server.key_hash_secret.is_none()
+            && matches!(store, StoreConfig::Redis(..))
+            && routes.iter().any(|r| !r.limits.is_empty())
+        {
+            problems.warn(
+                "server.key_hash_secret",
+                "not set: keyed limits hash their keys with a built-in secret (every instance agrees, but whoever reads Redis could test guesses of the values); set one, the same on every instance",
+            );
+        }
         check_route_overlaps(&routes, &mut problems);
         check_costs(&routes, &plans, &mut problems);
         if problems.errors.is_empty() {

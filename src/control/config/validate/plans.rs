@@ -3,6 +3,7 @@
 use super::checks::*;
 use crate::control::config::file::{AlgorithmFile, LimitFile, PlanFile};
 use crate::control::config::model::PlanConfig;
+use crate::control::config::units::HumanDuration;
 use crate::limit::algorithm::MAX_PRODUCT;
 use crate::limit::{Algorithm, Policy, IP_POLICY_NAME, RESERVED_POLICY_NAMES};
 
@@ -45,65 +46,18 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
             lease,
         } = limit;
         let path = format!("{base}.limits[{i}]");
-        shadows.push(shadow.unwrap_or(false));
-        leases.push((path.clone(), lease));
-        check_name(&format!("{path}.name"), &limit_name, problems);
-        if limit_name == IP_POLICY_NAME {
-            problems.push(
-                format!("{path}.name"),
-                "\"ip\" is reserved for the per-IP limit",
-            );
-        } else if RESERVED_POLICY_NAMES.contains(&limit_name.as_str()) {
-            problems.push(
-                format!("{path}.name"),
-                format!("{limit_name:?} is reserved for concurrency limits (max_concurrent)"),
-            );
-        }
         if policies.iter().any(|p| *p.name == *limit_name) {
             problems.push(
                 format!("{path}.name"),
                 format!("{limit_name:?} is used twice in this plan"),
             );
         }
-        let alg = algorithm(alg);
-        if limit == 0 {
-            problems.push(format!("{path}.limit"), "must be at least 1");
-        }
-        let window_ms = window.0.as_millis() as u64;
-        if window_ms == 0 {
-            problems.push(format!("{path}.window"), "must be greater than zero");
-        }
-        let burst = match (alg, burst) {
-            (Algorithm::TokenBucket, Some(0)) => {
-                problems.push(format!("{path}.burst"), "must be at least 1");
-                limit
-            }
-            (Algorithm::TokenBucket, Some(b)) => b,
-            (Algorithm::TokenBucket, None) => limit,
-            (_, Some(_)) => {
-                problems.push(
-                    format!("{path}.burst"),
-                    format!("only token_bucket has a burst, not {alg}"),
-                );
-                limit
-            }
-            (_, None) => limit,
-        };
-        if burst.max(limit).saturating_mul(window_ms).saturating_mul(2) > MAX_PRODUCT {
-            problems.push(
-                path.clone(),
-                "limit × window is too large for exact arithmetic",
-            );
-        }
-        if alg == Algorithm::SlidingLog && limit > MAX_SLIDING_LOG_LIMIT {
-            problems.push(
-                format!("{path}.limit"),
-                format!("a sliding_log keeps one entry per request: at most {MAX_SLIDING_LOG_LIMIT} (use sliding_window for larger limits)"),
-            );
-        }
-        // Zero values were reported above; such a limit is left out (the file is refused).
-        if let Ok(policy) = Policy::try_new(&limit_name, alg, limit, window_ms, burst) {
+        // An invalid limit was reported and is left out (the file is refused).
+        if let Some(policy) = limit_policy(&path, &limit_name, alg, limit, window, burst, problems)
+        {
             policies.push(policy);
+            shadows.push(shadow.unwrap_or(false));
+            leases.push((path, lease));
         }
     }
     let lease = plan_lease(
@@ -181,4 +135,63 @@ pub(super) fn plan_lease(
         .filter_map(|(_, l)| *l)
         .min()
         .filter(|n| *n > 0)
+}
+
+/// The checks every limit passes, a plan's or a route's: its name, its numbers, exact
+/// arithmetic. `None` when some value is invalid (reported; the file is refused).
+pub(super) fn limit_policy(
+    path: &str,
+    limit_name: &str,
+    alg: AlgorithmFile,
+    limit: u64,
+    window: HumanDuration,
+    burst: Option<u64>,
+    problems: &mut Problems,
+) -> Option<Policy> {
+    check_name(&format!("{path}.name"), limit_name, problems);
+    if limit_name == IP_POLICY_NAME {
+        problems.push(
+            format!("{path}.name"),
+            "\"ip\" is reserved for the per-IP limit",
+        );
+    } else if RESERVED_POLICY_NAMES.contains(&limit_name) {
+        problems.push(
+            format!("{path}.name"),
+            format!("{limit_name:?} is reserved for concurrency limits (max_concurrent)"),
+        );
+    }
+    let alg = algorithm(alg);
+    if limit == 0 {
+        problems.push(format!("{path}.limit"), "must be at least 1");
+    }
+    let window_ms = window.0.as_millis() as u64;
+    if window_ms == 0 {
+        problems.push(format!("{path}.window"), "must be greater than zero");
+    }
+    let burst = match (alg, burst) {
+        (Algorithm::TokenBucket, Some(0)) => {
+            problems.push(format!("{path}.burst"), "must be at least 1");
+            limit
+        }
+        (Algorithm::TokenBucket, Some(b)) => b,
+        (Algorithm::TokenBucket, None) => limit,
+        (_, Some(_)) => {
+            problems.push(
+                format!("{path}.burst"),
+                format!("only token_bucket has a burst, not {alg}"),
+            );
+            limit
+        }
+        (_, None) => limit,
+    };
+    if burst.max(limit).saturating_mul(window_ms).saturating_mul(2) > MAX_PRODUCT {
+        problems.push(path, "limit × window is too large for exact arithmetic");
+    }
+    if alg == Algorithm::SlidingLog && limit > MAX_SLIDING_LOG_LIMIT {
+        problems.push(
+            format!("{path}.limit"),
+            format!("a sliding_log keeps one entry per request: at most {MAX_SLIDING_LOG_LIMIT} (use sliding_window for larger limits)"),
+        );
+    }
+    Policy::try_new(limit_name, alg, limit, window_ms, burst).ok()
 }

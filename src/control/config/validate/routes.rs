@@ -1,14 +1,18 @@
 //! `[[routes]]`: matching, limits, timeouts, failure mode; overlaps and costs checked across routes and plans.
 
 use super::checks::*;
+use super::plans::limit_policy;
 use super::server::*;
 use super::store::*;
 use crate::chain::auth::Auth;
 use crate::chain::headers::HeadersMode;
+use crate::chain::keys::{KeyPart, Missing};
 use crate::control::config::defaults;
-use crate::control::config::file::{AuthFile, HeadersModeFile, IpLimitSetting, RouteFile};
+use crate::control::config::file::{
+    AuthFile, HeadersModeFile, IpLimitSetting, MissingFile, RouteFile, RouteLimitFile,
+};
 use crate::control::config::model::{
-    IpLimitChoice, PlanConfig, RouteConfig, ServerConfig, UpstreamConfig,
+    IpLimitChoice, PlanConfig, RouteConfig, RouteLimitConfig, ServerConfig, UpstreamConfig,
 };
 use std::collections::BTreeMap;
 
@@ -38,8 +42,11 @@ pub(super) fn route_config(
         max_body_bytes,
         shadow,
         max_concurrent,
+        limits,
+        body_key_bytes,
     } = file;
     let base = format!("routes[{index}]");
+    let shadow = shadow.unwrap_or(false);
     match max_concurrent {
         Some(0) => problems.push(format!("{base}.max_concurrent"), "must be at least 1"),
         Some(_) if auth != Some(AuthFile::ApiKey) => problems.push(
@@ -67,12 +74,24 @@ pub(super) fn route_config(
         Some(c) => c,
         None => 1,
     };
-    if cost > 1 && auth != Auth::ApiKey {
+    let limits = route_limits(&base, limits.unwrap_or_default(), auth, shadow, problems);
+    if cost > 1 && auth != Auth::ApiKey && limits.is_empty() {
         problems.push(
             format!("{base}.cost"),
-            "cost applies to plan limits, which need auth = \"api_key\"",
+            "cost applies to plan limits (auth = \"api_key\") and the route's own limits: this route has neither",
         );
     }
+    let body_key_bytes = match body_key_bytes {
+        Some(n) if n == 0 || n > defaults::MAX_BODY_KEY_BYTES => {
+            problems.push(
+                format!("{base}.body_key_bytes"),
+                format!("{n}: expected 1 to {}", defaults::MAX_BODY_KEY_BYTES),
+            );
+            defaults::BODY_KEY_BYTES
+        }
+        Some(n) => n,
+        None => defaults::BODY_KEY_BYTES,
+    };
     let rate_limit_headers = match rate_limit_headers {
         None | Some(HeadersModeFile::On) => HeadersMode::On,
         Some(HeadersModeFile::Off) => HeadersMode::Off,
@@ -163,9 +182,78 @@ pub(super) fn route_config(
         forward_api_key: forward_api_key.unwrap_or(false),
         on_store_error: on_store_error.map_or(server.on_store_error, failure_mode),
         max_body_bytes: max_body_bytes.unwrap_or(server.limits.max_body_bytes),
-        shadow: shadow.unwrap_or(false),
+        shadow,
         max_concurrent: max_concurrent.filter(|n| *n > 0),
+        limits,
+        body_key_bytes,
     }
+}
+
+/// `routes[i].limits`: each a limit like a plan's, with a key and a choice for requests
+/// that lack part of it.
+fn route_limits(
+    base: &str,
+    files: Vec<RouteLimitFile>,
+    auth: Auth,
+    route_shadow: bool,
+    problems: &mut Problems,
+) -> Vec<RouteLimitConfig> {
+    let mut out: Vec<RouteLimitConfig> = Vec::with_capacity(files.len());
+    for (i, file) in files.into_iter().enumerate() {
+        let RouteLimitFile {
+            name,
+            algorithm,
+            limit,
+            window,
+            burst,
+            shadow,
+            key,
+            missing,
+        } = file;
+        let path = format!("{base}.limits[{i}]");
+        if out.iter().any(|l| *l.policy.name == *name) {
+            problems.push(
+                format!("{path}.name"),
+                format!("{name:?} is used twice on this route"),
+            );
+        }
+        let policy = limit_policy(&path, &name, algorithm, limit, window, burst, problems);
+        if key.is_empty() {
+            problems.push(
+                format!("{path}.key"),
+                "at least one part: \"ip\", \"client\", \"route\", \"header:NAME\" or \"body:FIELD\"",
+            );
+        }
+        let mut parts: Vec<KeyPart> = Vec::with_capacity(key.len());
+        for (j, text) in key.iter().enumerate() {
+            match KeyPart::parse(text) {
+                Ok(part) if parts.contains(&part) => problems.push(
+                    format!("{path}.key[{j}]"),
+                    format!("{text:?} is listed twice"),
+                ),
+                Ok(KeyPart::Client) if auth != Auth::ApiKey => problems.push(
+                    format!("{path}.key[{j}]"),
+                    "\"client\" needs auth = \"api_key\" on the route",
+                ),
+                Ok(part) => parts.push(part),
+                Err(msg) => problems.push(format!("{path}.key[{j}]"), msg),
+            }
+        }
+        let missing = match missing {
+            None | Some(MissingFile::Reject) => Missing::Reject,
+            Some(MissingFile::Skip) => Missing::Skip,
+            Some(MissingFile::Shared) => Missing::Shared,
+        };
+        if let Some(policy) = policy {
+            out.push(RouteLimitConfig {
+                policy,
+                shadow: route_shadow || shadow.unwrap_or(false),
+                key: parts,
+                missing,
+            });
+        }
+    }
+    out
 }
 
 /// Route names must be unique, and two routes must not claim the same host, prefix and method
@@ -199,13 +287,42 @@ pub(super) fn check_route_overlaps(routes: &[RouteConfig], problems: &mut Proble
     }
 }
 
-/// A route's cost must fit every plan limit at least once, or its requests could never pass.
+/// A route's cost must fit every plan limit and every limit of its own at least once, or its
+/// requests could never pass; and a route limit must not share a name with a plan limit (the
+/// `RateLimit` headers name both).
 pub(super) fn check_costs(
     routes: &[RouteConfig],
     plans: &BTreeMap<String, PlanConfig>,
     problems: &mut Problems,
 ) {
     for (i, route) in routes.iter().enumerate() {
+        for (j, limit) in route.limits.iter().enumerate() {
+            if route.cost > limit.policy.capacity() {
+                problems.push(
+                    format!("routes[{i}].cost"),
+                    format!(
+                        "{} is more than the route's limit {:?} admits at once ({})",
+                        route.cost,
+                        limit.policy.name,
+                        limit.policy.capacity()
+                    ),
+                );
+            }
+            if route.auth != Auth::ApiKey {
+                continue;
+            }
+            for plan in plans.values() {
+                if plan.limits.iter().any(|p| p.name == limit.policy.name) {
+                    problems.push(
+                        format!("routes[{i}].limits[{j}].name"),
+                        format!(
+                            "{:?} is also a limit of plan {:?}: the RateLimit headers name both, use another name",
+                            limit.policy.name, plan.name
+                        ),
+                    );
+                }
+            }
+        }
         if route.auth != Auth::ApiKey {
             continue;
         }

@@ -12,6 +12,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 const MAX_THREADS: usize = 1024;
+/// Shortest key hash secret accepted.
+pub const MIN_KEY_HASH_SECRET_LEN: usize = 16;
 
 pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> ServerConfig {
     let ServerFile {
@@ -22,6 +24,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         grace_period,
         graceful_shutdown_timeout,
         upstream_keepalive_pool_size,
+        key_hash_secret,
         watch_config,
         trusted_proxies,
         ipv4_prefix,
@@ -65,6 +68,17 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         upstream_keepalive_pool_size: upstream_keepalive_pool_size
             .unwrap_or(defaults::UPSTREAM_KEEPALIVE_POOL_SIZE),
         watch_config: watch_config.unwrap_or(true),
+        key_hash_secret: key_hash_secret.filter(|secret| {
+            let ok = secret.expose().len() >= MIN_KEY_HASH_SECRET_LEN;
+            if !ok {
+                // The secret itself is never echoed.
+                problems.push(
+                    "server.key_hash_secret",
+                    format!("too short: at least {MIN_KEY_HASH_SECRET_LEN} bytes"),
+                );
+            }
+            ok
+        }),
         trusted_proxies: trusted_proxies_config(trusted_proxies.unwrap_or_default(), problems),
         grouping: grouping_config(ipv4_prefix, ipv6_prefix, problems),
         ip_limit: ip_limit.map(|l| ip_limit_config("server.ip_limit", l, problems)),

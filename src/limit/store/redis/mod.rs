@@ -23,10 +23,53 @@ use self::connection::{Lane, Link};
 use self::scripts::{parse_grant, parse_reply, Scripts};
 use crate::limit::store::error::StoreError;
 use crate::limit::store::lease::Grant;
-use crate::limit::store::request::CheckRequest;
+use crate::limit::store::request::{CheckRequest, Partition};
 use crate::limit::{Policy, Verdict};
 use redis::Value;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// A request's policies grouped by partition (one Cluster slot each), with their indexes in
+/// the request.
+struct SlotGroups;
+
+struct SlotGroup {
+    indexes: Vec<usize>,
+    policies: Vec<Policy>,
+    shadow: Vec<bool>,
+    partitions: Vec<Partition>,
+}
+
+impl SlotGroups {
+    fn of(req: &CheckRequest<'_>) -> Vec<SlotGroup> {
+        let mut groups: Vec<(Arc<str>, SlotGroup)> = Vec::new();
+        for (i, policy) in req.policies.iter().enumerate() {
+            let owner = req.partition_of(i);
+            let at = match groups.iter().position(|(o, _)| o == owner) {
+                Some(at) => at,
+                None => {
+                    groups.push((
+                        Arc::clone(owner),
+                        SlotGroup {
+                            indexes: Vec::new(),
+                            policies: Vec::new(),
+                            shadow: Vec::new(),
+                            partitions: Vec::new(),
+                        },
+                    ));
+                    groups.len() - 1
+                }
+            };
+            let g = &mut groups[at].1;
+            g.indexes.push(i);
+            g.policies.push(policy.clone());
+            g.shadow.push(req.shadow.get(i).copied().unwrap_or(false));
+            g.partitions
+                .push(req.partitions.get(i).cloned().unwrap_or(Partition::Client));
+        }
+        groups.into_iter().map(|(_, g)| g).collect()
+    }
+}
 
 pub struct RedisStore {
     config: RedisConfig,
@@ -64,13 +107,105 @@ impl RedisStore {
     }
 
     /// [`check`](Self::check), also returning the time (ms) the script decided at.
+    ///
+    /// One script call on one Redis. On Redis Cluster a request whose policies belong to
+    /// several partitions (a plan's keys are tagged by the client, a keyed limit's by its key)
+    /// touches several slots: see [`check_across_slots`](Self::check_across_slots).
     pub async fn check_timed(&self, req: &CheckRequest<'_>) -> Result<(Verdict, u64), StoreError> {
+        let several_slots = matches!(self.config.topology, Topology::Cluster(_))
+            && (1..req.policies.len()).any(|i| req.partition_of(i) != req.partition_of(0));
+        if several_slots {
+            return self.bounded(self.check_across_slots(req)).await;
+        }
+        self.bounded(self.check_one_slot(req)).await
+    }
+
+    async fn check_one_slot(&self, req: &CheckRequest<'_>) -> Result<(Verdict, u64), StoreError> {
         let invocation = self.scripts.check_call(&self.config.prefix, req);
         let reply: Vec<Value> = self
-            .bounded(self.link.invoke(&invocation, Lane::Requests, &self.scripts))
+            .link
+            .invoke(&invocation, Lane::Requests, &self.scripts)
             .await?;
         let verdict = parse_reply(&reply, req.policies)?;
         Ok((verdict, scripts::int(&reply[1])?))
+    }
+
+    /// A request over several Cluster slots: one check per slot, sent together (pipelined to
+    /// the slots' nodes). Admitted only if every slot admits; when one rejects (or fails),
+    /// the slots that admitted give their units back (`lua/refund.lua`) before the answer.
+    /// Between the two, another request can see those units taken and be refused for them —
+    /// never admitted beyond a limit — for one round trip.
+    async fn check_across_slots(
+        &self,
+        req: &CheckRequest<'_>,
+    ) -> Result<(Verdict, u64), StoreError> {
+        let groups = SlotGroups::of(req);
+        let calls = groups.iter().map(|g| async move {
+            let sub = CheckRequest {
+                policies: &g.policies,
+                shadow: &g.shadow,
+                partitions: &g.partitions,
+                ..*req
+            };
+            self.check_one_slot(&sub).await
+        });
+        let results = futures::future::join_all(calls).await;
+        let all_admitted = results
+            .iter()
+            .all(|r| r.as_ref().is_ok_and(|(v, _)| v.admitted));
+        let mut refunded = vec![false; groups.len()];
+        if !all_admitted {
+            for (i, (g, result)) in groups.iter().zip(&results).enumerate() {
+                let Ok((verdict, now)) = result else { continue };
+                if !verdict.admitted {
+                    continue;
+                }
+                let sub = CheckRequest {
+                    policies: &g.policies,
+                    shadow: &g.shadow,
+                    partitions: &g.partitions,
+                    ..*req
+                };
+                let Some(invocation) =
+                    self.scripts
+                        .refund_call(&self.config.prefix, &sub, verdict, *now)
+                else {
+                    continue;
+                };
+                let back: Result<u64, StoreError> = self
+                    .link
+                    .invoke(&invocation, Lane::Requests, &self.scripts)
+                    .await;
+                match back {
+                    Ok(_) => refunded[i] = true,
+                    Err(e) => log::debug!("giving back units of a rejected request failed: {e}"),
+                }
+            }
+        }
+        let mut decisions = vec![None; req.policies.len()];
+        let mut now = 0;
+        for ((g, result), refunded) in groups.iter().zip(results).zip(refunded) {
+            let (verdict, at) = result?;
+            now = now.max(at);
+            for (&i, mut d) in g.indexes.iter().zip(verdict.decisions) {
+                if refunded && d.allowed {
+                    // Reported as the state stays: the units are back.
+                    d.remaining = (d.remaining + req.cost).min(d.limit);
+                }
+                decisions[i] = Some(d);
+            }
+        }
+        let decisions = decisions
+            .into_iter()
+            .map(|d| d.ok_or_else(|| StoreError::Protocol("a policy without a decision".into())))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((
+            Verdict {
+                admitted: all_admitted,
+                decisions,
+            },
+            now,
+        ))
     }
 
     /// Frees the concurrency slots `slot_id` holds, waiting up to `within` (a call given up

@@ -52,6 +52,12 @@ script!(
     GIVE_BACK_FILES = ["return_units.lua", "give_back.lua"]
 );
 script!(
+    /// Gives back what check.lua committed in one slot when another slot rejected the request
+    /// (Redis Cluster; `lua/refund.lua`).
+    REFUND_SOURCE,
+    REFUND_FILES = ["return_units.lua", "refund.lua"]
+);
+script!(
     /// Frees a finished request's concurrency slots (`lua/release.lua`).
     RELEASE_SOURCE,
     RELEASE_FILES = ["release.lua"]
@@ -67,6 +73,7 @@ pub struct Scripts {
     pub check: Script,
     pub lease: Script,
     pub give_back: Script,
+    pub refund: Script,
     pub release: Script,
     pub heartbeat: Script,
 }
@@ -77,16 +84,18 @@ impl Scripts {
             check: Script::new(CHECK_SOURCE),
             lease: Script::new(LEASE_SOURCE),
             give_back: Script::new(GIVE_BACK_SOURCE),
+            refund: Script::new(REFUND_SOURCE),
             release: Script::new(RELEASE_SOURCE),
             heartbeat: Script::new(HEARTBEAT_SOURCE),
         }
     }
 
-    pub fn all(&self) -> [&Script; 5] {
+    pub fn all(&self) -> [&Script; 6] {
         [
             &self.check,
             &self.lease,
             &self.give_back,
+            &self.refund,
             &self.release,
             &self.heartbeat,
         ]
@@ -95,8 +104,8 @@ impl Scripts {
     /// `check.lua`: KEYS one per policy; ARGV time, cost, slot id, then six per policy.
     pub fn check_call(&self, prefix: &str, req: &CheckRequest<'_>) -> ScriptInvocation<'_> {
         let mut invocation = self.check.prepare_invoke();
-        for policy in req.policies {
-            invocation.key(key(prefix, req.client, req.route, policy));
+        for (i, policy) in req.policies.iter().enumerate() {
+            invocation.key(key(prefix, req.partition_of(i), req.route, policy));
         }
         push_time(&mut invocation, req.at);
         invocation.arg(req.cost).arg(req.slot_id);
@@ -111,6 +120,32 @@ impl Scripts {
                 .arg(if is_shadow { "1" } else { "0" });
         }
         invocation
+    }
+
+    /// `refund.lua`: KEYS the policies of `req` that `verdict` committed; ARGV the time it
+    /// decided at, cost, slot id, then four per key. `None` when it committed nothing.
+    pub fn refund_call(
+        &self,
+        prefix: &str,
+        req: &CheckRequest<'_>,
+        verdict: &Verdict,
+        now: u64,
+    ) -> Option<ScriptInvocation<'_>> {
+        let mut invocation = self.refund.prepare_invoke();
+        invocation.arg(now).arg(req.cost).arg(req.slot_id);
+        let mut any = false;
+        for (i, (p, d)) in req.policies.iter().zip(&verdict.decisions).enumerate() {
+            if d.allowed {
+                invocation
+                    .key(key(prefix, req.partition_of(i), req.route, p))
+                    .arg(algorithm_code(p.algorithm))
+                    .arg(p.limit())
+                    .arg(p.window_ms())
+                    .arg(p.burst());
+                any = true;
+            }
+        }
+        any.then_some(invocation)
     }
 
     /// `lease.lua`: KEYS one per policy; ARGV time, need, want, then six per policy.
@@ -319,6 +354,7 @@ mod tests {
             (CHECK_SOURCE, CHECK_FILES),
             (LEASE_SOURCE, LEASE_FILES),
             (GIVE_BACK_SOURCE, GIVE_BACK_FILES),
+            (REFUND_SOURCE, REFUND_FILES),
             (RELEASE_SOURCE, RELEASE_FILES),
             (HEARTBEAT_SOURCE, HEARTBEAT_FILES),
         ] {
@@ -336,6 +372,7 @@ mod tests {
                     CHECK_FILES,
                     LEASE_FILES,
                     GIVE_BACK_FILES,
+                    REFUND_FILES,
                     RELEASE_FILES,
                     HEARTBEAT_FILES,
                 ]

@@ -1,0 +1,237 @@
+//! [3] and [5] of the chain: whether the limits admit a request. The per-IP bucket first (in
+//! process, before any key lookup), then — for an authenticated client — the plan's limits
+//! and the route's concurrency limit in the store, with the route's failure mode when the
+//! store cannot decide.
+//!
+//! Each step adds what it decided to an [`Admission`]: the outcome (for the access log), the
+//! `RateLimit` header parts, the dry-run limits that would have rejected, and the concurrency
+//! slots the request holds until it ends. Per-policy outcomes go to a `record` callback (the
+//! caller counts them), so nothing here knows about metrics or Pingora.
+
+mod asked;
+mod outcome;
+mod rules;
+mod slots;
+#[cfg(test)]
+mod tests;
+
+pub use outcome::Outcome;
+pub use rules::{IpRule, KeyedLimit, RouteRules};
+pub use slots::SlotGuard;
+
+use self::asked::{keyed_partitions, Asked};
+use crate::chain::auth::Client;
+use crate::chain::headers::{policy_header, LimitStatus};
+use crate::chain::keys::KeyInputs;
+use crate::chain::reject::Reject;
+use crate::limit::ip::IpKey;
+use crate::limit::store::request::{CheckRequest, DecideAt};
+use crate::limit::store::{FailureMode, Store};
+use crate::limit::{Policy, IP_POLICY_NAME};
+use http::HeaderValue;
+use std::sync::Arc;
+
+/// What the admission steps decided for one request.
+#[derive(Default)]
+pub struct Admission {
+    /// The access log's `decision`: the last step's outcome.
+    pub outcome: Outcome,
+    /// The decisions that feed the response's `RateLimit` headers.
+    pub limits: LimitStatus,
+    /// Dry-run limits that would have rejected the request (`X-Turnstile-Would-Limit`).
+    pub would_limit: Vec<Arc<str>>,
+    /// Concurrency slots held until the request ends (released when dropped).
+    pub slots: Option<SlotGuard>,
+}
+
+impl Admission {
+    /// [3] The route's per-IP bucket for the client address `ip` (grouped). `Err` when an
+    /// enforced bucket is empty; a dry-run route only notes it.
+    pub fn check_ip(
+        &mut self,
+        rules: &RouteRules,
+        ip: Option<IpKey>,
+        now_ms: u64,
+        record: &mut impl FnMut(&str, Outcome),
+    ) -> Result<(), Reject> {
+        let (Some(rule), Some(ip)) = (&rules.ip, ip) else {
+            // No per-IP limit, or not an IP connection (a Unix socket): nothing to key on.
+            return Ok(());
+        };
+        let decision = rule.limiter.check(ip, now_ms);
+        let outcome = Outcome::of(decision.allowed, rules.shadow);
+        record(IP_POLICY_NAME, outcome);
+        self.outcome = outcome;
+        if rules.shadow {
+            // A dry run: clients are not shown limits that are not enforced.
+            if !decision.allowed {
+                self.would_limit.push(Arc::from(IP_POLICY_NAME));
+            }
+            return Ok(());
+        }
+        self.limits.push(&rule.limiter.policy, decision);
+        self.limits.push_policy_header(rule.policy_header.clone());
+        if decision.allowed {
+            Ok(())
+        } else {
+            Err(Reject::TooManyRequests)
+        }
+    }
+
+    /// [4] Authentication refused the request: no limit was reached.
+    pub fn unauthorized(&mut self) {
+        self.outcome = Outcome::Unauthorized;
+    }
+
+    /// [5] Every limit that applies to the request, decided together in the store: the
+    /// client's plan limits and the route's concurrency limit (for an authenticated client),
+    /// and the route's keyed limits (with their keys made from `inputs`). Admitted only if
+    /// all admit; nothing counted when one rejects. The route's failure mode when the store
+    /// cannot decide. `slot_id` names the slots the request takes if it has concurrency
+    /// limits.
+    pub async fn check_limits(
+        &mut self,
+        rules: &RouteRules,
+        store: &Arc<Store>,
+        client: Option<&Arc<Client>>,
+        inputs: &KeyInputs<'_>,
+        slot_id: impl FnOnce() -> String,
+        record: &mut impl FnMut(&str, Outcome),
+    ) -> Result<(), Reject> {
+        let keyed = keyed_partitions(rules, inputs)?;
+        if client.is_none() && keyed.is_empty() {
+            return Ok(());
+        }
+        let asked = Asked::new(rules, client, &keyed);
+        // Leasing spends the plan's own limits, all enforced: not on routes adding a
+        // concurrency limit or keyed limits, or dry-running everything.
+        let lease = client
+            .and_then(|c| c.plan.lease)
+            .filter(|_| rules.concurrency.is_none() && rules.keyed.is_empty() && !rules.shadow);
+        let slot_id = if asked.policies.iter().any(Policy::is_concurrency) {
+            slot_id()
+        } else {
+            String::new()
+        };
+        let anonymous = Arc::clone(&rules.name);
+        let request = CheckRequest {
+            client: client.map_or(&anonymous, |c| &c.id),
+            route: &rules.name,
+            policies: &asked.policies,
+            partitions: &asked.partitions,
+            shadow: &asked.shadow,
+            cost: rules.cost,
+            slot_id: &slot_id,
+            at: DecideAt::StoreClock,
+            lease,
+        };
+        let (divided, verdict) = match store.check(request).await {
+            Ok(verdict) => {
+                for ((policy, d), is_shadow) in asked
+                    .policies
+                    .iter()
+                    .zip(&verdict.decisions)
+                    .zip(&*asked.shadow)
+                {
+                    record(&policy.name, Outcome::of(d.allowed, *is_shadow));
+                }
+                self.outcome = if verdict.admitted {
+                    Outcome::Allowed
+                } else {
+                    Outcome::Rejected
+                };
+                (None, verdict)
+            }
+            Err(error) => {
+                let mode = rules.on_store_error;
+                store.note_degraded(&error, mode.as_str());
+                let outcome = Outcome::degraded(mode);
+                for policy in asked.policies.iter() {
+                    record(&policy.name, outcome);
+                }
+                self.outcome = outcome;
+                match mode {
+                    FailureMode::FailOpen => return Ok(()),
+                    FailureMode::FailClosed => return Err(Reject::Store(error)),
+                    // The client is told the divided limits it is actually held to.
+                    FailureMode::Local => {
+                        let (divided, verdict) = store.check_fallback(request);
+                        (Some(divided), verdict)
+                    }
+                }
+            }
+        };
+        let fallback = divided.is_some();
+        let told: &[Policy] = divided.as_deref().unwrap_or(&asked.policies);
+        self.show(rules, client, &asked, told, fallback);
+        for ((policy, d), is_shadow) in told.iter().zip(&verdict.decisions).zip(&*asked.shadow) {
+            if !*is_shadow {
+                self.limits.push(policy, *d);
+            } else if !d.allowed {
+                self.would_limit.push(Arc::clone(&policy.name));
+            }
+        }
+        if !verdict.admitted {
+            return Err(Reject::TooManyRequests);
+        }
+        let held: Vec<Policy> = asked
+            .policies
+            .iter()
+            .zip(&verdict.decisions)
+            .filter(|(p, d)| p.is_concurrency() && d.allowed)
+            .map(|(p, _)| p.clone())
+            .collect();
+        if let (false, Some(client)) = (held.is_empty(), client) {
+            self.slots = Some(SlotGuard {
+                store: Arc::clone(store),
+                client: Arc::clone(&client.id),
+                route: Arc::clone(&rules.name),
+                policies: held,
+                slot_id,
+                fallback,
+            });
+        }
+        Ok(())
+    }
+
+    /// The `RateLimit-Policy` parts of a decision: the enforced limits only (dry runs are
+    /// named in `X-Turnstile-Would-Limit`), none on a dry-run route; rendered once per plan
+    /// and route, except when the local fallback divided the limits or a keyed limit was
+    /// skipped for lack of its key.
+    fn show(
+        &mut self,
+        rules: &RouteRules,
+        client: Option<&Arc<Client>>,
+        asked: &Asked<'_>,
+        told: &[Policy],
+        fallback: bool,
+    ) {
+        if rules.shadow {
+            return;
+        }
+        if fallback || asked.keyed_skipped {
+            let enforced = told
+                .iter()
+                .zip(&*asked.shadow)
+                .filter(|(_, s)| !**s)
+                .map(|(p, _)| p);
+            let rendered = policy_header(enforced);
+            if !rendered.is_empty() {
+                self.limits.push_policy_header(
+                    HeaderValue::from_str(&rendered).expect("policy names are header-safe"),
+                );
+            }
+            return;
+        }
+        if let Some(client) = client {
+            self.limits
+                .push_policy_header(client.plan.policy_header.clone());
+            if let Some((_, header)) = &rules.concurrency {
+                self.limits.push_policy_header(header.clone());
+            }
+        }
+        if let Some(header) = &rules.keyed_header {
+            self.limits.push_policy_header(header.clone());
+        }
+    }
+}

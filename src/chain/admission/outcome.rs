@@ -1,0 +1,72 @@
+//! How a limiter step ended, per policy and per request.
+
+use crate::limit::store::FailureMode;
+
+/// How a limiter step ended: per policy (counted in `turnstile_limiter_decisions_total`), and
+/// for the request as a whole (the access log's `decision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Outcome {
+    /// No limit applies to the request (or none was reached: it was refused before).
+    #[default]
+    NotLimited,
+    /// Refused by authentication, before any limit.
+    Unauthorized,
+    Allowed,
+    Rejected,
+    /// Store failed, route fails open: admitted without a decision.
+    DegradedOpen,
+    /// Store failed, route fails closed: 503.
+    DegradedClosed,
+    /// Store failed, decided by the in-process fallback.
+    LocalFallback,
+    /// A dry-run (shadow) limit that would have rejected the request.
+    ShadowRejected,
+}
+
+impl Outcome {
+    /// The outcomes of a limit's decision (what metrics count per policy).
+    pub const DECISIONS: [Outcome; 6] = [
+        Outcome::Allowed,
+        Outcome::Rejected,
+        Outcome::DegradedOpen,
+        Outcome::DegradedClosed,
+        Outcome::LocalFallback,
+        Outcome::ShadowRejected,
+    ];
+
+    /// This outcome's place in [`DECISIONS`](Self::DECISIONS), if it is a decision's.
+    pub fn decision_index(self) -> Option<usize> {
+        Outcome::DECISIONS.iter().position(|o| *o == self)
+    }
+
+    /// The outcome of one limit's decision.
+    pub fn of(allowed: bool, shadow: bool) -> Outcome {
+        match (allowed, shadow) {
+            (true, _) => Outcome::Allowed,
+            (false, false) => Outcome::Rejected,
+            (false, true) => Outcome::ShadowRejected,
+        }
+    }
+
+    /// What the route's failure mode made of a decision the store could not take.
+    pub fn degraded(mode: FailureMode) -> Outcome {
+        match mode {
+            FailureMode::FailOpen => Outcome::DegradedOpen,
+            FailureMode::FailClosed => Outcome::DegradedClosed,
+            FailureMode::Local => Outcome::LocalFallback,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::NotLimited => "not_limited",
+            Outcome::Unauthorized => "unauthorized",
+            Outcome::Allowed => "allowed",
+            Outcome::Rejected => "rejected",
+            Outcome::DegradedOpen => "degraded_open",
+            Outcome::DegradedClosed => "degraded_closed",
+            Outcome::LocalFallback => "local_fallback",
+            Outcome::ShadowRejected => "shadow_rejected",
+        }
+    }
+}
