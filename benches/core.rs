@@ -120,5 +120,39 @@ fn headers_and_snapshot(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench, headers_and_snapshot);
+/// What a keyed limit adds to a request before the store call: reading the login form's
+/// field and hashing the key.
+fn keyed(c: &mut Criterion) {
+    use turnstile::chain::body::BodyFields;
+    use turnstile::chain::keys::{KeyHasher, KeyInputs, KeyPart, Missing};
+    let hasher = KeyHasher::new(b"bench-key-hash-secret");
+    let headers = http::HeaderMap::new();
+    let form = b"username=ada%40example.com&password=correct+horse+battery+staple";
+    c.bench_function("keys/parse a form body", |b| {
+        b.iter(|| {
+            BodyFields::parse(
+                Some(b"application/x-www-form-urlencoded"),
+                black_box(&form[..]),
+            )
+        })
+    });
+    let body = BodyFields::parse(Some(b"application/x-www-form-urlencoded"), form);
+    let inputs = KeyInputs {
+        ip: Some(0x7f00_0001),
+        client: None,
+        route: "login",
+        headers: &headers,
+        body: Some(&body),
+    };
+    let account = [KeyPart::Body("username".into())];
+    let pair = [KeyPart::Ip, KeyPart::Body("username".into())];
+    c.bench_function("keys/partition body:username", |b| {
+        b.iter(|| hasher.partition(black_box(&account), Missing::Reject, &inputs))
+    });
+    c.bench_function("keys/partition ip + body:username", |b| {
+        b.iter(|| hasher.partition(black_box(&pair), Missing::Reject, &inputs))
+    });
+}
+
+criterion_group!(benches, bench, headers_and_snapshot, keyed);
 criterion_main!(benches);

@@ -8,7 +8,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use turnstile::chain::body::BodyFields;
+use turnstile::chain::keys::{KeyHasher, KeyInputs, KeyPart, Missing};
 use turnstile::limit::store::redis::{RedisConfig, RedisStore, Topology};
+use turnstile::limit::store::request::Partition;
 use turnstile::limit::store::CheckRequest;
 use turnstile::limit::{Algorithm, Policy};
 
@@ -76,9 +79,12 @@ fn evalsha_calls(url: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// `keyed`: the last policy is a keyed limit (per account, key hashed per request as the
+/// gateway does); the others are the client's.
 async fn run(
     store: Arc<RedisStore>,
     policies: Arc<Vec<Policy>>,
+    keyed: bool,
     concurrency: usize,
     duration: Duration,
 ) -> u64 {
@@ -91,11 +97,32 @@ async fn run(
             tokio::spawn(async move {
                 let client: Arc<str> = format!("client-{}", t % 64).into();
                 let route: Arc<str> = "orders".into();
+                let hasher = KeyHasher::new(b"bench-key-hash-secret");
+                let headers = http::HeaderMap::new();
+                let account = format!("user-{}@example.com", t % 64);
+                let body = BodyFields::from_pairs([("username", account.as_str())]);
+                let parts = [KeyPart::Body("username".into())];
                 while Instant::now() < deadline {
-                    store
-                        .check(&CheckRequest::new(&client, &route, &policies, 1))
-                        .await
-                        .expect("store call");
+                    let mut partitions = Vec::new();
+                    if keyed {
+                        let inputs = KeyInputs {
+                            ip: None,
+                            client: None,
+                            route: &route,
+                            headers: &headers,
+                            body: Some(&body),
+                        };
+                        let key = hasher
+                            .partition(&parts, Missing::Reject, &inputs)
+                            .expect("a key");
+                        partitions = vec![Partition::Client; policies.len() - 1];
+                        partitions.push(Partition::Keyed(key.into()));
+                    }
+                    let request = CheckRequest {
+                        partitions: &partitions,
+                        ..CheckRequest::new(&client, &route, &policies, 1)
+                    };
+                    store.check(&request).await.expect("store call");
                     done.fetch_add(1, Ordering::Relaxed);
                 }
             })
@@ -175,13 +202,29 @@ fn main() {
         "{:<8} {:>11} {:>14} {:>22}",
         "limits", "concurrency", "decisions/s", "EVALSHA per decision"
     );
-    for (name, policies) in [("1", &one), ("4", &four)] {
+    // A plan limit and a keyed limit (per account) decided together, in one call.
+    let plan_and_keyed = Arc::new(vec![
+        one[0].clone(),
+        Policy::new(
+            "per-account",
+            Algorithm::SlidingWindow,
+            1 << 40,
+            60_000,
+            1 << 40,
+        ),
+    ]);
+    for (name, policies, keyed) in [
+        ("1", &one, false),
+        ("4", &four, false),
+        ("1+keyed", &plan_and_keyed, true),
+    ] {
         for concurrency in [1, 16, 64] {
             let before = evalsha_calls(&url);
             let start = Instant::now();
             let done = runtime.block_on(run(
                 Arc::clone(&store),
                 Arc::clone(policies),
+                keyed,
                 concurrency,
                 duration,
             ));

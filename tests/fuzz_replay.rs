@@ -31,6 +31,7 @@ fn the_committed_corpus_replays_cleanly() {
     assert!(replay("api_key", fuzzing::api_key) >= 3);
     assert!(replay("headers", fuzzing::header_rendering) >= 1);
     assert!(replay("request_path", fuzzing::request_path) >= 5);
+    assert!(replay("body_fields", fuzzing::body_fields) >= 3);
 }
 
 /// Bytes that look like the inputs: mostly printable, with the separators that matter.
@@ -110,6 +111,11 @@ proptest! {
     #[test]
     fn request_paths_normalise_to_normal_paths(data in path_bytes()) {
         fuzzing::request_path(&data);
+    }
+
+    #[test]
+    fn body_fields_never_panic(data in bytes()) {
+        fuzzing::body_fields(&data);
     }
 
     #[test]

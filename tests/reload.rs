@@ -363,6 +363,8 @@ fn the_access_log_writes_one_json_line_per_request_off_on_or_sampled() {
     assert_eq!(l[0]["upstream"], a.addr());
     assert_eq!(l[1]["decision"], "rejected");
     assert_eq!(l[1]["status"], 429);
+    assert_eq!(l[1]["limited_by"], "per-hour");
+    assert_eq!(l[0]["limited_by"], serde_json::Value::Null);
     assert_eq!(l[2]["decision"], "unauthorized");
     assert_eq!(l[3]["route"], serde_json::Value::Null);
     let raw = std::fs::read_to_string(&log_path).unwrap();

@@ -8,7 +8,7 @@
 //! GET  /healthz           health                              200 / 503 when marked down
 //! POST /_control/healthy | /_control/unhealthy               flip /healthz (for demos and tests)
 //! GET  /_control/stats    {"requests": N}: requests served, /_control/* excluded
-//! ANY  /echo/...          what the upstream received (method, path, headers, peer) as JSON
+//! ANY  /echo/...          what the upstream received (method, path, headers, peer, body) as JSON
 //! ```
 //! Every response carries `X-Upstream-Name: NAME`, so load balancing is visible. Any request may
 //! add `?delay_ms=N` (at most 60000) to be answered after a delay (to demonstrate timeouts).
@@ -81,16 +81,19 @@ impl OrdersApi {
                 .client_addr()
                 .map(|a| a.to_string())
                 .unwrap_or_default();
-            let body_len = match read_body(session).await {
-                Ok(b) => b.len(),
+            let body = match read_body(session).await {
+                Ok(b) => b,
                 Err(status) => {
                     return self.reply(status, json!({"error": "body too large or unreadable"}))
                 }
             };
+            // The first 4 KiB of the body as received (lossy UTF-8), to show it arrived intact.
+            let head = String::from_utf8_lossy(&body[..body.len().min(4096)]).into_owned();
             return self.reply(
                 StatusCode::OK,
                 json!({"upstream": self.name, "method": method.as_str(), "path": path,
-                       "query": query, "peer": peer, "headers": headers, "body_bytes": body_len}),
+                       "query": query, "peer": peer, "headers": headers,
+                       "body_bytes": body.len(), "body": head}),
             );
         }
         let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
