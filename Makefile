@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps build demo cluster-demo test test-repeat lint fmt bench bench-load fuzz clean
+.PHONY: all deps build demo cluster-demo test test-repeat lint fmt bench bench-load bench-overload fuzz clean
 
 all: build
 
@@ -39,6 +39,11 @@ fmt:
 
 bench-load: deps
 	benches/load/run.sh
+
+# Overload experiment: goodput and the critical class's p99 with and without load shedding
+# (needs oha: cargo install oha). Writes benches/overload/{results.json,overload.svg}.
+bench-overload: deps
+	benches/overload/run.sh
 
 bench: deps
 	$(CARGO) bench

@@ -182,7 +182,10 @@ pub fn request_path(data: &[u8]) {
 /// was in the body (as sent, or percent-decoded).
 pub fn body_fields(data: &[u8]) {
     use crate::chain::body::{BodyFields, Field};
-    let (json, form) = (b"application/json".as_slice(), b"application/x-www-form-urlencoded");
+    let (json, form) = (
+        b"application/json".as_slice(),
+        b"application/x-www-form-urlencoded",
+    );
     for content_type in [json, form.as_slice()] {
         let fields = BodyFields::parse(Some(content_type), data);
         for name in ["username", "a", ""] {

@@ -7,11 +7,14 @@
 //! POST /orders            create (JSON body)                  202 {"id":…,"status":"accepted"}
 //! GET  /healthz           health                              200 / 503 when marked down
 //! POST /_control/healthy | /_control/unhealthy               flip /healthz (for demos and tests)
+//! POST /_control/delay?ms=N                                   add N ms to every answer (0: none)
 //! GET  /_control/stats    {"requests": N}: requests served, /_control/* excluded
 //! ANY  /echo/...          what the upstream received (method, path, headers, peer, body) as JSON
 //! ```
 //! Every response carries `X-Upstream-Name: NAME`, so load balancing is visible. Any request may
 //! add `?delay_ms=N` (at most 60000) to be answered after a delay (to demonstrate timeouts).
+//! With `--capacity N`, at most N requests are served at once (each for its delay): the others
+//! wait, as on a saturated backend (for load-shedding experiments).
 
 use async_trait::async_trait;
 use clap::Parser;
@@ -37,6 +40,12 @@ struct Args {
     /// Worker threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Most requests served at once (0: no bound); the others wait their turn.
+    #[arg(long, default_value_t = 0)]
+    capacity: usize,
+    /// Milliseconds added to every answer (also set with POST /_control/delay?ms=N).
+    #[arg(long, default_value_t = 0)]
+    delay_ms: u64,
 }
 
 const MAX_BODY: usize = 1 << 20;
@@ -44,6 +53,10 @@ const MAX_DELAY_MS: u64 = 60_000;
 
 struct OrdersApi {
     name: String,
+    /// Added to every answer (ms).
+    delay_ms: AtomicU64,
+    /// Bounds the requests served at once (`--capacity`).
+    capacity: Option<tokio::sync::Semaphore>,
     healthy: AtomicBool,
     next_id: AtomicU64,
     served: AtomicU64,
@@ -109,6 +122,17 @@ impl OrdersApi {
                 StatusCode::OK,
                 json!({"requests": self.served.load(Ordering::Relaxed)}),
             ),
+            ("POST", ["_control", "delay"]) => {
+                let ms = req
+                    .uri
+                    .query()
+                    .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("ms=")))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+                    .min(MAX_DELAY_MS);
+                self.delay_ms.store(ms, Ordering::Relaxed);
+                self.reply(StatusCode::OK, json!({"delay_ms": ms}))
+            }
             ("POST", ["_control", state @ ("healthy" | "unhealthy")]) => {
                 self.healthy.store(*state == "healthy", Ordering::Relaxed);
                 self.reply(StatusCode::OK, json!({"status": state}))
@@ -179,11 +203,19 @@ fn delay_of(query: Option<&str>) -> Option<Duration> {
 #[async_trait]
 impl ServeHttp for OrdersApi {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
-        if !session.req_header().uri.path().starts_with("/_control/") {
-            self.served.fetch_add(1, Ordering::Relaxed);
+        if session.req_header().uri.path().starts_with("/_control/") {
+            return self.route(session).await;
         }
-        if let Some(delay) = delay_of(session.req_header().uri.query()) {
-            tokio::time::sleep(delay).await;
+        self.served.fetch_add(1, Ordering::Relaxed);
+        // A saturated backend: at most `capacity` requests are being served.
+        let _turn = match &self.capacity {
+            Some(capacity) => capacity.acquire().await.ok(),
+            None => None,
+        };
+        let added = Duration::from_millis(self.delay_ms.load(Ordering::Relaxed));
+        let asked = delay_of(session.req_header().uri.query()).unwrap_or_default();
+        if !(added + asked).is_zero() {
+            tokio::time::sleep(added + asked).await;
         }
         self.route(session).await
     }
@@ -199,6 +231,8 @@ fn main() {
     server.bootstrap();
     let api = OrdersApi {
         name: args.name,
+        delay_ms: AtomicU64::new(args.delay_ms),
+        capacity: (args.capacity > 0).then(|| tokio::sync::Semaphore::new(args.capacity)),
         healthy: AtomicBool::new(true),
         next_id: AtomicU64::new(0),
         served: AtomicU64::new(0),

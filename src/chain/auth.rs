@@ -73,6 +73,8 @@ pub struct Plan {
     pub policy_header: http::HeaderValue,
     /// Quota leasing: the most units one instance reserves at once (`None`: no leasing).
     pub lease: Option<u64>,
+    /// Load-shedding class of the plan's requests (`None`: the route's).
+    pub priority: Option<crate::limit::shed::Priority>,
 }
 
 impl Plan {
@@ -95,11 +97,16 @@ impl Plan {
             policies,
             shadow,
             lease: None,
+            priority: None,
         }
     }
 
     pub fn with_lease(self, lease: Option<u64>) -> Plan {
         Plan { lease, ..self }
+    }
+
+    pub fn with_priority(self, priority: Option<crate::limit::shed::Priority>) -> Plan {
+        Plan { priority, ..self }
     }
 }
 

@@ -1,4 +1,4 @@
-//! [6] What the upstream receives besides the request itself: the client address appended to
+//! [7] What the upstream receives besides the request itself: the client address appended to
 //! `X-Forwarded-For`, and no header that could stand in for the ones the gateway controls.
 
 /// Header carrying the authenticated client id to the upstream (any incoming one is removed).

@@ -3,6 +3,7 @@
 
 use crate::chain::auth::KeyError;
 use crate::chain::problem::Kind;
+use crate::limit::shed::Shed;
 use crate::limit::store::StoreError;
 
 /// Why the gateway answers a request itself instead of proxying it.
@@ -31,6 +32,8 @@ pub enum Reject {
     MissingKeyPart(String),
     /// A keyed limit's key part is given twice (a header, a body field).
     AmbiguousKeyPart(String),
+    /// The upstream pool is at its concurrency limit (load shedding).
+    Overloaded(Shed),
 }
 
 impl Reject {
@@ -52,6 +55,7 @@ impl Reject {
             Reject::Key(_) => Kind::Unauthorized,
             Reject::TooManyRequests => Kind::QuotaExceeded,
             Reject::Store(_) => Kind::LimiterUnavailable,
+            Reject::Overloaded(_) => Kind::Overloaded,
         }
     }
 
@@ -73,6 +77,15 @@ impl Reject {
             Reject::Store(_) => {
                 "the rate limiter is unavailable; this is not caused by the request".to_owned()
             }
+            Reject::Overloaded(why) => format!(
+                "the upstream is overloaded and this request was not sent to it ({}); this is \
+                 not caused by the request, retry after the time in Retry-After",
+                match why {
+                    Shed::QueueFull => "its queue is full",
+                    Shed::Timeout => "no slot came free in time",
+                    Shed::Displaced => "a more important request took its place",
+                }
+            ),
         }
     }
 }

@@ -102,6 +102,31 @@ impl Admin {
                     .set(i64::from(healthy));
             }
         }
+        m.shedding.reset();
+        m.shedding_latency.reset();
+        for (name, gate) in snapshot
+            .pools
+            .iter()
+            .filter_map(|(name, pool)| Some((name, pool.gate.as_ref()?)))
+        {
+            let view = gate.view();
+            let states = [
+                ("limit", i64::from(view.limit)),
+                ("in_flight", i64::from(view.in_flight)),
+                ("queued", view.queued as i64),
+            ];
+            for (state, value) in states {
+                m.shedding.with_label_values(&[name, state]).set(value);
+            }
+            let latencies = [("baseline", view.baseline_us), ("window", view.latency_us)];
+            for (kind, us) in latencies {
+                if let Some(us) = us {
+                    m.shedding_latency
+                        .with_label_values(&[name, kind])
+                        .set(us as f64 / 1e6);
+                }
+            }
+        }
         m.tracked_entries.reset();
         for (id, table) in &snapshot.ip_tables {
             let label = match id {

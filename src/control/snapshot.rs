@@ -152,7 +152,14 @@ impl Snapshot {
                     },
                     config: r.clone(),
                     pool: Arc::clone(&pools[&r.upstream]),
-                    metrics: metrics.route(&r.name, policy_names.iter().cloned()),
+                    metrics: metrics.route(
+                        &r.name,
+                        pools[&r.upstream]
+                            .gate
+                            .as_ref()
+                            .map(|_| r.upstream.as_str()),
+                        policy_names.iter().cloned(),
+                    ),
                     upstream_latency: metrics.upstream_duration.with_label_values(&[&r.upstream]),
                 })
             })
@@ -172,7 +179,7 @@ impl Snapshot {
             ip_tables,
             keys: key_ring(&config, slot_ttl_ms)?,
             store,
-            unrouted: metrics.route(UNROUTED, []),
+            unrouted: metrics.route(UNROUTED, None, []),
             metrics: Arc::clone(metrics),
             config: Arc::new(config),
         })
@@ -202,7 +209,7 @@ fn build_pools(
             Some(pool) => {
                 pools.insert(name.clone(), Arc::clone(pool));
             }
-            None => match Pool::new(up) {
+            None => match Pool::new(up, previous.and_then(|p| p.pools.get(name))) {
                 Ok(pool) => {
                     pools.insert(name.clone(), Arc::new(pool));
                 }
@@ -287,7 +294,9 @@ fn key_ring(config: &Config, slot_ttl_ms: u64) -> Result<KeyRing, ConfigError> {
             policies.push(policy);
             shadow.push(false);
         }
-        let plan = Plan::with_shadow(&p.name, policies, shadow).with_lease(p.lease);
+        let plan = Plan::with_shadow(&p.name, policies, shadow)
+            .with_lease(p.lease)
+            .with_priority(p.priority);
         plans.insert(p.name.as_str(), Arc::new(plan));
     }
     Ok(KeyRing::new(config.clients.iter().flat_map(|c| {

@@ -1,15 +1,16 @@
 //! Upstream pools: round robin over the configured servers, skipping those that fail their
 //! active HTTP health check. The checks are run by `background::health`, which walks the
 //! pools of the current snapshot, so pools created by a reload are checked without any extra
-//! wiring.
+//! wiring. A pool with `shedding` has a [`Gate`]: the door its requests pass first.
 
 use crate::control::config::{HealthCheckConfig, Problem, UpstreamConfig};
+use crate::limit::shed::Gate;
 use pingora::http::RequestHeader;
 use pingora::lb::health_check::HttpHealthCheck;
 use pingora::lb::selection::RoundRobin;
 use pingora::lb::{Backend, LoadBalancer};
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 pub struct Pool {
@@ -20,11 +21,15 @@ pub struct Pool {
     backends: Vec<Backend>,
     /// When the next health check of this pool is due (`None`: no active checks).
     next_check: Mutex<Option<Instant>>,
+    /// Load shedding, when the pool has it.
+    pub gate: Option<Arc<Gate>>,
 }
 
 impl Pool {
-    /// Builds a pool, resolving host names (blocking DNS: call off the request path).
-    pub fn new(config: &UpstreamConfig) -> Result<Pool, Problem> {
+    /// Builds a pool, resolving host names (blocking DNS: call off the request path). The
+    /// `previous` pool of the same name keeps its gate — the learned limit and the requests
+    /// in flight — when the shedding settings did not change.
+    pub fn new(config: &UpstreamConfig, previous: Option<&Arc<Pool>>) -> Result<Pool, Problem> {
         let addrs = config
             .servers
             .iter()
@@ -43,12 +48,19 @@ impl Pool {
             lb.set_health_check(Box::new(http_health_check(hc)));
         }
         let backends = lb.backends().get_backend().iter().cloned().collect();
+        let gate = config.shedding.map(|settings| {
+            previous
+                .and_then(|p| p.gate.as_ref())
+                .filter(|g| *g.settings() == settings)
+                .map_or_else(|| Arc::new(Gate::new(settings)), Arc::clone)
+        });
         Ok(Pool {
             config: config.clone(),
             addrs,
             lb,
             backends,
             next_check: Mutex::new(config.health_check.as_ref().map(|_| Instant::now())),
+            gate,
         })
     }
 

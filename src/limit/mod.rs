@@ -6,6 +6,7 @@
 pub mod algorithm;
 pub mod ip;
 pub mod sharded;
+pub mod shed;
 pub mod store;
 
 use std::fmt;
@@ -216,6 +217,10 @@ pub struct Verdict {
     pub admitted: bool,
     /// Same order as the policies asked about.
     pub decisions: Vec<Decision>,
+    /// The store's time the request was decided at (what a refund undoes).
+    pub at_ms: u64,
+    /// Decided from this instance's quota lease (a refund goes back to the lease).
+    pub from_lease: bool,
 }
 
 impl Verdict {

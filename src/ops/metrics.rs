@@ -6,10 +6,11 @@
 //! increments atomics and never looks labels up.
 
 use crate::chain::admission::Outcome;
+use crate::limit::shed::Priority;
 use crate::limit::store::breaker::BreakerState;
 use crate::limit::store::metrics::{StoreMetrics, CALL_RESULTS};
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use std::collections::HashMap;
@@ -33,6 +34,11 @@ pub struct Metrics {
     pub config_version: IntGauge,
     pub config_info: IntGaugeVec,
     pub tracked_entries: IntGaugeVec,
+    shed: IntCounterVec,
+    /// Load shedding per upstream pool: limit, in_flight, queued (set at scrape).
+    pub shedding: IntGaugeVec,
+    /// Load shedding per upstream pool: the latency baseline and the last window's average.
+    pub shedding_latency: GaugeVec,
     live_instances: IntGauge,
     pub access_log_dropped: IntCounter,
 }
@@ -150,6 +156,30 @@ impl Metrics {
                 "Entries held by in-process limiter tables (per-IP tables, local stores)",
                 &["table"],
             ),
+            shed: counter_vec(
+                &registry,
+                "turnstile_shed_total",
+                "Requests shed (503, never sent upstream) by upstream pool and priority",
+                &["upstream", "priority"],
+            ),
+            shedding: gauge_vec(
+                &registry,
+                "turnstile_shedding",
+                "Load shedding per upstream pool: the concurrency limit (state=limit), requests in flight (in_flight) and waiting (queued)",
+                &["upstream", "state"],
+            ),
+            shedding_latency: {
+                let g = GaugeVec::new(
+                    Opts::new(
+                        "turnstile_shedding_latency_seconds",
+                        "Load shedding per upstream pool: the latency baseline (kind=baseline) and the last window's average (kind=window)",
+                    ),
+                    &["upstream", "kind"],
+                )
+                .expect("valid metric");
+                registry.register(Box::new(g.clone())).expect("unique metric");
+                g
+            },
             live_instances: gauge(&registry, "turnstile_live_instances", "Gateway instances seen alive in the store's heartbeats (0 = unknown)"),
             access_log_dropped: {
                 let c = IntCounter::new(
@@ -200,9 +230,11 @@ impl Metrics {
     }
 
     /// The counters one route's requests touch, resolved now so requests never look them up.
+    /// `upstream`: the route's pool when it sheds load.
     pub fn route(
         self: &Arc<Self>,
         route: &str,
+        upstream: Option<&str>,
         policies: impl IntoIterator<Item = Arc<str>>,
     ) -> RouteMetrics {
         let decisions = policies
@@ -221,6 +253,8 @@ impl Metrics {
             by_status: (0..STATUS_SLOTS).map(|_| OnceLock::new()).collect(),
             ip_rejections: self.ip_rejections.with_label_values(&[route]),
             decisions,
+            shed: upstream
+                .map(|up| Priority::ALL.map(|p| self.shed.with_label_values(&[up, p.as_str()]))),
         }
     }
 }
@@ -240,6 +274,8 @@ pub struct RouteMetrics {
     by_status: Box<[OnceLock<IntCounter>]>,
     pub ip_rejections: IntCounter,
     decisions: HashMap<Arc<str>, [IntCounter; 6], foldhash::fast::RandomState>,
+    /// Shed requests of the route's pool, by priority (when it sheds load).
+    shed: Option<[IntCounter; 3]>,
 }
 
 impl RouteMetrics {
@@ -252,6 +288,12 @@ impl RouteMetrics {
                     .with_label_values(&[&self.route, &status.to_string()])
             })
             .inc();
+    }
+
+    pub fn shed(&self, priority: Priority) {
+        if let Some(counters) = &self.shed {
+            counters[priority as usize].inc();
+        }
     }
 
     pub fn decision(&self, policy: &str, outcome: Outcome) {
@@ -268,7 +310,7 @@ mod tests {
     #[test]
     fn route_counters_land_in_the_labelled_families() {
         let m = Arc::new(Metrics::new());
-        let r = m.route("orders", [Arc::from("ip"), Arc::from("per-minute")]);
+        let r = m.route("orders", None, [Arc::from("ip"), Arc::from("per-minute")]);
         r.request(200);
         r.request(200);
         r.request(429);

@@ -3,6 +3,7 @@
 use crate::chain::admission::Admission;
 use crate::chain::auth::Client;
 use crate::control::snapshot::{Route, Snapshot};
+use crate::limit::shed::Permit;
 use http::HeaderValue;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,6 +22,9 @@ pub struct RequestCtx {
     pub client: Option<Arc<Client>>,
     /// What the limits decided (header parts, dry runs, held slots, the outcome).
     pub admission: Admission,
+    /// The request's slot in its upstream pool, when the pool sheds load: held until the
+    /// upstream's response has ended.
+    pub permit: Option<Permit>,
     /// When the request was sent upstream (for the upstream latency histogram).
     pub upstream_sent: Option<Instant>,
     /// When the request started (for the access log).
@@ -42,6 +46,7 @@ impl RequestCtx {
             upstream_tries: 0,
             client: None,
             admission: Admission::default(),
+            permit: None,
             upstream_sent: None,
             started: Instant::now(),
             upstream_addr: None,

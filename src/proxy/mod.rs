@@ -5,13 +5,15 @@
 //! ```text
 //! new_ctx                  the live snapshot, loaded once for the whole request
 //! early_request_filter     request.rs   header deadline off, body timeout, keep-alive, pipelining
-//! request_filter           request.rs   request id, then the chain [0]–[5] → our answer or on
+//! request_filter           request.rs   request id, then the chain [0]–[5], then the upstream
+//!                                       pool's shedding gate [6] → our answer or on
 //! request_body_filter      request.rs   body size as it streams → 413
 //! upstream_peer            upstream.rs  a healthy server of the route's pool → 502
 //! fail_to_connect          upstream.rs  retry on the next server
 //! upstream_request_filter  upstream.rs  normalised path, X-Forwarded-For, X-Request-Id,
 //!                                       X-Client-Id, API key removed
-//! upstream_response_filter upstream.rs  upstream latency
+//! upstream_response_filter upstream.rs  upstream latency (and the shedding controller's sample)
+//! upstream_response_body_filter          the pool's shedding slot freed at the end
 //! response_filter          response.rs  X-Request-Id, RateLimit headers
 //! fail_to_proxy            response.rs  problem+json: 502 unreachable · 504 timeout
 //! logging                  response.rs  metrics, access log, next request's header deadline
@@ -70,7 +72,11 @@ impl ProxyHttp for Gateway {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        match request::admit(session, ctx).await {
+        let admitted = match request::admit(session, ctx).await {
+            Ok(()) => request::pass_gate(ctx).await,
+            Err(reject) => Err(reject),
+        };
+        match admitted {
             Ok(()) => Ok(false),
             Err(reject) => {
                 response::respond_reject(session, ctx, &reject).await?;
@@ -126,6 +132,17 @@ impl ProxyHttp for Gateway {
         Ok(())
     }
 
+    fn upstream_response_body_filter(
+        &self,
+        _session: &mut Session,
+        _body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<Option<std::time::Duration>> {
+        upstream::upstream_response_body_filter(end_of_stream, ctx);
+        Ok(None)
+    }
+
     async fn response_filter(
         &self,
         _session: &mut Session,
@@ -141,6 +158,12 @@ impl ProxyHttp for Gateway {
         e: &Error,
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
+        let timed_out = *e.esource() == pingora::ErrorSource::Upstream
+            && matches!(
+                e.etype(),
+                pingora::ErrorType::ReadTimedout | pingora::ErrorType::WriteTimedout
+            );
+        upstream::upstream_failed(timed_out, ctx);
         response::fail_to_proxy(session, e, ctx).await
     }
 

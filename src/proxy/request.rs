@@ -86,6 +86,33 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
         .await
 }
 
+/// [6] The upstream pool's gate, when it sheds load: a slot now, after a short wait in its
+/// queue, or `Reject::Overloaded` (and what the limits counted is given back).
+pub async fn pass_gate(ctx: &mut RequestCtx) -> Result<(), Reject> {
+    let Some(route) = ctx.route() else {
+        return Ok(());
+    };
+    let Some(gate) = route.pool.gate.clone() else {
+        return Ok(());
+    };
+    let priority = ctx
+        .client
+        .as_ref()
+        .and_then(|c| c.plan.priority)
+        .unwrap_or(route.config.priority);
+    match gate.acquire(priority).await {
+        Ok(permit) => {
+            ctx.permit = Some(permit);
+            Ok(())
+        }
+        Err(why) => {
+            route.metrics.shed(priority);
+            ctx.admission.shed();
+            Err(Reject::Overloaded(why))
+        }
+    }
+}
+
 /// The request id, [0] message checks and [1]–[2] the route; the route's index.
 fn route_request(session: &Session, ctx: &mut RequestCtx) -> Result<usize, Reject> {
     let req = session.req_header();

@@ -116,9 +116,31 @@ pub fn upstream_request_filter(
     Ok(())
 }
 
-/// The upstream answered: its latency, per pool.
+/// The upstream answered: its latency, per pool, also the shedding controller's sample.
 pub fn upstream_response_filter(_response: &ResponseHeader, ctx: &mut RequestCtx) {
     if let (Some(sent), Some(route)) = (ctx.upstream_sent.take(), ctx.route()) {
-        route.upstream_latency.observe(sent.elapsed().as_secs_f64());
+        let latency = sent.elapsed();
+        route.upstream_latency.observe(latency.as_secs_f64());
+        if let Some(permit) = ctx.permit.as_mut() {
+            permit.record(latency);
+        }
     }
+}
+
+/// The upstream's response has ended: its slot in the pool is free for the next request
+/// (rather than when the client has read everything).
+pub fn upstream_response_body_filter(end_of_stream: bool, ctx: &mut RequestCtx) {
+    if end_of_stream {
+        ctx.permit = None;
+    }
+}
+
+/// Proxying failed: a timeout waiting for the upstream is a latency sample too (the longest
+/// there is); a refused connection is not (it says nothing about how busy the pool is).
+pub fn upstream_failed(timed_out: bool, ctx: &mut RequestCtx) {
+    if let (true, Some(sent), Some(permit)) = (timed_out, ctx.upstream_sent.take(), &mut ctx.permit)
+    {
+        permit.record(sent.elapsed());
+    }
+    ctx.permit = None;
 }

@@ -160,15 +160,17 @@ impl Upstream {
     }
 
     pub fn start_on(name: &str, port: u16) -> Upstream {
+        Upstream::start_args(name, port, &[])
+    }
+
+    /// An instance started with extra arguments (`--capacity`, `--delay-ms`, `--threads`).
+    pub fn start_args(name: &str, port: u16, extra: &[&str]) -> Upstream {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut proc = Proc::spawn(
             &format!("orders-api {name}"),
-            Command::new(env!("CARGO_BIN_EXE_orders-api")).args([
-                "--port",
-                &port.to_string(),
-                "--name",
-                name,
-            ]),
+            Command::new(env!("CARGO_BIN_EXE_orders-api"))
+                .args(["--port", &port.to_string(), "--name", name])
+                .args(extra),
             dir.path().join("orders-api.log"),
         );
         wait_until(&format!("orders-api {name} on port {port}"), || {
@@ -192,6 +194,13 @@ impl Upstream {
         http::get(self.port, "/_control/stats").json()["requests"]
             .as_u64()
             .expect("request count")
+    }
+
+    /// Adds `ms` milliseconds to every answer from now on (0: none).
+    pub fn set_delay(&self, ms: u64) {
+        let path = format!("/_control/delay?ms={ms}");
+        let resp = http::request(self.port, "POST", &path, &[], b"");
+        assert_eq!(resp.status, 200, "{}", resp.text());
     }
 
     pub fn set_healthy(&self, healthy: bool) {

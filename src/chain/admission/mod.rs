@@ -25,7 +25,7 @@ use crate::chain::headers::{policy_header, LimitStatus};
 use crate::chain::keys::KeyInputs;
 use crate::chain::reject::Reject;
 use crate::limit::ip::IpKey;
-use crate::limit::store::request::{CheckRequest, DecideAt};
+use crate::limit::store::request::{CheckRequest, DecideAt, Taken};
 use crate::limit::store::{FailureMode, Store};
 use crate::limit::{Policy, IP_POLICY_NAME};
 use http::HeaderValue;
@@ -42,6 +42,8 @@ pub struct Admission {
     pub would_limit: Vec<Arc<str>>,
     /// Concurrency slots held until the request ends (released when dropped).
     pub slots: Option<SlotGuard>,
+    /// What the store counted for the request, while it could still be given back.
+    taken: Option<(Arc<Store>, Taken)>,
 }
 
 impl Admission {
@@ -75,6 +77,23 @@ impl Admission {
             Ok(())
         } else {
             Err(Reject::TooManyRequests)
+        }
+    }
+
+    /// [6] The request was admitted and then shed (its upstream is overloaded): the access log
+    /// says so, and what the store counted for it is given back — the client did nothing
+    /// wrong. (Not the per-IP bucket: it guards the gateway, which did answer.) The refund
+    /// runs as a task of its own; the slots are released when the request ends, as always.
+    pub fn shed(&mut self) {
+        self.outcome = Outcome::Shed;
+        let Some((store, taken)) = self.taken.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move { store.refund(&taken).await });
+            }
+            Err(_) => log::debug!("no runtime to give back a shed request's units"),
         }
     }
 
@@ -174,6 +193,7 @@ impl Admission {
         if !verdict.admitted {
             return Err(Reject::TooManyRequests);
         }
+        self.taken = Taken::of(&request, told, &verdict, fallback).map(|t| (Arc::clone(store), t));
         let held: Vec<Policy> = asked
             .policies
             .iter()

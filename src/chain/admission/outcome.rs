@@ -21,6 +21,8 @@ pub enum Outcome {
     LocalFallback,
     /// A dry-run (shadow) limit that would have rejected the request.
     ShadowRejected,
+    /// Admitted by the limits, then shed: its upstream pool was at its concurrency limit.
+    Shed,
 }
 
 impl Outcome {
@@ -67,6 +69,7 @@ impl Outcome {
             Outcome::DegradedClosed => "degraded_closed",
             Outcome::LocalFallback => "local_fallback",
             Outcome::ShadowRejected => "shadow_rejected",
+            Outcome::Shed => "shed",
         }
     }
 }

@@ -41,3 +41,19 @@ pub fn threads() -> usize {
 /// Largest body read for `body:` key parts (Pingora buffers at most 64 KiB for replay).
 pub const BODY_KEY_BYTES: u64 = 8 * 1024;
 pub const MAX_BODY_KEY_BYTES: u64 = 64 * 1024;
+
+/// Load shedding (`[upstreams.NAME.shedding]`).
+pub mod shedding {
+    use std::time::Duration;
+    pub const MIN_LIMIT: u32 = 4;
+    pub const MAX_LIMIT: u32 = 1000;
+    pub const INITIAL_LIMIT: u32 = 20;
+    pub const TOLERANCE: f64 = 1.5;
+    pub const WINDOW: Duration = Duration::from_millis(250);
+    pub const BASELINE_INTERVAL: Duration = Duration::from_secs(30);
+    pub const SMOOTHING: f64 = 0.2;
+    pub const QUEUE: usize = 50;
+    pub const QUEUE_TIMEOUT: Duration = Duration::from_millis(50);
+    pub const RESERVE_CRITICAL: f64 = 0.1;
+    pub const RESERVE_DEFAULT: f64 = 0.2;
+}

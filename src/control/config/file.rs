@@ -196,6 +196,8 @@ pub struct PlanFile {
     pub limits: Vec<LimitFile>,
     /// Most requests of one client in flight, all routes together.
     pub max_concurrent: Option<u64>,
+    /// Load-shedding class of this plan's requests (overrides the route's).
+    pub priority: Option<PriorityFile>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -276,6 +278,42 @@ pub struct UpstreamFile {
     pub health_check: Option<HealthCheckFile>,
     /// How long an idle keep-alive connection to a server of this pool is kept.
     pub keepalive_timeout: Option<HumanDuration>,
+    /// Load shedding (adaptive concurrency); off unless this table is present.
+    pub shedding: Option<SheddingFile>,
+}
+
+/// `[upstreams.NAME.shedding]`: the limit on requests in flight to the pool, learned from its
+/// latency, and how requests over it wait or are shed.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SheddingFile {
+    /// `false` turns it off while keeping the table (default `true`).
+    pub enabled: Option<bool>,
+    pub min_limit: Option<u32>,
+    pub max_limit: Option<u32>,
+    pub initial_limit: Option<u32>,
+    /// Latency up to `tolerance` × the baseline counts as healthy.
+    pub tolerance: Option<f64>,
+    /// How often the limit is recomputed.
+    pub window: Option<HumanDuration>,
+    /// How long the lowest latency is remembered.
+    pub baseline_interval: Option<HumanDuration>,
+    pub smoothing: Option<f64>,
+    /// Most requests waiting for a slot.
+    pub queue: Option<usize>,
+    pub queue_timeout: Option<HumanDuration>,
+    /// Share of the limit only critical requests may use.
+    pub reserve_critical: Option<f64>,
+    /// Further share sheddable requests may not use.
+    pub reserve_default: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PriorityFile {
+    Critical,
+    Default,
+    Sheddable,
 }
 
 #[derive(Debug, Deserialize)]
@@ -322,6 +360,8 @@ pub struct RouteFile {
     pub limits: Option<Vec<RouteLimitFile>>,
     /// Largest request body read for `body:` key parts.
     pub body_key_bytes: Option<u64>,
+    /// Load-shedding class of this route's requests (default `default`).
+    pub priority: Option<PriorityFile>,
 }
 
 /// A route's own limit, counted per key.

@@ -120,6 +120,8 @@ pub struct PlanConfig {
     pub max_concurrent: Option<u64>,
     /// Quota leasing: the smallest `lease` of the plan's limits (all of them lease, or none).
     pub lease: Option<u64>,
+    /// Load-shedding class of the plan's requests, over the route's.
+    pub priority: Option<crate::limit::shed::Priority>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +139,8 @@ pub struct UpstreamConfig {
     pub servers: Vec<String>,
     pub health_check: Option<HealthCheckConfig>,
     pub keepalive_timeout: Duration,
+    /// Load shedding; `None`: off (every request goes through).
+    pub shedding: Option<crate::limit::shed::GateSettings>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -180,6 +184,8 @@ pub struct RouteConfig {
     pub limits: Vec<RouteLimitConfig>,
     /// Largest request body read for `body:` key parts (bodies over it lack the fields).
     pub body_key_bytes: u64,
+    /// Load-shedding class of the route's requests (a plan's own wins).
+    pub priority: crate::limit::shed::Priority,
 }
 
 /// A route's limit, counted per key (per IP, account, header value, or route-wide).

@@ -47,6 +47,7 @@ pub fn render(config: &Config) -> Value {
                 "unhealthy_threshold": h.unhealthy_threshold,
                 "healthy_threshold": h.healthy_threshold,
             })),
+            "shedding": u.shedding.as_ref().map(shedding),
         })).collect::<Vec<_>>(),
         "routes": config.routes.iter().map(|r| json!({
             "name": r.name,
@@ -85,6 +86,7 @@ pub fn render(config: &Config) -> Value {
                 "missing": l.missing.as_str(),
             })).collect::<Vec<_>>(),
             "body_key_bytes": r.body_key_bytes,
+            "priority": r.priority.as_str(),
         })).collect::<Vec<_>>(),
         "plans": config.plans.values().map(|p| json!({
             "name": p.name,
@@ -98,12 +100,30 @@ pub fn render(config: &Config) -> Value {
             })).collect::<Vec<_>>(),
             "max_concurrent": p.max_concurrent,
             "lease": p.lease,
+            "priority": p.priority.map(|p| p.as_str()),
         })).collect::<Vec<_>>(),
         "clients": config.clients.iter().map(|c| json!({
             "id": c.id,
             "plan": c.plan,
             "api_keys": format!("{} redacted", c.api_keys.len()),
         })).collect::<Vec<_>>(),
+    })
+}
+
+fn shedding(s: &crate::limit::shed::GateSettings) -> Value {
+    let c = &s.controller;
+    json!({
+        "min_limit": c.min_limit,
+        "max_limit": c.max_limit,
+        "initial_limit": c.initial_limit,
+        "tolerance": c.tolerance,
+        "window": format_duration(c.window),
+        "baseline_interval": format_duration(c.baseline_interval),
+        "smoothing": c.smoothing,
+        "queue": s.queue,
+        "queue_timeout": format_duration(s.queue_timeout),
+        "reserve_critical": s.reserve_critical,
+        "reserve_default": s.reserve_default,
     })
 }
 

@@ -94,6 +94,38 @@ impl State {
         }
     }
 
+    /// Gives back what a request of `cost` admitted at `at` took (it was not served after all:
+    /// shed). The same undo as `lua/refund.lua`: window counts leave the window they were
+    /// counted in, tokens go back up to the capacity, the log loses that request's entry.
+    /// Concurrency slots are released, not refunded.
+    pub fn refund(&mut self, policy: &Policy, at: u64, cost: u64) {
+        let w = policy.window_ms;
+        match self {
+            State::TokenBucket(s) => {
+                s.level = (s.level + cost * w).min(policy.burst * w);
+            }
+            State::FixedWindow(s) => {
+                if s.window_start == at - at % w {
+                    s.count = s.count.saturating_sub(cost);
+                }
+            }
+            State::SlidingWindow(s) => {
+                let start = at - at % w;
+                if s.window_start == start {
+                    s.current = s.current.saturating_sub(cost);
+                } else if s.window_start == start + w {
+                    s.previous = s.previous.saturating_sub(cost);
+                }
+            }
+            State::SlidingLog(s) => {
+                if let Some(i) = s.entries.iter().rposition(|e| *e == (at, cost)) {
+                    s.entries.remove(i);
+                }
+            }
+            State::Concurrency(_) => {}
+        }
+    }
+
     /// True when this state carries no information any more (equal to a fresh one), so it
     /// can be dropped without changing any future decision.
     pub fn is_idle(&self, policy: &Policy, now: u64) -> bool {

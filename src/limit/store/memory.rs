@@ -182,6 +182,28 @@ impl<C: Clock> MemoryStore<C> {
         Verdict {
             admitted,
             decisions,
+            at_ms: now,
+            from_lease: false,
+        }
+    }
+
+    /// Gives back what `req` counted at `at` (a request admitted and then not served): the
+    /// undo of [`State::refund`] on each of its rate policies' state, if still held.
+    pub fn refund(&self, req: &CheckRequest<'_>, at: u64) {
+        let keys: Vec<Key> = (0..req.policies.len())
+            .map(|i| (Arc::clone(req.partition_of(i)), Arc::clone(req.route)))
+            .collect();
+        let mut locked = self.table.lock_many(&keys);
+        for (i, policy) in req.policies.iter().enumerate() {
+            if policy.is_concurrency() {
+                continue;
+            }
+            let Some(slots) = locked.get_mut(i, &keys[i]) else {
+                continue;
+            };
+            if let Some(slot) = slots.iter_mut().find(|s| s.policy == *policy) {
+                slot.state.refund(policy, at, req.cost);
+            }
         }
     }
 
@@ -227,7 +249,7 @@ impl<C: Clock> MemoryStore<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::store::request::DecideAt;
+    use crate::limit::store::request::{DecideAt, Taken};
 
     fn ask<C: Clock>(
         s: &MemoryStore<C>,
@@ -255,6 +277,41 @@ mod tests {
 
     fn store() -> MemoryStore<Arc<ManualClock>> {
         MemoryStore::new(Arc::new(ManualClock::new(T0)))
+    }
+
+    #[test]
+    fn a_refund_gives_back_exactly_what_the_request_took() {
+        let s = store();
+        let c: Arc<str> = Arc::from("ada");
+        for algorithm in [
+            Algorithm::TokenBucket,
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindow,
+            Algorithm::SlidingLog,
+        ] {
+            let policies = [Policy::new("p", algorithm, 3, 60_000, 3)];
+            let route: Arc<str> = Arc::from(format!("orders-{algorithm:?}"));
+            let first = ask(&s, &c, &route, &policies, &[]);
+            let second = ask(&s, &c, &route, &policies, &[]);
+            assert_eq!(second.decisions[0].remaining, 1, "{algorithm:?}");
+            let taken = Taken::of(
+                &CheckRequest::new(&c, &route, &policies, 1),
+                &policies,
+                &second,
+                false,
+            )
+            .unwrap();
+            s.refund(&taken.request(), taken.at_ms);
+            let third = ask(&s, &c, &route, &policies, &[]);
+            assert_eq!(third.decisions[0].remaining, 1, "{algorithm:?}");
+            assert!(first.admitted && third.admitted);
+            // The limit holds again at three.
+            assert!(ask(&s, &c, &route, &policies, &[]).admitted);
+            assert!(
+                !ask(&s, &c, &route, &policies, &[]).admitted,
+                "{algorithm:?}"
+            );
+        }
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub use error::StoreError;
 pub use failure::{FailureMode, FailureSettings};
 pub use health::StoreHealth;
 pub use metrics::StoreMetrics;
-pub use request::CheckRequest;
+pub use request::{CheckRequest, Taken};
 
 use self::breaker::{BreakerState, CircuitBreaker, Permit, Transition};
 use self::failure::{divide, DegradedLog};
@@ -292,6 +292,36 @@ impl Store {
             ..req
         });
         (divided, verdict)
+    }
+
+    /// Gives back what an admitted request counted (it was shed before reaching its
+    /// upstream): to the store that counted it — this process's tables, Redis (one
+    /// `refund.lua` call per slot), this instance's lease, or the local fallback. Best effort
+    /// and bounded by the store timeout: units that cannot be given back stay counted (the
+    /// client is then held to slightly less than its limit, never more).
+    pub async fn refund(&self, taken: &Taken) {
+        let req = taken.request();
+        if taken.fallback {
+            self.fallback.refund(&req, taken.at_ms);
+            return;
+        }
+        match &self.backend {
+            Backend::Memory(m) => m.refund(&req, taken.at_ms),
+            Backend::Redis(_) if taken.from_lease => {
+                let key = LeaseKey {
+                    client: Arc::clone(&taken.client),
+                    route: Arc::clone(&taken.route),
+                };
+                let now = MonotonicClock.now_ms();
+                self.leases
+                    .refund(&key, &taken.policies, taken.cost, taken.at_ms, now);
+            }
+            Backend::Redis(r) => {
+                if let Err(e) = r.refund(&req, taken.at_ms).await {
+                    log::debug!("giving back the units of a shed request failed: {e}");
+                }
+            }
+        }
     }
 
     /// A request admitted with concurrency policies ended: free its slots. `fallback`: it was

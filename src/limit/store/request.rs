@@ -1,6 +1,6 @@
 //! The one question every store answers (the memory store, Redis, the local fallback).
 
-use crate::limit::Policy;
+use crate::limit::{Policy, Verdict};
 use std::sync::Arc;
 
 /// One request's question to the store: may it spend `cost` units of every policy on
@@ -88,6 +88,70 @@ impl<'a> CheckRequest<'a> {
             slot_id: "",
             at: DecideAt::StoreClock,
             lease: None,
+        }
+    }
+}
+
+/// What an admitted request counted, kept so that it can be given back when the request is
+/// not served after all (shed before it reached its upstream). Concurrency slots are not
+/// in it: they are released when the request ends, served or not.
+#[derive(Debug, Clone)]
+pub struct Taken {
+    pub client: Arc<str>,
+    pub route: Arc<str>,
+    /// The policies that counted the request, with their partitions.
+    pub policies: Vec<Policy>,
+    pub partitions: Vec<Partition>,
+    pub cost: u64,
+    /// The time the store decided at (its clock; the lease table's for a lease).
+    pub at_ms: u64,
+    /// Spent from this instance's quota lease.
+    pub from_lease: bool,
+    /// Decided by the local fallback (`policies` are the divided ones it decided with).
+    pub fallback: bool,
+}
+
+impl Taken {
+    /// What `verdict` counted of `req` (decided with `policies`: the request's own, or the
+    /// fallback's divided ones); `None` when nothing was.
+    pub fn of(
+        req: &CheckRequest<'_>,
+        policies: &[Policy],
+        verdict: &Verdict,
+        fallback: bool,
+    ) -> Option<Taken> {
+        if !verdict.admitted {
+            return None;
+        }
+        let counted: Vec<usize> = (0..policies.len())
+            .filter(|&i| {
+                !policies[i].is_concurrency() && verdict.decisions.get(i).is_some_and(|d| d.allowed)
+            })
+            .collect();
+        if counted.is_empty() {
+            return None;
+        }
+        Some(Taken {
+            client: Arc::clone(req.client),
+            route: Arc::clone(req.route),
+            policies: counted.iter().map(|&i| policies[i].clone()).collect(),
+            partitions: counted
+                .iter()
+                .map(|&i| req.partitions.get(i).cloned().unwrap_or(Partition::Client))
+                .collect(),
+            cost: req.cost,
+            at_ms: verdict.at_ms,
+            from_lease: verdict.from_lease,
+            fallback,
+        })
+    }
+
+    /// The request as asked (enforced, at the time it was decided), to name its state.
+    pub fn request(&self) -> CheckRequest<'_> {
+        CheckRequest {
+            partitions: &self.partitions,
+            at: DecideAt::Fixed(self.at_ms),
+            ..CheckRequest::new(&self.client, &self.route, &self.policies, self.cost)
         }
     }
 }

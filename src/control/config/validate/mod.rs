@@ -10,6 +10,7 @@ mod clients;
 mod plans;
 mod routes;
 mod server;
+mod shedding;
 mod store;
 mod upstreams;
 

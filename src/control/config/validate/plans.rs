@@ -23,6 +23,7 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
     let PlanFile {
         limits,
         max_concurrent,
+        priority,
     } = file;
     let base = format!("plans.{name}");
     check_name(&base, name, problems);
@@ -74,6 +75,7 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
         shadow: shadows,
         max_concurrent: max_concurrent.filter(|n| *n > 0),
         lease,
+        priority: super::shedding::priority(priority),
     }
 }
 

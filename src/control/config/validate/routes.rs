@@ -44,8 +44,10 @@ pub(super) fn route_config(
         max_concurrent,
         limits,
         body_key_bytes,
+        priority,
     } = file;
     let base = format!("routes[{index}]");
+    let priority = route_priority(&base, priority, upstreams.get(&upstream), problems);
     let shadow = shadow.unwrap_or(false);
     match max_concurrent {
         Some(0) => problems.push(format!("{base}.max_concurrent"), "must be at least 1"),
@@ -186,7 +188,32 @@ pub(super) fn route_config(
         max_concurrent: max_concurrent.filter(|n| *n > 0),
         limits,
         body_key_bytes,
+        priority,
     }
+}
+
+/// The route's load-shedding class; said to do nothing when its upstream does not shed.
+fn route_priority(
+    base: &str,
+    priority: Option<crate::control::config::file::PriorityFile>,
+    upstream: Option<&UpstreamConfig>,
+    problems: &mut Problems,
+) -> crate::limit::shed::Priority {
+    let priority = super::shedding::priority(priority);
+    if let (Some(p), Some(up)) = (priority, upstream) {
+        if up.shedding.is_none() && p != crate::limit::shed::Priority::Default {
+            problems.warn(
+                format!("{base}.priority"),
+                format!(
+                    "{:?} has no effect: upstream {:?} has no [upstreams.{}.shedding]",
+                    p.as_str(),
+                    up.name,
+                    up.name
+                ),
+            );
+        }
+    }
+    priority.unwrap_or(crate::limit::shed::Priority::Default)
 }
 
 /// `routes[i].limits`: each a limit like a plan's, with a key and a choice for requests

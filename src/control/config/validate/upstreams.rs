@@ -15,6 +15,7 @@ pub(super) fn upstream_config(
         servers,
         health_check,
         keepalive_timeout,
+        shedding,
     } = file;
     let base = format!("upstreams.{name}");
     check_name(&base, name, problems);
@@ -34,6 +35,7 @@ pub(super) fn upstream_config(
         seen.push(server);
     }
     let health_check = health_check.map(|hc| health_check_config(&base, hc, problems));
+    let shedding = super::shedding::shedding_config(&base, shedding, problems);
     UpstreamConfig {
         name: name.to_owned(),
         servers,
@@ -44,6 +46,7 @@ pub(super) fn upstream_config(
             defaults::KEEPALIVE_TIMEOUT,
             problems,
         ),
+        shedding,
     }
 }
 

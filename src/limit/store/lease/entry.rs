@@ -87,6 +87,8 @@ impl Entry {
         Verdict {
             admitted: refused.is_none(),
             decisions,
+            at_ms: now,
+            from_lease: true,
         }
     }
 }

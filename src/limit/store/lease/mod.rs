@@ -203,6 +203,25 @@ impl LeaseTable {
         entry.verdict(now, None)
     }
 
+    /// A request spent `cost` units of `key`'s lease at `at` and was not served after all:
+    /// they go back to the lease if it is still the lease of the same windows (it has not
+    /// expired, and `at` falls within its windows). Otherwise they stay spent: they were
+    /// counted in a window that has ended, where they no longer limit anyone.
+    pub fn refund(&self, key: &LeaseKey, policies: &[Policy], cost: u64, at: u64, now: u64) {
+        let (_, mut shard) = self.map.lock_key(key);
+        let Some(entry) = shard.get_mut(key) else {
+            return;
+        };
+        let shortest = policies.iter().map(Policy::window_ms).min().unwrap_or(0);
+        let same_windows = entry.policies == policies
+            && now < entry.expires_at
+            && at.saturating_add(shortest) > entry.expires_at;
+        if same_windows {
+            entry.left += cost;
+            entry.spent = entry.spent.saturating_sub(cost);
+        }
+    }
+
     /// The renewal failed: the request's held units go back (if still valid) and waiters are
     /// released to decide for themselves.
     pub fn abandon(&self, key: &LeaseKey, ask: &Ask, now: u64) {

@@ -126,8 +126,9 @@ impl RedisStore {
             .link
             .invoke(&invocation, Lane::Requests, &self.scripts)
             .await?;
-        let verdict = parse_reply(&reply, req.policies)?;
-        Ok((verdict, scripts::int(&reply[1])?))
+        let mut verdict = parse_reply(&reply, req.policies)?;
+        verdict.at_ms = scripts::int(&reply[1])?;
+        Ok((verdict.clone(), verdict.at_ms))
     }
 
     /// A request over several Cluster slots: one check per slot, sent together (pipelined to
@@ -166,9 +167,10 @@ impl RedisStore {
                     partitions: &g.partitions,
                     ..*req
                 };
+                let committed = |i: usize| verdict.decisions[i].allowed;
                 let Some(invocation) =
                     self.scripts
-                        .refund_call(&self.config.prefix, &sub, verdict, *now)
+                        .refund_call(&self.config.prefix, &sub, committed, *now)
                 else {
                     continue;
                 };
@@ -203,9 +205,44 @@ impl RedisStore {
             Verdict {
                 admitted: all_admitted,
                 decisions,
+                at_ms: now,
+                from_lease: false,
             },
             now,
         ))
+    }
+
+    /// Gives back what `req` (every policy of it) counted at `at` (`lua/refund.lua`): per
+    /// slot on Redis Cluster.
+    pub async fn refund(&self, req: &CheckRequest<'_>, at: u64) -> Result<(), StoreError> {
+        let groups = match self.config.topology {
+            Topology::Cluster(_) => SlotGroups::of(req),
+            _ => Vec::new(),
+        };
+        let subs: Vec<CheckRequest<'_>> = if groups.is_empty() {
+            vec![*req]
+        } else {
+            groups
+                .iter()
+                .map(|g| CheckRequest {
+                    policies: &g.policies,
+                    shadow: &g.shadow,
+                    partitions: &g.partitions,
+                    ..*req
+                })
+                .collect()
+        };
+        for sub in &subs {
+            let prefix = &self.config.prefix;
+            let Some(invocation) = self.scripts.refund_call(prefix, sub, |_| true, at) else {
+                continue;
+            };
+            let call = self
+                .link
+                .invoke::<u64>(&invocation, Lane::Requests, &self.scripts);
+            self.bounded(call).await?;
+        }
+        Ok(())
     }
 
     /// Frees the concurrency slots `slot_id` holds, waiting up to `within` (a call given up

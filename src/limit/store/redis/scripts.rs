@@ -122,20 +122,20 @@ impl Scripts {
         invocation
     }
 
-    /// `refund.lua`: KEYS the policies of `req` that `verdict` committed; ARGV the time it
-    /// decided at, cost, slot id, then four per key. `None` when it committed nothing.
+    /// `refund.lua`: KEYS the policies `i` of `req` that were `committed(i)`; ARGV the time
+    /// they were decided at, cost, slot id, then four per key. `None` when none was.
     pub fn refund_call(
         &self,
         prefix: &str,
         req: &CheckRequest<'_>,
-        verdict: &Verdict,
+        committed: impl Fn(usize) -> bool,
         now: u64,
     ) -> Option<ScriptInvocation<'_>> {
         let mut invocation = self.refund.prepare_invoke();
         invocation.arg(now).arg(req.cost).arg(req.slot_id);
         let mut any = false;
-        for (i, (p, d)) in req.policies.iter().zip(&verdict.decisions).enumerate() {
-            if d.allowed {
+        for (i, p) in req.policies.iter().enumerate() {
+            if committed(i) {
                 invocation
                     .key(key(prefix, req.partition_of(i), req.route, p))
                     .arg(algorithm_code(p.algorithm))
@@ -296,6 +296,8 @@ pub fn parse_reply(reply: &[Value], policies: &[Policy]) -> Result<Verdict, Stor
     Ok(Verdict {
         admitted,
         decisions,
+        at_ms: 0,
+        from_lease: false,
     })
 }
 
