@@ -154,5 +154,43 @@ fn keyed(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench, headers_and_snapshot, keyed);
+/// What a shedding pool adds to a request: a slot, the latency sample, the slot's release
+/// (uncontended; under contention the gate's mutex is shared by the pool's requests).
+fn shedding(c: &mut Criterion) {
+    use std::time::Duration;
+    use turnstile::limit::shed::controller::ControllerSettings;
+    use turnstile::limit::shed::{Gate, GateSettings, Priority};
+    let gate = Arc::new(Gate::new(GateSettings {
+        controller: ControllerSettings {
+            min_limit: 4,
+            max_limit: 1000,
+            initial_limit: 100,
+            tolerance: 1.5,
+            window: Duration::from_millis(250),
+            baseline_interval: Duration::from_secs(30),
+            smoothing: 0.2,
+        },
+        queue: 50,
+        queue_timeout: Duration::from_millis(50),
+        reserve_critical: 0.1,
+        reserve_default: 0.2,
+    }));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    c.bench_function("shedding/block_on alone (subtract)", |b| {
+        b.iter(|| runtime.block_on(async { black_box(1) }))
+    });
+    c.bench_function("shedding/acquire + record + release", |b| {
+        b.iter(|| {
+            runtime.block_on(async {
+                let mut permit = gate.acquire(Priority::Default).await.unwrap();
+                permit.record(Duration::from_micros(black_box(900)));
+            })
+        })
+    });
+}
+
+criterion_group!(benches, bench, headers_and_snapshot, keyed, shedding);
 criterion_main!(benches);

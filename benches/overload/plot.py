@@ -28,24 +28,25 @@ def table(result):
     return "\n".join(rows)
 
 
-def panel(x, title, unit, values, height=220, width=300):
+def panel(x, title, unit, values, height=200, width=300):
     top = max(values.values()) or 1
+    base = 60 + height
     parts = [
-        f'<text x="{x + width / 2}" y="30" text-anchor="middle" font-size="15" font-weight="bold">{title}</text>',
-        f'<line x1="{x + 20}" y1="{40 + height}" x2="{x + width - 20}" y2="{40 + height}" stroke="#333"/>',
+        f'<text x="{x + width / 2}" y="24" text-anchor="middle" font-size="15" font-weight="bold">{title}</text>',
+        f'<line x1="{x + 20}" y1="{base}" x2="{x + width - 20}" y2="{base}" stroke="#333"/>',
     ]
     bar = 80
     for i, (target, value) in enumerate(values.items()):
         h = height * value / top
         bx = x + 50 + i * (bar + 60)
         parts.append(
-            f'<rect x="{bx}" y="{40 + height - h:.1f}" width="{bar}" height="{h:.1f}" fill="{COLORS[target]}"/>'
+            f'<rect x="{bx}" y="{base - h:.1f}" width="{bar}" height="{h:.1f}" fill="{COLORS[target]}"/>'
         )
         parts.append(
-            f'<text x="{bx + bar / 2}" y="{34 + height - h:.1f}" text-anchor="middle" font-size="13">{value:,.0f} {unit}</text>'
+            f'<text x="{bx + bar / 2}" y="{base - h - 6:.1f}" text-anchor="middle" font-size="13">{value:,.{1 if unit == "%" else 0}f} {unit}</text>'
         )
         parts.append(
-            f'<text x="{bx + bar / 2}" y="{58 + height}" text-anchor="middle" font-size="12">{LABELS[target]}</text>'
+            f'<text x="{bx + bar / 2}" y="{base + 18}" text-anchor="middle" font-size="12">{LABELS[target]}</text>'
         )
     return parts
 

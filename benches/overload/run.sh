@@ -8,8 +8,8 @@
 # upstream process, started fresh for every run (a backlog must not leak into the next run).
 #
 # The load, open loop (oha -q, latency corrected), two classes at once for $DURATION s:
-#   critical   $CRITICAL_RPS req/s on /critical  (route priority = "critical")
-#   sheddable  $SHEDDABLE_RPS req/s on /bulk     (route priority = "sheddable")
+#   critical   $CRITICAL_RPS req/s on /echo/critical  (route priority = "critical")
+#   sheddable  $SHEDDABLE_RPS req/s on /echo/bulk     (route priority = "sheddable")
 # Targets alternate over $ROUNDS rounds; the median of each figure is reported.
 #
 # Reported per target: goodput (200 responses per second, both classes), the critical
@@ -61,14 +61,13 @@ gateway() {
       echo "window = \"100ms\""; echo "queue = 50"; echo "queue_timeout = \"50ms\""
     fi
     for r in critical:critical bulk:sheddable; do
-      echo "[[routes]]"; echo "name = \"${r%%:*}\""; echo "path_prefix = \"/${r%%:*}\""
+      echo "[[routes]]"; echo "name = \"${r%%:*}\""; echo "path_prefix = \"/echo/${r%%:*}\""
       echo "upstream = \"orders\""; echo "read_timeout = \"$READ_TIMEOUT\""
       echo "priority = \"${r##*:}\""
     done
   } > "$WORK/$name.toml"
   "$BIN/turnstile" --config "$WORK/$name.toml" > "$WORK/$name.log" 2>&1 &
   echo "$p $!"
-  wait_port "$p" >&2
 }
 
 run() { # NAME SHEDDING ROUND
@@ -80,11 +79,12 @@ run() { # NAME SHEDDING ROUND
   wait_port "$up"
   read -r gw gwpid < <(gateway "$name" "$shedding" "$up")
   pids+=("$gwpid")
+  wait_port "$gw"
   oha -z "${DURATION}s" -q "$CRITICAL_RPS" -c 200 --latency-correction --no-tui \
-    --output-format json "http://127.0.0.1:$gw/critical" > "$WORK/$name-$round-critical.json" &
+    --output-format json "http://127.0.0.1:$gw/echo/critical" > "$WORK/$name-$round-critical.json" &
   local c=$!
   oha -z "${DURATION}s" -q "$SHEDDABLE_RPS" -c 1000 --latency-correction --no-tui \
-    --output-format json "http://127.0.0.1:$gw/bulk" > "$WORK/$name-$round-bulk.json"
+    --output-format json "http://127.0.0.1:$gw/echo/bulk" > "$WORK/$name-$round-bulk.json"
   wait "$c"
   kill "$gwpid" "$uppid" 2>/dev/null || true
   wait "$gwpid" "$uppid" 2>/dev/null || true

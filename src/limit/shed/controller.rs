@@ -3,9 +3,11 @@
 //! Pure: latencies and times are arguments.
 //!
 //! Latencies of completed requests are averaged over a window (`window`, at least
-//! `MIN_SAMPLES` of them). The baseline is the lowest window average of the current and the
-//! previous `baseline_interval` — re-measured continuously, so a backend that got slower for
-//! good becomes the new normal within two intervals. At the end of each window:
+//! `MIN_SAMPLES` of them). The baseline is the latency the pool shows when it is not queueing
+//! requests: measured by a **probe** — at start and then every `baseline_interval`, the limit
+//! is held at `min_limit` for one window and the average of the requests sent during it
+//! becomes the baseline (a pool that got slower for good is the new normal after one
+//! interval) — and lowered whenever a window is faster. At the end of each other window:
 //!
 //! ```text
 //! gradient = clamp(tolerance × baseline / latency, 0.5, 1)
@@ -17,6 +19,8 @@
 //! passes `tolerance × baseline` — requests queue in the backend — it shrinks, by up to half
 //! of `smoothing` per window, until the excess waits or is shed here instead. (The headroom
 //! keeps it at 4 or more while the latency stays high, or `min_limit` if that is higher.)
+//! Without the probe, a pool that is overloaded from the start would never show its real
+//! baseline, and the limit would settle where the backend already queues.
 
 use std::time::Duration;
 
@@ -32,7 +36,7 @@ pub struct ControllerSettings {
     pub tolerance: f64,
     /// How often the limit is recomputed (when enough samples came in).
     pub window: Duration,
-    /// How long the lowest latency is remembered.
+    /// How often the baseline is measured afresh (a probe at `min_limit`).
     pub baseline_interval: Duration,
     /// How far the limit moves toward its target per window (0 < smoothing ≤ 1).
     pub smoothing: f64,
@@ -45,15 +49,18 @@ pub struct Controller {
     window_start_ms: u64,
     samples: u32,
     sum_us: u64,
-    /// Lowest window average (µs) of the current and the previous baseline interval.
-    baseline_current: Option<u64>,
-    baseline_previous: Option<u64>,
-    baseline_since_ms: u64,
+    /// The latency of the pool when it does not queue (µs), once measured.
+    baseline_us: Option<u64>,
+    /// A probe runs since this time: the limit is `min_limit`, and only requests sent since
+    /// count.
+    probe_since: Option<u64>,
+    next_probe_ms: u64,
     /// The last window's average (µs), for metrics.
     last_latency_us: Option<u64>,
 }
 
 impl Controller {
+    /// A controller that starts with a probe (the baseline is measured first).
     pub fn new(settings: ControllerSettings, now_ms: u64) -> Controller {
         Controller {
             limit: f64::from(
@@ -65,24 +72,24 @@ impl Controller {
             window_start_ms: now_ms,
             samples: 0,
             sum_us: 0,
-            baseline_current: None,
-            baseline_previous: None,
-            baseline_since_ms: now_ms,
+            baseline_us: None,
+            probe_since: Some(now_ms),
+            next_probe_ms: now_ms,
             last_latency_us: None,
         }
     }
 
-    /// The current limit on requests in flight.
+    /// The current limit on requests in flight (`min_limit` during a probe).
     pub fn limit(&self) -> u32 {
-        self.limit as u32
+        match self.probe_since {
+            Some(_) => self.settings.min_limit,
+            None => self.limit as u32,
+        }
     }
 
     /// The latency baseline (µs), once measured.
     pub fn baseline_us(&self) -> Option<u64> {
-        match (self.baseline_current, self.baseline_previous) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.baseline_us
     }
 
     pub fn last_latency_us(&self) -> Option<u64> {
@@ -91,10 +98,15 @@ impl Controller {
 
     /// A request completed with `latency`; returns the new limit when a window closed.
     pub fn sample(&mut self, latency: Duration, now_ms: u64) -> Option<u32> {
+        let latency_us = latency.as_micros().min(u128::from(u64::MAX)) as u64;
+        if let Some(since) = self.probe_since {
+            if now_ms.saturating_sub(latency_us / 1000) < since {
+                // Sent before the probe, when more were in flight: not the baseline.
+                return None;
+            }
+        }
         self.samples += 1;
-        self.sum_us = self
-            .sum_us
-            .saturating_add(latency.as_micros().min(u128::from(u64::MAX)) as u64);
+        self.sum_us = self.sum_us.saturating_add(latency_us);
         let window_ms = self.settings.window.as_millis() as u64;
         if now_ms < self.window_start_ms + window_ms || self.samples < MIN_SAMPLES {
             return None;
@@ -104,20 +116,24 @@ impl Controller {
         self.sum_us = 0;
         self.window_start_ms = now_ms;
         self.last_latency_us = Some(average);
-        let interval_ms = self.settings.baseline_interval.as_millis() as u64;
-        if now_ms >= self.baseline_since_ms + interval_ms {
-            self.baseline_previous = self.baseline_current.take();
-            self.baseline_since_ms = now_ms;
+        if self.probe_since.take().is_some() {
+            // The probe's answer replaces the baseline; the limit resumes where it was.
+            self.baseline_us = Some(average);
+            self.next_probe_ms = now_ms + self.settings.baseline_interval.as_millis() as u64;
+            return Some(self.limit());
         }
-        self.baseline_current = Some(self.baseline_current.map_or(average, |b| b.min(average)));
-        let baseline = self.baseline_us().unwrap_or(average) as f64;
-        let gradient = (self.settings.tolerance * baseline / average as f64).clamp(0.5, 1.0);
+        let baseline = self.baseline_us.map_or(average, |b| b.min(average));
+        self.baseline_us = Some(baseline);
+        let gradient = (self.settings.tolerance * baseline as f64 / average as f64).clamp(0.5, 1.0);
         let target = self.limit * gradient + self.limit.sqrt();
         let limit = self.limit + self.settings.smoothing * (target - self.limit);
         self.limit = limit.clamp(
             f64::from(self.settings.min_limit),
             f64::from(self.settings.max_limit),
         );
+        if now_ms >= self.next_probe_ms {
+            self.probe_since = Some(now_ms);
+        }
         Some(self.limit())
     }
 }
@@ -161,10 +177,11 @@ mod tests {
     #[test]
     fn rising_latency_brings_the_limit_down_and_its_return_brings_it_back() {
         let mut c = Controller::new(settings(), 0);
-        let now = run(&mut c, 0, 300, 5);
+        let now = run(&mut c, 0, 250, 5);
         let high = c.limit();
         assert!(high > 100, "{high}");
-        // The backend slows down: 20× the baseline.
+        // The backend slows down: 20× the baseline (between two probes: the next one, at
+        // 30 s, would take 100 ms for the pool's new normal).
         let now = run(&mut c, now, 30, 100);
         let low = c.limit();
         assert!(low < high / 4, "{high} → {low}");
@@ -178,18 +195,40 @@ mod tests {
     fn a_backend_slower_for_good_becomes_the_new_baseline() {
         let mut c = Controller::new(settings(), 0);
         let now = run(&mut c, 0, 50, 5);
-        // 30 s at 40 ms: after two baseline intervals, 40 ms is the baseline.
+        // 30 s at 40 ms: after the next probe (at most one interval), 40 ms is the baseline.
         run(&mut c, now, 300, 40);
         assert_eq!(c.baseline_us(), Some(40_000));
         assert!(c.limit() > 50, "{}", c.limit());
     }
 
     #[test]
+    fn a_probe_holds_the_limit_at_its_minimum_and_ignores_requests_sent_before_it() {
+        let mut c = Controller::new(settings(), 0);
+        // Probing from the start: the minimum until one window of samples came in.
+        assert_eq!(c.limit(), 2);
+        let now = run(&mut c, 0, 1, 5);
+        assert_eq!((c.limit(), c.baseline_us()), (20, Some(5_000)));
+        // Overloaded windows until the next probe (10 s): the limit comes down.
+        let now = run(&mut c, now, 99, 30);
+        assert!(c.limit() < 20, "{}", c.limit());
+        let now = run(&mut c, now, 1, 30);
+        assert_eq!(c.limit(), 2, "probing at 10.1 s");
+        // Requests sent before the probe (their 30 ms started before it) do not count...
+        for _ in 0..10 {
+            assert_eq!(c.sample(Duration::from_millis(300), now + 100), None);
+        }
+        // ...the probe's own ones do, and become the baseline.
+        run(&mut c, now, 1, 12);
+        assert_eq!(c.baseline_us(), Some(12_000));
+        assert!(c.limit() > 2);
+    }
+
+    #[test]
     fn the_limit_stays_within_its_bounds() {
         let mut c = Controller::new(settings(), 0);
         let now = run(&mut c, 0, 20, 5);
-        // Within the baseline's memory (two intervals), the limit bottoms out where halving
-        // and the √limit headroom balance (4), never below min_limit.
+        // Until the next probe, the limit bottoms out where halving and the √limit headroom
+        // balance (4), never below min_limit.
         run(&mut c, now, 60, 5_000);
         assert!((2..=4).contains(&c.limit()), "{}", c.limit());
         // Fewer than MIN_SAMPLES in a window: no change.
