@@ -419,6 +419,27 @@ mod tests {
     }
 
     #[test]
+    fn a_refund_goes_back_to_the_lease_of_its_window_only() {
+        let t = LeaseTable::new(100);
+        let a = ask(&t, 1_000);
+        let v = t.settle(&key(), &policies(), a, &grant(5, 95, 30_000, 0), 1_001);
+        t.refund(&key(), &policies(), 1, v.at_ms, 1_002);
+        for _ in 0..5 {
+            let taken = t.take(&key(), &policies(), 1, 10, 1_003, 50);
+            assert!(matches!(taken, Take::Local(v) if v.admitted));
+        }
+        let taken = t.take(&key(), &policies(), 1, 10, 1_003, 50);
+        assert!(matches!(taken, Take::Ask(_)));
+        // After the lease's window: nothing to give back to.
+        let t = LeaseTable::new(100);
+        let a = ask(&t, 1_000);
+        let v = t.settle(&key(), &policies(), a, &grant(5, 95, 30_000, 0), 1_001);
+        t.refund(&key(), &policies(), 1, v.at_ms, 40_000);
+        let taken = t.take(&key(), &policies(), 1, 10, 40_001, 50);
+        assert!(matches!(taken, Take::Ask(a) if a.held == 0));
+    }
+
+    #[test]
     fn a_renewal_in_flight_makes_others_wait_and_settling_wakes_them() {
         let t = LeaseTable::new(100);
         let a = ask(&t, 1_000);
