@@ -172,7 +172,42 @@ fn metrics_count_a_scripted_sequence() {
         m("turnstile_tracked_entries", &[("table", "store:memory")]),
         1.0
     );
-    assert_eq!(m("turnstile_circuit_breaker_state", &[]), 0.0);
+    assert_eq!(
+        m("turnstile_circuit_breaker_state", &[("state", "closed")]),
+        1.0
+    );
+    assert_eq!(
+        m("turnstile_circuit_breaker_state", &[("state", "open")]),
+        0.0
+    );
+    // Whole requests per route, rejections included.
+    assert_eq!(
+        m(
+            "turnstile_request_duration_seconds_count",
+            &[("route", "orders")]
+        ),
+        5.0
+    );
+    assert!(text.contains(r#"turnstile_request_duration_seconds_bucket{route="orders",le="60"} 5"#));
+    // The process and the build.
+    assert!(m("process_resident_memory_bytes", &[]) > 0.0);
+    assert!(m("process_open_fds", &[]) > 0.0);
+    assert!(text.contains("process_cpu_seconds_total"));
+    assert_eq!(
+        m(
+            "turnstile_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        1.0
+    );
+    // The load at start counts as a successful attempt.
+    assert_eq!(m("turnstile_config_last_reload_success", &[]), 1.0);
+    let at = m("turnstile_config_last_reload_timestamp_seconds", &[]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(at > now - 3600.0 && at <= now, "{at} vs {now}");
     // Label values come from the config only: the key and the bad path never appear.
     assert!(!text.contains(KEY) && !text.contains("nowhere"));
 }

@@ -145,7 +145,10 @@ fn killing_redis_mid_traffic_applies_each_routes_failure_mode() {
 
     // The breaker opened after 3 failed calls: everything after went straight to the mode.
     assert_eq!(store_failures(&a), 3.0);
-    assert_eq!(a.metric("turnstile_circuit_breaker_state", &[]), 1.0);
+    assert_eq!(
+        a.metric("turnstile_circuit_breaker_state", &[("state", "open")]),
+        1.0
+    );
     assert_eq!(
         a.metric("turnstile_store_short_circuits_total", &[]),
         20.0 + 5.0 + 9.0 - 3.0
@@ -178,7 +181,10 @@ fn a_frozen_redis_costs_at_most_the_timeout_and_then_nothing() {
     // did not wait at all.
     assert_eq!(store_failures(&gw), 3.0);
     assert_eq!(gw.metric("turnstile_store_short_circuits_total", &[]), 7.0);
-    assert_eq!(gw.metric("turnstile_circuit_breaker_state", &[]), 1.0);
+    assert_eq!(
+        gw.metric("turnstile_circuit_breaker_state", &[("state", "open")]),
+        1.0
+    );
     assert_eq!(
         gw.metric(
             "turnstile_circuit_breaker_transitions_total",
@@ -207,14 +213,20 @@ fn limiting_resumes_by_itself_after_redis_restarts_empty() {
 
     redis.kill();
     assert_eq!(statuses(&gw, "/echo/closed", ADA, 3), [503; 3]);
-    assert_eq!(gw.metric("turnstile_circuit_breaker_state", &[]), 1.0);
+    assert_eq!(
+        gw.metric("turnstile_circuit_breaker_state", &[("state", "open")]),
+        1.0
+    );
 
     // A new, empty Redis (no data, no scripts loaded) on the same port.
     redis.restart();
     wait_until("limiting to resume after the restart", || {
         get(&gw, "/echo/closed", CAROL).status == 200
     });
-    assert_eq!(gw.metric("turnstile_circuit_breaker_state", &[]), 0.0);
+    assert_eq!(
+        gw.metric("turnstile_circuit_breaker_state", &[("state", "closed")]),
+        1.0
+    );
     assert!(
         gw.metric(
             "turnstile_circuit_breaker_transitions_total",
@@ -278,7 +290,10 @@ fn errors_redis_answers_with_are_not_treated_as_allowed() {
     assert_eq!(resp.status, 503, "{}", resp.text());
     assert!(gw.metric("turnstile_store_calls_total", &[("result", "refused")]) >= 1.0);
     // Not an outage: the breaker stays closed and other clients are limited normally.
-    assert_eq!(gw.metric("turnstile_circuit_breaker_state", &[]), 0.0);
+    assert_eq!(
+        gw.metric("turnstile_circuit_breaker_state", &[("state", "closed")]),
+        1.0
+    );
     assert_eq!(get(&gw, "/echo/closed", ADA).status, 200);
 
     // Out of memory under noeviction: every write is refused.
@@ -290,7 +305,10 @@ fn errors_redis_answers_with_are_not_treated_as_allowed() {
     assert_eq!(open, [200; 3]);
     assert_eq!(decisions(&gw, "open", "degraded_open"), 3.0);
     assert!(gw.metric("turnstile_store_calls_total", &[("result", "refused")]) >= 7.0);
-    assert_eq!(gw.metric("turnstile_circuit_breaker_state", &[]), 0.0);
+    assert_eq!(
+        gw.metric("turnstile_circuit_breaker_state", &[("state", "closed")]),
+        1.0
+    );
     assert!(
         gw.proc.log_text().contains("limiter store failing"),
         "degraded decisions are logged"

@@ -206,6 +206,11 @@ fn an_invalid_file_is_rejected_whole_and_the_next_valid_one_is_picked_up() {
         });
         assert_eq!(gw.config_version(), 1, "{what}");
         assert_eq!(
+            gw.metric("turnstile_config_last_reload_success", &[]),
+            0.0,
+            "{what}"
+        );
+        assert_eq!(
             gw.get_with("/echo/x", &[("X-Api-Key", STEADY)]).status,
             200,
             "{what}"

@@ -70,6 +70,15 @@ pub fn content_hash(bytes: &[u8]) -> String {
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
+/// The last load or reload attempt: when, and whether it succeeded.
+fn note_attempt(metrics: &Metrics, ok: bool) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    metrics.reload_timestamp.set(now);
+    metrics.reload_success.set(i64::from(ok));
+}
+
 fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -92,6 +101,7 @@ impl Reloader {
             pending_restart: Vec::new(),
         };
         metrics.config_version.set(1);
+        note_attempt(&metrics, true);
         metrics
             .config_info
             .with_label_values(&[&loaded.hash])
@@ -163,6 +173,7 @@ impl Reloader {
             Ok(None) => {
                 self.reopen_access_log(&self.snapshots.load().config.access_log.target);
                 self.metrics.reloads.with_label_values(&["unchanged"]).inc();
+                note_attempt(&self.metrics, true);
                 Ok(Reloaded::Unchanged(self.loaded()))
             }
             Ok(Some((snapshot, hash, pending))) => {
@@ -179,6 +190,7 @@ impl Reloader {
                     // Under the lock: whoever sees the new version in /config also sees it
                     // in the metrics.
                     self.metrics.reloads.with_label_values(&["ok"]).inc();
+                    note_attempt(&self.metrics, true);
                     self.metrics.config_version.set(loaded.version as i64);
                     self.metrics.config_info.reset();
                     self.metrics
@@ -204,6 +216,7 @@ impl Reloader {
             }
             Err(e) => {
                 self.metrics.reloads.with_label_values(&["error"]).inc();
+                note_attempt(&self.metrics, false);
                 let lines: Vec<String> = e.to_string().lines().map(str::to_owned).collect();
                 log::error!(
                     "configuration {} rejected ({trigger}), the running one stays: {}",

@@ -26,8 +26,14 @@ pub struct Metrics {
     store_short_circuits: IntCounter,
     /// Decisions made from a local quota lease (or a remembered refusal), without a store call.
     lease_local: IntCounter,
-    breaker_state: IntGauge,
+    breaker_state: IntGaugeVec,
     breaker_transitions: IntCounterVec,
+    /// Whole requests (first byte in to response done) per route.
+    request_duration: HistogramVec,
+    /// When the configuration was last loaded or a reload failed (Unix seconds), and whether
+    /// that attempt succeeded.
+    pub reload_timestamp: prometheus::Gauge,
+    pub reload_success: IntGauge,
     pub upstream_duration: HistogramVec,
     pub upstream_healthy: IntGaugeVec,
     pub reloads: IntCounterVec,
@@ -67,10 +73,17 @@ fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
     g
 }
 
-/// Latency buckets from 50 µs (a loopback Redis call) to 10 s (a slow upstream).
+/// Latency buckets from 50 µs (a loopback Redis call) to a minute (a slow upstream, a long
+/// upload).
 const LATENCY_BUCKETS: &[f64] = &[
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-    2.5, 5.0, 10.0,
+    2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+const BREAKER_STATES: [BreakerState; 3] = [
+    BreakerState::Closed,
+    BreakerState::Open,
+    BreakerState::HalfOpen,
 ];
 
 impl Metrics {
@@ -115,7 +128,7 @@ impl Metrics {
         registry
             .register(Box::new(lease_local.clone()))
             .expect("unique metric");
-        Metrics {
+        let metrics = Metrics {
             lease_local,
             requests: counter_vec(&registry, "turnstile_requests_total", "Requests by route and response status", &["route", "status"]),
             decisions: counter_vec(
@@ -133,7 +146,30 @@ impl Metrics {
                 &["result"],
             ),
             store_short_circuits,
-            breaker_state: gauge(&registry, "turnstile_circuit_breaker_state", "Store circuit breaker: 0 closed, 1 open, 2 half-open"),
+            breaker_state: gauge_vec(&registry, "turnstile_circuit_breaker_state", "Store circuit breaker: 1 for the state it is in (closed, open, half_open), 0 for the others", &["state"]),
+            request_duration: {
+                let h = HistogramVec::new(
+                    HistogramOpts::new(
+                        "turnstile_request_duration_seconds",
+                        "Whole requests, from the gateway reading them to the response sent, per route (rejections included)",
+                    )
+                    .buckets(LATENCY_BUCKETS.to_vec()),
+                    &["route"],
+                )
+                .expect("valid metric");
+                registry.register(Box::new(h.clone())).expect("unique metric");
+                h
+            },
+            reload_timestamp: {
+                let g = prometheus::Gauge::new(
+                    "turnstile_config_last_reload_timestamp_seconds",
+                    "When the configuration was last loaded or a reload of it failed (Unix time)",
+                )
+                .expect("valid metric");
+                registry.register(Box::new(g.clone())).expect("unique metric");
+                g
+            },
+            reload_success: gauge(&registry, "turnstile_config_last_reload_success", "1 when the last load or reload of the configuration succeeded (or found it unchanged), 0 when it failed"),
             breaker_transitions: counter_vec(
                 &registry,
                 "turnstile_circuit_breaker_transitions_total",
@@ -191,7 +227,33 @@ impl Metrics {
                 c
             },
             registry,
-        }
+        };
+        metrics.register_process_and_build();
+        metrics
+    }
+
+    /// `process_*` (CPU seconds, resident and virtual memory, open and max file descriptors,
+    /// start time, threads; Linux) and `turnstile_build_info`.
+    fn register_process_and_build(&self) {
+        #[cfg(target_os = "linux")]
+        self.registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .expect("unique metric");
+        let info = gauge_vec(
+            &self.registry,
+            "turnstile_build_info",
+            "The running build (value 1): its version and build profile",
+            &["version", "profile"],
+        );
+        let profile = if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        };
+        info.with_label_values(&[env!("CARGO_PKG_VERSION"), profile])
+            .set(1);
     }
 
     /// The Prometheus text exposition of every metric.
@@ -205,7 +267,11 @@ impl Metrics {
 
     /// The breaker's current state (refreshed at every scrape).
     pub fn set_breaker_state(&self, state: BreakerState) {
-        self.breaker_state.set(state as i64);
+        self.store().set_breaker_state(state);
+    }
+
+    fn breaker_gauges(&self) -> [IntGauge; 3] {
+        BREAKER_STATES.map(|s| self.breaker_state.with_label_values(&[s.as_str()]))
     }
 
     /// The store's handles, registered here (the store does not know the registry).
@@ -216,13 +282,8 @@ impl Metrics {
             short_circuits: self.store_short_circuits.clone(),
             lease_local: self.lease_local.clone(),
             live_instances: self.live_instances.clone(),
-            breaker_state: self.breaker_state.clone(),
-            breaker_transitions: [
-                BreakerState::Closed,
-                BreakerState::Open,
-                BreakerState::HalfOpen,
-            ]
-            .map(|state| {
+            breaker_state: self.breaker_gauges(),
+            breaker_transitions: BREAKER_STATES.map(|state| {
                 self.breaker_transitions
                     .with_label_values(&[state.as_str()])
             }),
@@ -252,6 +313,7 @@ impl Metrics {
             metrics: Arc::clone(self),
             by_status: (0..STATUS_SLOTS).map(|_| OnceLock::new()).collect(),
             ip_rejections: self.ip_rejections.with_label_values(&[route]),
+            duration: self.request_duration.with_label_values(&[route]),
             decisions,
             shed: upstream
                 .map(|up| Priority::ALL.map(|p| self.shed.with_label_values(&[up, p.as_str()]))),
@@ -273,6 +335,8 @@ pub struct RouteMetrics {
     /// One lazily created counter per status code (an atomic load once created).
     by_status: Box<[OnceLock<IntCounter>]>,
     pub ip_rejections: IntCounter,
+    /// Whole requests on this route.
+    pub duration: Histogram,
     decisions: HashMap<Arc<str>, [IntCounter; 6], foldhash::fast::RandomState>,
     /// Shed requests of the route's pool, by priority (when it sheds load).
     shed: Option<[IntCounter; 3]>,

@@ -152,10 +152,14 @@ pub fn logging(access_log: &AccessLog, session: &Session, error: Option<&Error>,
         .map(|r| r.status.as_u16())
         .or_else(|| error.and_then(classify).map(Kind::status))
         .unwrap_or(0);
-    match ctx.route() {
-        Some(route) => route.metrics.request(status),
-        None => ctx.snapshot.unrouted.request(status),
-    }
+    let metrics = match ctx.route() {
+        Some(route) => &route.metrics,
+        None => &ctx.snapshot.unrouted,
+    };
+    metrics.request(status);
+    metrics
+        .duration
+        .observe(ctx.started.elapsed().as_secs_f64());
     // The connection may carry another request: its headers get a fresh deadline.
     if let Some(guard) = GuardedStream::of(session.stream()) {
         let limits = &ctx.snapshot.config.server.limits;

@@ -18,8 +18,8 @@ pub struct StoreMetrics {
     /// Decisions taken from a local quota lease (or a remembered refusal).
     pub lease_local: IntCounter,
     pub live_instances: IntGauge,
-    /// 0 closed, 1 open, 2 half-open.
-    pub breaker_state: IntGauge,
+    /// One per state, in `BreakerState` order (closed, open, half-open): 1 for the current.
+    pub breaker_state: [IntGauge; 3],
     /// Transitions by the state entered, in `BreakerState` order (closed, open, half-open).
     pub breaker_transitions: [IntCounter; 3],
 }
@@ -35,14 +35,21 @@ impl StoreMetrics {
             short_circuits: counter(),
             lease_local: counter(),
             live_instances: gauge(),
-            breaker_state: gauge(),
+            breaker_state: std::array::from_fn(|_| gauge()),
             breaker_transitions: std::array::from_fn(|_| counter()),
         }
     }
 
     /// The breaker entered `state`.
     pub fn breaker_changed(&self, state: BreakerState) {
-        self.breaker_state.set(state as i64);
+        self.set_breaker_state(state);
         self.breaker_transitions[state as usize].inc();
+    }
+
+    /// The breaker is in `state` (1 on its gauge, 0 on the others).
+    pub fn set_breaker_state(&self, state: BreakerState) {
+        for (i, gauge) in self.breaker_state.iter().enumerate() {
+            gauge.set(i64::from(i == state as usize));
+        }
     }
 }

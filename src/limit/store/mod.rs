@@ -91,7 +91,7 @@ impl Store {
     }
 
     fn new(backend: Backend, failure: FailureSettings, metrics: StoreMetrics) -> Store {
-        metrics.breaker_state.set(BreakerState::Closed as i64);
+        metrics.set_breaker_state(BreakerState::Closed);
         Store {
             backend,
             breaker: CircuitBreaker::new(
