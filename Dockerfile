@@ -1,7 +1,9 @@
 # Multi-stage build of turnstile and the demo orders-api.
 #   docker build -t turnstile .
+#   docker run -p 8080:8080 -p 9090:9090 turnstile            # the baked-in config
+#   docker run -v $PWD/my.toml:/etc/turnstile/turnstile.toml:ro turnstile
 # Builder: Rust with cmake (Pingora's build needs it). Runtime: Debian slim, a non-root user,
-# curl for container health checks, nothing else.
+# curl for the health check, a default configuration (conf/container.toml), nothing else.
 FROM rust:1-bookworm AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends cmake \
@@ -26,6 +28,16 @@ RUN apt-get update \
  && useradd --system --uid 10001 --no-create-home turnstile
 COPY --from=build /src/target/release/turnstile /src/target/release/orders-api /usr/local/bin/
 COPY conf /etc/turnstile/examples
-USER turnstile
+COPY conf/container.toml /etc/turnstile/turnstile.toml
+# Overridable at run time: the config path, and the listen addresses of the file. The admin
+# listener (/metrics, /healthz, /readyz) is reachable from outside the container by default
+# here, so Prometheus and the orchestrator can use it; protect it with an [admin] token.
+ENV TURNSTILE_CONFIG=/etc/turnstile/turnstile.toml \
+    TURNSTILE_ADMIN_LISTEN=0.0.0.0:9090
+USER 10001:10001
 EXPOSE 8080 9090
-CMD ["turnstile", "--config", "/etc/turnstile/turnstile.toml"]
+# Liveness: the process answers on the admin listener (readiness, /readyz, is the
+# orchestrator's to probe: it also says whether the upstreams are healthy).
+HEALTHCHECK --interval=10s --timeout=2s --start-period=5s --retries=3 \
+  CMD ["curl", "-fsS", "http://127.0.0.1:9090/healthz"]
+CMD ["turnstile"]

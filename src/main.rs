@@ -21,8 +21,14 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
-    /// The turnstile TOML configuration file.
-    #[arg(long, value_name = "FILE", default_value = "conf/gateway.toml")]
+    /// The turnstile TOML configuration file. `TURNSTILE_LISTEN` and `TURNSTILE_ADMIN_LISTEN`
+    /// override its `server.listen` and `admin.listen`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "TURNSTILE_CONFIG",
+        default_value = "conf/gateway.toml"
+    )]
     config: PathBuf,
     #[command(flatten)]
     pingora: Opt,

@@ -51,7 +51,7 @@ pub fn build(path: &Path, mut opt: Opt) -> anyhow::Result<Server> {
         path: path.to_owned(),
         source,
     })?;
-    let config = Config::parse(&text)?;
+    let config = Config::from_text(&text)?;
     for warning in &config.warnings {
         log::warn!("configuration {}: {warning}", path.display());
     }

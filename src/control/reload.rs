@@ -157,7 +157,7 @@ impl Reloader {
                 if hash == current_hash {
                     return Ok(None);
                 }
-                let mut config = Config::parse(&text)?;
+                let mut config = Config::from_text(&text)?;
                 for warning in &config.warnings {
                     log::warn!("configuration {}: {warning}", path.display());
                 }

@@ -6,14 +6,53 @@ use super::file::FileConfig;
 use super::model::Config;
 use std::path::Path;
 
+/// Environment variables that override a setting of the file, and the setting (for
+/// containers: one image, the addresses chosen where it runs).
+pub const ENV_OVERRIDES: [(&str, &str); 2] = [
+    ("TURNSTILE_LISTEN", "server.listen"),
+    ("TURNSTILE_ADMIN_LISTEN", "admin.listen"),
+];
+
 impl Config {
-    /// Reads and validates a configuration file.
+    /// Reads and validates a configuration file, with the environment's overrides
+    /// ([`ENV_OVERRIDES`]): what the gateway would run.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
-        Config::parse(&text)
+        Config::from_text(&text)
+    }
+
+    /// [`parse`](Self::parse), then the environment's overrides ([`ENV_OVERRIDES`]).
+    pub fn from_text(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text)?.overridden(|name| std::env::var(name).ok())
+    }
+
+    /// The configuration with the overrides `lookup` finds applied; an unusable value is a
+    /// problem naming the variable.
+    pub fn overridden(
+        mut self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let mut problems = Vec::new();
+        for (name, setting) in ENV_OVERRIDES {
+            let Some(value) = lookup(name) else { continue };
+            match value.trim().parse::<std::net::SocketAddr>() {
+                Ok(addr) if setting == "server.listen" => self.server.listen = addr,
+                Ok(addr) => self.admin.listen = addr,
+                Err(_) => problems.push(Problem {
+                    path: format!("{setting} (environment {name})"),
+                    message: format!("{value:?}: expected ip:port like \"0.0.0.0:9090\""),
+                    location: None,
+                }),
+            }
+        }
+        if problems.is_empty() {
+            Ok(self)
+        } else {
+            Err(ConfigError::Invalid(problems))
+        }
     }
 
     /// Parses and validates configuration text.
@@ -50,6 +89,17 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_environment_overrides_the_listen_addresses() {
+        let text = "[admin]\nlisten = \"127.0.0.1:9090\"\n";
+        let env = |name: &str| (name == "TURNSTILE_ADMIN_LISTEN").then(|| "0.0.0.0:9191".into());
+        let config = Config::parse(text).unwrap().overridden(env).unwrap();
+        assert_eq!(config.admin.listen.to_string(), "0.0.0.0:9191");
+        let bad = |name: &str| (name == "TURNSTILE_LISTEN").then(|| "port 80".into());
+        let err = Config::parse(text).unwrap().overridden(bad).unwrap_err();
+        assert!(err.to_string().contains("TURNSTILE_LISTEN"), "{err}");
+    }
 
     #[test]
     fn line_column_is_one_based() {
