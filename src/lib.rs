@@ -33,4 +33,5 @@ pub mod server;
 
 pub use control::config;
 pub use control::snapshot::Snapshot;
+pub use ops::logging;
 pub use ops::metrics::Metrics;

@@ -80,7 +80,11 @@ fn report_invalid(file: &std::path::Path, e: &turnstile::config::ConfigError) {
 }
 
 fn run(cli: Cli) -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    // The log format is the file's; an unreadable or invalid file is reported by `build`.
+    let format = Config::load(&cli.config)
+        .map(|c| c.server.log_format)
+        .unwrap_or_default();
+    turnstile::logging::init(format);
     match turnstile::server::build(&cli.config, cli.pingora) {
         Ok(server) => server.run_forever(),
         Err(e) => match e.downcast_ref::<turnstile::config::ConfigError>() {

@@ -262,6 +262,7 @@ pub fn keep_restart_only_settings(new: &mut Config, running: &Config) -> Vec<Str
         "server.upstream_keepalive_pool_size"
     );
     keep!(admin.listen, "admin.listen");
+    keep!(server.log_format, "server.log_format");
     pending
 }
 

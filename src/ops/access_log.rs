@@ -187,7 +187,7 @@ fn write_entry(out: &mut impl Write, entry: &Entry) -> std::io::Result<()> {
         entry: &'a Entry,
     }
     let line = Line {
-        ts: rfc3339(entry.at_ms),
+        ts: crate::ops::logging::rfc3339_millis(entry.at_ms),
         entry,
     };
     serde_json::to_writer(&mut *out, &line)?;
@@ -200,39 +200,9 @@ pub fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// `2026-11-30T21:45:07.123Z` from Unix milliseconds (UTC, proleptic Gregorian).
-pub fn rfc3339(unix_ms: u64) -> String {
-    let secs = unix_ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        unix_ms % 1000
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn timestamps_are_rfc3339_utc() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339(1_796_161_507_123), "2026-12-01T21:45:07.123Z");
-        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
-    }
 
     #[test]
     fn sampling_logs_exactly_the_fraction() {

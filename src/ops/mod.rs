@@ -3,4 +3,5 @@
 //! bounded queue to a writer thread).
 
 pub mod access_log;
+pub mod logging;
 pub mod metrics;

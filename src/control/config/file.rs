@@ -50,6 +50,8 @@ pub struct ServerFile {
     /// Reload when the configuration file changes on disk (SIGHUP and `POST /reload` work
     /// either way).
     pub watch_config: Option<bool>,
+    /// Application log lines: "text" (default) or "json".
+    pub log_format: Option<LogFormatFile>,
     /// Peers whose `X-Forwarded-For` is believed (CIDRs or single addresses).
     pub trusted_proxies: Option<Vec<String>>,
     /// Client addresses are limited per prefix of this length.
@@ -261,6 +263,13 @@ pub enum FailureModeFile {
 pub enum AuthFile {
     None,
     ApiKey,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormatFile {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -41,6 +41,8 @@ pub struct ServerConfig {
     pub upstream_keepalive_pool_size: usize,
     /// Whether a change of the file on disk reloads it (takes effect at once on reload).
     pub watch_config: bool,
+    /// Application log lines (restart).
+    pub log_format: crate::ops::logging::LogFormat,
     /// Secret of keyed limits' keyed hash; `None`: a built-in one (see the README).
     pub key_hash_secret: Option<super::units::Secret>,
     pub trusted_proxies: TrustedProxies,

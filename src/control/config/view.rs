@@ -22,6 +22,7 @@ pub fn render(config: &Config) -> Value {
             "graceful_shutdown_timeout": format_duration(s.graceful_shutdown_timeout),
             "upstream_keepalive_pool_size": s.upstream_keepalive_pool_size,
             "watch_config": s.watch_config,
+            "log_format": s.log_format.as_str(),
             "key_hash_secret": if s.key_hash_secret.is_some() { "set" } else { "not set" },
             "trusted_proxies": s.trusted_proxies.nets().iter().map(ToString::to_string).collect::<Vec<_>>(),
             "ipv4_prefix": s.grouping.ipv4_prefix,

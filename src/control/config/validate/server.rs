@@ -26,6 +26,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         upstream_keepalive_pool_size,
         key_hash_secret,
         watch_config,
+        log_format,
         trusted_proxies,
         ipv4_prefix,
         ipv6_prefix,
@@ -68,6 +69,12 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         upstream_keepalive_pool_size: upstream_keepalive_pool_size
             .unwrap_or(defaults::UPSTREAM_KEEPALIVE_POOL_SIZE),
         watch_config: watch_config.unwrap_or(true),
+        log_format: match log_format {
+            Some(crate::control::config::file::LogFormatFile::Json) => {
+                crate::ops::logging::LogFormat::Json
+            }
+            _ => crate::ops::logging::LogFormat::Text,
+        },
         key_hash_secret: key_hash_secret.filter(|secret| {
             let ok = secret.expose().len() >= MIN_KEY_HASH_SECRET_LEN;
             if !ok {

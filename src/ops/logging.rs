@@ -1,0 +1,87 @@
+//! Application logs: `tracing-subscriber`, as text or as one JSON object per line
+//! (`server.log_format`), on stderr. Pingora's and our `log` records are bridged into it, so
+//! every line has the same shape; `RUST_LOG` filters (default `info`). Timestamps are
+//! RFC 3339 UTC with milliseconds, formatted by the `time` crate — the same function the
+//! access log uses ([`rfc3339_millis`]), so the two logs line up.
+
+use std::fmt;
+use time::OffsetDateTime;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::FormatTime;
+use tracing_subscriber::EnvFilter;
+
+/// How application log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// `2026-12-01T05:38:37.123Z  INFO turnstile::server: message` (for people).
+    #[default]
+    Text,
+    /// `{"timestamp":"…","level":"INFO","target":"turnstile::server","message":"…"}` (for
+    /// collectors).
+    Json,
+}
+
+impl LogFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch as RFC 3339 UTC, millisecond precision
+/// (`2026-12-01T21:45:07.123Z`).
+pub fn rfc3339_millis(unix_ms: u64) -> String {
+    const FORMAT: &[time::format_description::FormatItem<'_>] = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(FORMAT).ok())
+        .unwrap_or_else(|| "1970-01-01T00:00:00.000Z".to_owned())
+}
+
+/// The subscriber's clock: [`rfc3339_millis`] of now.
+struct UtcMillis;
+
+impl FormatTime for UtcMillis {
+    fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
+        w.write_str(&rfc3339_millis(crate::ops::access_log::unix_ms()))
+    }
+}
+
+/// Installs the process's logger (once; later calls change nothing and return `false`).
+pub fn init(format: LogFormat) -> bool {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_timer(UtcMillis)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(false).try_init().is_ok(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .try_init()
+            .is_ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc_with_milliseconds() {
+        assert_eq!(rfc3339_millis(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            rfc3339_millis(1_796_161_507_123),
+            "2026-12-01T21:45:07.123Z"
+        );
+        assert_eq!(rfc3339_millis(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(rfc3339_millis(951_782_400_100), "2000-02-29T00:00:00.100Z");
+    }
+}
