@@ -11,6 +11,7 @@ use crate::control::reload::Reloader;
 use crate::control::snapshot::{Snapshot, SnapshotHandle};
 use crate::ops::access_log::AccessLog;
 use crate::ops::metrics::Metrics;
+use crate::ops::trace::Tracer;
 use crate::proxy::conn::Guarded;
 use crate::proxy::Gateway;
 use arc_swap::ArcSwap;
@@ -63,6 +64,10 @@ pub fn build(path: &Path, mut opt: Opt) -> anyhow::Result<Server> {
         config.access_log.target.clone(),
         metrics.access_log_dropped.clone(),
     ));
+    let tracer = config
+        .tracing
+        .clone()
+        .map(|settings| Arc::new(Tracer::start(settings, metrics.trace_export())));
     let snapshot = Snapshot::build(config, None, &metrics)?;
     opt.conf = None;
     let mut server = Server::new_with_opt_and_conf(opt, conf);
@@ -72,7 +77,7 @@ pub fn build(path: &Path, mut opt: Opt) -> anyhow::Result<Server> {
 
     let proxy = pingora::proxy::http_proxy(
         &server.configuration,
-        Gateway::new(Arc::clone(&snapshots), Arc::clone(&access_log)),
+        Gateway::new(Arc::clone(&snapshots), Arc::clone(&access_log), tracer),
     );
     // Every connection gets a deadline for its request headers (see conn.rs).
     let mut proxy = pingora::services::listening::Service::new(

@@ -263,6 +263,7 @@ pub fn keep_restart_only_settings(new: &mut Config, running: &Config) -> Vec<Str
     );
     keep!(admin.listen, "admin.listen");
     keep!(server.log_format, "server.log_format");
+    keep!(tracing, "tracing");
     pending
 }
 

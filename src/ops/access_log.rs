@@ -18,7 +18,7 @@ use std::sync::mpsc::{
     sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError,
 };
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Mode {
@@ -58,6 +58,9 @@ pub struct Entry {
     pub limited_by: Option<Arc<str>>,
     pub latency_ms: f64,
     pub upstream: Option<String>,
+    /// The request's trace (when tracing is on), to find its spans.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 enum Message {
@@ -194,11 +197,7 @@ fn write_entry(out: &mut impl Write, entry: &Entry) -> std::io::Result<()> {
     out.write_all(b"\n")
 }
 
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub use crate::ops::logging::unix_ms;
 
 #[cfg(test)]
 mod tests {
@@ -227,6 +226,7 @@ mod tests {
             limited_by: None,
             latency_ms: 0.1,
             upstream: None,
+            trace_id: None,
         }
     }
 
@@ -317,6 +317,7 @@ mod tests {
             limited_by: None,
             latency_ms: 1.5,
             upstream: Some("127.0.0.1:9001".into()),
+            trace_id: None,
         };
         let mut out = Vec::new();
         write_entry(&mut out, &entry).unwrap();

@@ -42,12 +42,19 @@ pub fn rfc3339_millis(unix_ms: u64) -> String {
         .unwrap_or_else(|| "1970-01-01T00:00:00.000Z".to_owned())
 }
 
+/// Milliseconds since the Unix epoch, now.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// The subscriber's clock: [`rfc3339_millis`] of now.
 struct UtcMillis;
 
 impl FormatTime for UtcMillis {
     fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
-        w.write_str(&rfc3339_millis(crate::ops::access_log::unix_ms()))
+        w.write_str(&rfc3339_millis(unix_ms()))
     }
 }
 

@@ -47,6 +47,7 @@ pub struct Metrics {
     pub shedding_latency: GaugeVec,
     live_instances: IntGauge,
     pub access_log_dropped: IntCounter,
+    trace_spans: IntCounterVec,
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -226,6 +227,12 @@ impl Metrics {
                 registry.register(Box::new(c.clone())).expect("unique metric");
                 c
             },
+            trace_spans: counter_vec(
+                &registry,
+                "turnstile_trace_spans_total",
+                "Spans of sampled requests by fate: exported, dropped_queue (the export queue was full), dropped_export (the collector did not take them)",
+                &["result"],
+            ),
             registry,
         };
         metrics.register_process_and_build();
@@ -272,6 +279,16 @@ impl Metrics {
 
     fn breaker_gauges(&self) -> [IntGauge; 3] {
         BREAKER_STATES.map(|s| self.breaker_state.with_label_values(&[s.as_str()]))
+    }
+
+    /// The trace exporter's counters.
+    pub fn trace_export(&self) -> crate::ops::trace::export::ExportCounters {
+        let c = |result: &str| self.trace_spans.with_label_values(&[result]);
+        crate::ops::trace::export::ExportCounters {
+            exported: c("exported"),
+            dropped_queue: c("dropped_queue"),
+            dropped_export: c("dropped_export"),
+        }
     }
 
     /// The store's handles, registered here (the store does not know the registry).

@@ -5,3 +5,4 @@
 pub mod access_log;
 pub mod logging;
 pub mod metrics;
+pub mod trace;

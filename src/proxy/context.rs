@@ -4,6 +4,7 @@ use crate::chain::admission::Admission;
 use crate::chain::auth::Client;
 use crate::control::snapshot::{Route, Snapshot};
 use crate::limit::shed::Permit;
+use crate::ops::trace::span::RequestTrace;
 use http::HeaderValue;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,6 +23,8 @@ pub struct RequestCtx {
     pub client: Option<Arc<Client>>,
     /// What the limits decided (header parts, dry runs, held slots, the outcome).
     pub admission: Admission,
+    /// The request's trace, when tracing is on.
+    pub trace: Option<RequestTrace>,
     /// The request's slot in its upstream pool, when the pool sheds load: held until the
     /// upstream's response has ended.
     pub permit: Option<Permit>,
@@ -47,12 +50,18 @@ impl RequestCtx {
             client: None,
             admission: Admission::default(),
             permit: None,
+            trace: None,
             upstream_sent: None,
             started: Instant::now(),
             upstream_addr: None,
             body_bytes: 0,
             forward_path: None,
         }
+    }
+
+    /// The trace, if this request is sampled (its steps are timed).
+    pub fn sampled_trace(&mut self) -> Option<&mut RequestTrace> {
+        self.trace.as_mut().filter(|t| t.sampled)
     }
 
     pub fn route(&self) -> Option<&Route> {

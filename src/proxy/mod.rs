@@ -32,6 +32,7 @@ pub use context::RequestCtx;
 
 use crate::control::snapshot::SnapshotHandle;
 use crate::ops::access_log::AccessLog;
+use crate::ops::trace::Tracer;
 use async_trait::async_trait;
 use bytes::Bytes;
 use pingora::http::{RequestHeader, ResponseHeader};
@@ -43,13 +44,20 @@ use std::sync::Arc;
 pub struct Gateway {
     snapshots: SnapshotHandle,
     access_log: Arc<AccessLog>,
+    /// `None`: tracing is off (`[tracing]` absent).
+    tracer: Option<Arc<Tracer>>,
 }
 
 impl Gateway {
-    pub fn new(snapshots: SnapshotHandle, access_log: Arc<AccessLog>) -> Gateway {
+    pub fn new(
+        snapshots: SnapshotHandle,
+        access_log: Arc<AccessLog>,
+        tracer: Option<Arc<Tracer>>,
+    ) -> Gateway {
         Gateway {
             snapshots,
             access_log,
+            tracer,
         }
     }
 }
@@ -72,6 +80,9 @@ impl ProxyHttp for Gateway {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        if let Some(tracer) = &self.tracer {
+            ctx.trace = Some(tracer.begin(&session.req_header().headers));
+        }
         let admitted = match request::admit(session, ctx).await {
             Ok(()) => request::pass_gate(ctx).await,
             Err(reject) => Err(reject),
@@ -168,6 +179,12 @@ impl ProxyHttp for Gateway {
     }
 
     async fn logging(&self, session: &mut Session, error: Option<&Error>, ctx: &mut RequestCtx) {
-        response::logging(&self.access_log, session, error, ctx);
+        response::logging(
+            &self.access_log,
+            self.tracer.as_deref(),
+            session,
+            error,
+            ctx,
+        );
     }
 }

@@ -17,6 +17,7 @@ use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The request's headers are in: lift the connection's header deadline, bound pauses in the
 /// body, answer pipelined requests in order, and set how long the connection may idle.
@@ -74,7 +75,11 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
         headers: &session.req_header().headers,
         body: body.as_ref(),
     };
-    ctx.admission
+    let traced = ctx.trace.as_ref().is_some_and(|t| t.sampled);
+    ctx.admission.time_store = traced;
+    let started = traced.then(Instant::now);
+    let checked = ctx
+        .admission
         .check_limits(
             &route.rules,
             &snapshot.store,
@@ -83,13 +88,22 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
             request_id::generate,
             &mut record,
         )
-        .await
+        .await;
+    if let (Some(started), Some(trace)) = (started, ctx.trace.as_mut()) {
+        trace.limits = Some((started, Instant::now()));
+        if let Some((from, to, result)) = ctx.admission.store_call {
+            trace.store = Some((from, to));
+            trace.store_result = Some(result);
+        }
+    }
+    checked
 }
 
 /// [6] The upstream pool's gate, when it sheds load: a slot now, after a short wait in its
 /// queue, or `Reject::Overloaded` (and what the limits counted is given back).
 pub async fn pass_gate(ctx: &mut RequestCtx) -> Result<(), Reject> {
-    let Some(route) = ctx.route() else {
+    let snapshot = Arc::clone(&ctx.snapshot);
+    let Some(route) = ctx.route.map(|i| &snapshot.routes[i]) else {
         return Ok(());
     };
     let Some(gate) = route.pool.gate.clone() else {
@@ -100,7 +114,12 @@ pub async fn pass_gate(ctx: &mut RequestCtx) -> Result<(), Reject> {
         .as_ref()
         .and_then(|c| c.plan.priority)
         .unwrap_or(route.config.priority);
-    match gate.acquire(priority).await {
+    let started = ctx.sampled_trace().map(|_| Instant::now());
+    let acquired = gate.acquire(priority).await;
+    if let (Some(started), Some(trace)) = (started, ctx.sampled_trace()) {
+        trace.gate = Some((started, Instant::now()));
+    }
+    match acquired {
         Ok(permit) => {
             ctx.permit = Some(permit);
             Ok(())

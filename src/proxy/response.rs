@@ -9,6 +9,8 @@ use crate::chain::reject::{closes_connection, Reject};
 use crate::chain::request_id;
 use crate::chain::upstream_error::{classify, describe};
 use crate::ops::access_log::{unix_ms, AccessLog, Entry};
+use crate::ops::trace::span::Facts;
+use crate::ops::trace::Tracer;
 use crate::proxy::conn::GuardedStream;
 use crate::proxy::context::RequestCtx;
 use bytes::Bytes;
@@ -146,7 +148,13 @@ async fn write_problem(
 
 /// The request is over: count it, log it, and give the connection's next request a fresh
 /// header deadline.
-pub fn logging(access_log: &AccessLog, session: &Session, error: Option<&Error>, ctx: &RequestCtx) {
+pub fn logging(
+    access_log: &AccessLog,
+    tracer: Option<&Tracer>,
+    session: &Session,
+    error: Option<&Error>,
+    ctx: &RequestCtx,
+) {
     let status = session
         .response_written()
         .map(|r| r.status.as_u16())
@@ -167,6 +175,26 @@ pub fn logging(access_log: &AccessLog, session: &Session, error: Option<&Error>,
     }
     if access_log.wants(ctx.snapshot.config.access_log.mode) {
         access_log.log(access_entry(session, ctx, status));
+    }
+    if let (Some(tracer), Some(trace)) = (tracer, ctx.trace.as_ref().filter(|t| t.sampled)) {
+        tracer.submit(trace.finish(&trace_facts(session, ctx, status)));
+    }
+}
+
+/// What a finished request's spans say about it.
+fn trace_facts<'a>(session: &'a Session, ctx: &'a RequestCtx, status: u16) -> Facts<'a> {
+    let req = session.req_header();
+    Facts {
+        method: req.method.as_str(),
+        route: ctx.route().map(|r| &*r.rules.name),
+        path: req.uri.path(),
+        status,
+        decision: ctx.admission.outcome.as_str(),
+        limited_by: ctx.admission.limits.violated().first().copied(),
+        client: ctx.client.as_ref().map(|c| &*c.id),
+        store_kind: ctx.snapshot.store.kind(),
+        upstream_addr: ctx.upstream_addr.map(|a| a.to_string()),
+        upstream_pool: ctx.route().map(|r| r.pool.config.name.as_str()),
     }
 }
 
@@ -202,5 +230,6 @@ fn access_entry(session: &Session, ctx: &RequestCtx, status: u16) -> Entry {
             .map(|name| Arc::from(*name)),
         latency_ms: ctx.started.elapsed().as_secs_f64() * 1000.0,
         upstream: ctx.upstream_addr.map(|a| a.to_string()),
+        trace_id: ctx.trace.as_ref().map(|t| t.trace_id.to_hex()),
     }
 }

@@ -6,6 +6,7 @@ use crate::chain::auth::{bearer_token, API_KEY_HEADER};
 use crate::chain::forward::{forwarded_for, underscore_aliases, CLIENT_ID_HEADER};
 use crate::chain::request_id;
 use crate::chain::upstream_error::NO_HEALTHY_UPSTREAM;
+use crate::ops::trace::context::{traceparent, TRACEPARENT, TRACESTATE};
 use crate::proxy::context::RequestCtx;
 use http::header::{HeaderValue, AUTHORIZATION};
 use pingora::http::{RequestHeader, ResponseHeader};
@@ -87,6 +88,21 @@ pub fn upstream_request_filter(
         upstream_request.set_uri(uri);
     }
     ctx.upstream_sent = Some(Instant::now());
+    if let Some(trace) = ctx.trace.as_mut() {
+        // The upstream continues the trace under the gateway's `upstream` span (also when
+        // not sampled: the decision travels in the flags).
+        let parent = traceparent(trace.trace_id, trace.upstream_span, trace.sampled);
+        upstream_request.insert_header(TRACEPARENT, parent)?;
+        match &trace.tracestate {
+            Some(state) => upstream_request.insert_header(TRACESTATE, state.clone())?,
+            None => {
+                upstream_request.remove_header(TRACESTATE);
+            }
+        }
+        if trace.sampled {
+            trace.upstream = Some((Instant::now(), None));
+        }
+    }
     // Only the gateway says who the client is, also to servers reading `_` as `-`.
     let aliases: Vec<String> =
         underscore_aliases(upstream_request.headers.keys().map(|k| k.as_str()))
@@ -117,7 +133,13 @@ pub fn upstream_request_filter(
 }
 
 /// The upstream answered: its latency, per pool, also the shedding controller's sample.
-pub fn upstream_response_filter(_response: &ResponseHeader, ctx: &mut RequestCtx) {
+pub fn upstream_response_filter(response: &ResponseHeader, ctx: &mut RequestCtx) {
+    if let Some(trace) = ctx.sampled_trace() {
+        if let Some((_, answered)) = trace.upstream.as_mut() {
+            *answered = Some(Instant::now());
+        }
+        trace.upstream_status = Some(response.status.as_u16());
+    }
     if let (Some(sent), Some(route)) = (ctx.upstream_sent.take(), ctx.route()) {
         let latency = sent.elapsed();
         route.upstream_latency.observe(latency.as_secs_f64());

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod otlp;
 pub mod redis;
 
 use std::collections::HashSet;

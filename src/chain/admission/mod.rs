@@ -30,6 +30,7 @@ use crate::limit::store::{FailureMode, Store};
 use crate::limit::{Policy, IP_POLICY_NAME};
 use http::HeaderValue;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// What the admission steps decided for one request.
 #[derive(Default)]
@@ -44,6 +45,10 @@ pub struct Admission {
     pub slots: Option<SlotGuard>,
     /// What the store counted for the request, while it could still be given back.
     taken: Option<(Arc<Store>, Taken)>,
+    /// Set by the caller to have the store call timed (a traced request).
+    pub time_store: bool,
+    /// The store call, when timed: started, ended, and its result (`ok` or the error kind).
+    pub store_call: Option<(Instant, Instant, &'static str)>,
 }
 
 impl Admission {
@@ -144,7 +149,13 @@ impl Admission {
             at: DecideAt::StoreClock,
             lease,
         };
-        let (divided, verdict) = match store.check(request).await {
+        let started = self.time_store.then(Instant::now);
+        let checked = store.check(request).await;
+        if let Some(started) = started {
+            let result = checked.as_ref().map_or_else(|e| e.kind(), |_| "ok");
+            self.store_call = Some((started, Instant::now(), result));
+        }
+        let (divided, verdict) = match checked {
             Ok(verdict) => {
                 for ((policy, d), is_shadow) in asked
                     .policies

@@ -27,6 +27,28 @@ pub struct FileConfig {
     pub plans: BTreeMap<String, PlanFile>,
     #[serde(default)]
     pub clients: Vec<ClientFile>,
+    pub tracing: Option<TracingFile>,
+}
+
+/// `[tracing]`: OpenTelemetry traces over OTLP/HTTP (off unless this table is present).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TracingFile {
+    /// `false` turns it off while keeping the table (default `true`).
+    pub enabled: Option<bool>,
+    /// The collector's OTLP/HTTP traces endpoint, `http://host:4318/v1/traces`.
+    pub endpoint: String,
+    pub service_name: Option<String>,
+    /// Share of new traces recorded (0 to 1).
+    pub sample_ratio: Option<f64>,
+    /// Follow the client's sampling decision when it sends a `traceparent`.
+    pub parent_based: Option<bool>,
+    /// Most requests' spans waiting for export (beyond, dropped and counted).
+    pub queue: Option<usize>,
+    /// Most spans per export call.
+    pub batch: Option<usize>,
+    pub export_interval: Option<HumanDuration>,
+    pub export_timeout: Option<HumanDuration>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -92,7 +92,7 @@ mod tests {
 
     #[test]
     fn the_environment_overrides_the_listen_addresses() {
-        let text = "[admin]\nlisten = \"127.0.0.1:9090\"\n";
+        let text = "[admin]\nlisten = \"127.0.0.1:9090\"\n[upstreams.u]\nservers = [\"127.0.0.1:1\"]\n[[routes]]\nname = \"r\"\npath_prefix = \"/\"\nupstream = \"u\"\n";
         let env = |name: &str| (name == "TURNSTILE_ADMIN_LISTEN").then(|| "0.0.0.0:9191".into());
         let config = Config::parse(text).unwrap().overridden(env).unwrap();
         assert_eq!(config.admin.listen.to_string(), "0.0.0.0:9191");

@@ -25,6 +25,8 @@ pub struct Config {
     pub store: StoreConfig,
     pub plans: BTreeMap<String, PlanConfig>,
     pub clients: Vec<ClientConfig>,
+    /// OpenTelemetry tracing; `None`: off (restart).
+    pub tracing: Option<crate::ops::trace::TraceSettings>,
     /// Accepted, but worth saying (a deprecated key): shown by `turnstile check`, logged at
     /// start and on reload.
     pub warnings: Vec<super::error::Problem>,

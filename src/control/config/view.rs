@@ -36,6 +36,16 @@ pub fn render(config: &Config) -> Value {
             "token": if config.admin.token.is_some() { "set" } else { "not set" },
         },
         "store": store(&config.store),
+        "tracing": config.tracing.as_ref().map(|t| json!({
+            "endpoint": redact_url(&t.export.endpoint),
+            "service_name": t.export.service_name,
+            "sample_ratio": t.sample_ratio,
+            "parent_based": t.parent_based,
+            "queue": t.export.queue,
+            "batch": t.export.batch,
+            "export_interval": format_duration(t.export.interval),
+            "export_timeout": format_duration(t.export.timeout),
+        })),
         "upstreams": config.upstreams.values().map(|u| json!({
             "name": u.name,
             "servers": u.servers,

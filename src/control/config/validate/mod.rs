@@ -12,6 +12,7 @@ mod routes;
 mod server;
 mod shedding;
 mod store;
+mod tracing;
 mod upstreams;
 
 pub use checks::MAX_NAME_LEN;
@@ -43,12 +44,14 @@ impl TryFrom<FileConfig> for Config {
             store,
             plans,
             clients,
+            tracing,
         } = file;
         let mut problems = Problems::default();
         let server = server_config(server, &mut problems);
         let admin = admin_config(admin, &mut problems);
         let access_log = access_log_config(access_log, &mut problems);
         let store = store_config(store, &mut problems);
+        let tracing = tracing::tracing_config(tracing, &mut problems);
         let plans: BTreeMap<String, PlanConfig> = plans
             .into_iter()
             .map(|(name, plan)| {
@@ -93,6 +96,7 @@ impl TryFrom<FileConfig> for Config {
                 store,
                 plans,
                 clients,
+                tracing,
                 warnings: problems.warnings,
             })
         } else {
