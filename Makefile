@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps build demo cluster-demo test test-repeat lint fmt bench bench-load bench-overload fuzz clean
+.PHONY: all deps build demo cluster-demo test test-repeat lint fmt bench bench-load bench-overload bench-tracing fuzz clean
 
 all: build
 
@@ -44,6 +44,11 @@ bench-load: deps
 # (needs oha: cargo install oha). Writes benches/overload/{results.json,overload.svg}.
 bench-overload: deps
 	benches/overload/run.sh
+
+# What tracing costs the whole gateway (off / on unsampled / on sampled); BEFORE=path to a
+# build without tracing adds it to the run.
+bench-tracing: deps
+	benches/load/tracing.sh
 
 bench: deps
 	$(CARGO) bench

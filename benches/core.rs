@@ -192,5 +192,72 @@ fn shedding(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench, headers_and_snapshot, keyed, shedding);
+/// What tracing adds to a request: off, nothing runs (the proxy's `Option` is `None`); on, the
+/// context is read (or made) at the start, and a sampled request's spans are built and
+/// encoded at its end (the encoding runs on the export thread).
+fn tracing(c: &mut Criterion) {
+    use std::time::{Duration, Instant};
+    use turnstile::trace::export::{encode, ExportSettings};
+    use turnstile::trace::span::Facts;
+    use turnstile::trace::{begin, TraceSettings};
+    let settings = |ratio: f64| TraceSettings {
+        sample_ratio: ratio,
+        parent_based: true,
+        export: ExportSettings {
+            endpoint: "http://127.0.0.1:4318/v1/traces".into(),
+            service_name: "bench".into(),
+            queue: 1,
+            batch: 1,
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+        },
+    };
+    let mut with_parent = http::HeaderMap::new();
+    with_parent.insert(
+        "traceparent",
+        http::HeaderValue::from_static("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"),
+    );
+    let none = http::HeaderMap::new();
+    let unsampled = settings(0.0);
+    c.bench_function("trace/begin, client context (unsampled)", |b| {
+        b.iter(|| begin(&unsampled, black_box(&with_parent)))
+    });
+    c.bench_function("trace/begin, new trace (unsampled)", |b| {
+        b.iter(|| begin(&unsampled, black_box(&none)))
+    });
+    let facts = Facts {
+        method: "GET",
+        route: Some("orders"),
+        path: "/orders/7",
+        status: 200,
+        decision: "allowed",
+        limited_by: None,
+        client: Some("ada"),
+        store_kind: "redis",
+        upstream_addr: Some("127.0.0.1:9001".into()),
+        upstream_pool: Some("orders"),
+    };
+    let mut trace = begin(&settings(1.0), &none);
+    let now = Instant::now();
+    trace.limits = Some((now, now));
+    trace.store = Some((now, now));
+    trace.upstream = Some((now, Some(now)));
+    trace.upstream_status = Some(200);
+    c.bench_function("trace/finish a sampled request (4 spans)", |b| {
+        b.iter(|| trace.finish(black_box(&facts)))
+    });
+    let spans = trace.finish(&facts);
+    c.bench_function("trace/encode 4 spans as OTLP JSON (export thread)", |b| {
+        b.iter(|| encode("bench", black_box(&spans)))
+    });
+}
+
+criterion_group!(
+    benches,
+    bench,
+    headers_and_snapshot,
+    keyed,
+    shedding,
+    tracing
+);
 criterion_main!(benches);

@@ -35,3 +35,4 @@ pub use control::config;
 pub use control::snapshot::Snapshot;
 pub use ops::logging;
 pub use ops::metrics::Metrics;
+pub use ops::trace;

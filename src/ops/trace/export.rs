@@ -6,7 +6,8 @@
 
 use super::span::{AttrValue, Span};
 use prometheus::IntCounter;
-use serde_json::{json, Value};
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
@@ -85,11 +86,11 @@ fn export_loop(receiver: Receiver<Vec<Span>>, settings: ExportSettings, counters
             while !pending.is_empty() {
                 let take = pending.len().min(settings.batch.max(1));
                 let batch: Vec<Span> = pending.drain(..take).collect();
-                let body = encode(&settings.service_name, &batch).to_string();
+                let body = encode(&settings.service_name, &batch);
                 let sent = agent
                     .post(&settings.endpoint)
                     .header("Content-Type", "application/json")
-                    .send(body.as_bytes());
+                    .send(&body[..]);
                 match sent {
                     Ok(_) => counters.exported.inc_by(batch.len() as u64),
                     Err(e) => {
@@ -119,47 +120,123 @@ fn export_loop(receiver: Receiver<Vec<Span>>, settings: ExportSettings, counters
 }
 
 /// An OTLP `ExportTraceServiceRequest` in the protocol's JSON mapping (ids in hex, enums as
-/// numbers, 64-bit integers as strings).
-pub fn encode(service_name: &str, spans: &[Span]) -> Value {
-    let spans: Vec<Value> = spans
-        .iter()
-        .map(|s| {
-            let mut span = json!({
-                "traceId": s.trace_id.to_hex(),
-                "spanId": s.span_id.to_hex(),
-                "name": s.name,
-                "kind": s.kind as u8,
-                "startTimeUnixNano": s.start_unix_ns.to_string(),
-                "endTimeUnixNano": s.end_unix_ns.to_string(),
-                "attributes": s.attributes.iter().map(|(k, v)| attribute(k, v)).collect::<Vec<_>>(),
-                "status": { "code": if s.error { 2 } else { 0 } },
-            });
-            if let Some(parent) = s.parent {
-                span["parentSpanId"] = json!(parent.to_hex());
-            }
-            span
-        })
-        .collect();
-    json!({
-        "resourceSpans": [{
-            "resource": { "attributes": [
-                attribute("service.name", &AttrValue::from(service_name)),
-                attribute("service.version", &AttrValue::from(env!("CARGO_PKG_VERSION"))),
-            ]},
-            "scopeSpans": [{
-                "scope": { "name": "turnstile", "version": env!("CARGO_PKG_VERSION") },
-                "spans": spans,
+/// numbers, 64-bit integers as strings), serialized straight from the spans.
+pub fn encode(service_name: &str, spans: &[Span]) -> Vec<u8> {
+    let version = AttrValue::from(env!("CARGO_PKG_VERSION"));
+    let service = AttrValue::from(service_name);
+    let request = Request {
+        resource_spans: [ResourceSpans {
+            resource: Resource {
+                attributes: [
+                    Attribute {
+                        key: "service.name",
+                        value: &service,
+                    },
+                    Attribute {
+                        key: "service.version",
+                        value: &version,
+                    },
+                ],
+            },
+            scope_spans: [ScopeSpans {
+                scope: Scope {
+                    name: "turnstile",
+                    version: env!("CARGO_PKG_VERSION"),
+                },
+                spans: spans.iter().map(OtlpSpan).collect(),
             }],
-        }]
-    })
+        }],
+    };
+    serde_json::to_vec(&request).expect("spans serialize")
 }
 
-fn attribute(key: &str, value: &AttrValue) -> Value {
-    let value = match value {
-        AttrValue::Str(s) => json!({ "stringValue": &**s }),
-        AttrValue::Int(i) => json!({ "intValue": i.to_string() }),
-    };
-    json!({ "key": key, "value": value })
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Request<'a> {
+    resource_spans: [ResourceSpans<'a>; 1],
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResourceSpans<'a> {
+    resource: Resource<'a>,
+    scope_spans: [ScopeSpans<'a>; 1],
+}
+
+#[derive(Serialize)]
+struct Resource<'a> {
+    attributes: [Attribute<'a>; 2],
+}
+
+#[derive(Serialize)]
+struct ScopeSpans<'a> {
+    scope: Scope,
+    spans: Vec<OtlpSpan<'a>>,
+}
+
+#[derive(Serialize)]
+struct Scope {
+    name: &'static str,
+    version: &'static str,
+}
+
+struct Attribute<'a> {
+    key: &'a str,
+    value: &'a AttrValue,
+}
+
+impl Serialize for Attribute<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Value<'a>(&'a AttrValue);
+        impl Serialize for Value<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(Some(1))?;
+                match self.0 {
+                    AttrValue::Str(v) => m.serialize_entry("stringValue", &**v)?,
+                    AttrValue::Int(i) => m.serialize_entry("intValue", &i.to_string())?,
+                }
+                m.end()
+            }
+        }
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("key", self.key)?;
+        m.serialize_entry("value", &Value(self.value))?;
+        m.end()
+    }
+}
+
+struct OtlpSpan<'a>(&'a Span);
+
+impl Serialize for OtlpSpan<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Status(bool);
+        impl Serialize for Status {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("code", &if self.0 { 2 } else { 0 })?;
+                m.end()
+            }
+        }
+        let span = self.0;
+        let attributes: Vec<Attribute<'_>> = span
+            .attributes
+            .iter()
+            .map(|(key, value)| Attribute { key, value })
+            .collect();
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("traceId", &span.trace_id.to_hex())?;
+        m.serialize_entry("spanId", &span.span_id.to_hex())?;
+        if let Some(parent) = span.parent {
+            m.serialize_entry("parentSpanId", &parent.to_hex())?;
+        }
+        m.serialize_entry("name", &span.name)?;
+        m.serialize_entry("kind", &(span.kind as u8))?;
+        m.serialize_entry("startTimeUnixNano", &span.start_unix_ns.to_string())?;
+        m.serialize_entry("endTimeUnixNano", &span.end_unix_ns.to_string())?;
+        m.serialize_entry("attributes", &attributes)?;
+        m.serialize_entry("status", &Status(span.error))?;
+        m.end()
+    }
 }
 
 #[cfg(test)]
@@ -185,7 +262,8 @@ mod tests {
     #[test]
     fn spans_are_encoded_in_the_otlp_json_mapping() {
         let s = span();
-        let v = encode("gw", std::slice::from_ref(&s));
+        let v: serde_json::Value =
+            serde_json::from_slice(&encode("gw", std::slice::from_ref(&s))).unwrap();
         let out = &v["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
         assert_eq!(out["traceId"], s.trace_id.to_hex());
         assert_eq!(out["kind"], 2);

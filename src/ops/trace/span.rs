@@ -102,7 +102,12 @@ impl RequestTrace {
             server_span: new_span_id(),
             upstream_span: new_span_id(),
             started: Instant::now(),
-            started_unix_ns: unix_ns(SystemTime::now()),
+            // Only a sampled request's spans need wall-clock time.
+            started_unix_ns: if sampled {
+                unix_ns(SystemTime::now())
+            } else {
+                0
+            },
             limits: None,
             store: None,
             store_result: None,
