@@ -151,6 +151,8 @@ fn main() {
     let store = Arc::new(
         RedisStore::new(RedisConfig {
             topology: Topology::Single(url.clone()),
+            auth: Default::default(),
+            tls: Default::default(),
             prefix: "bench".into(),
             timeout: Duration::from_secs(1),
             slot_ttl: Duration::from_secs(60),

@@ -20,6 +20,8 @@
 //! Imports run one way: `proxy` and `background` use `control`, which uses `chain`, `limit`
 //! and `ops`; `chain` uses `limit`; nothing below imports what is above it.
 
+#![recursion_limit = "256"]
+
 mod background;
 pub mod chain;
 pub mod clock;

@@ -60,6 +60,8 @@ async fn lua_and_rust_decide_identically_on_random_sequences() {
     let server = RedisServer::start();
     let redis = RedisStore::new(RedisConfig {
         topology: Topology::Single(server.url()),
+        auth: Default::default(),
+        tls: Default::default(),
         prefix: "agree".into(),
         timeout: std::time::Duration::from_secs(5),
         slot_ttl: std::time::Duration::from_secs(60),

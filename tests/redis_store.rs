@@ -36,6 +36,8 @@ async fn check_limits(
 fn store(server: &RedisServer, prefix: &str) -> RedisStore {
     RedisStore::new(RedisConfig {
         topology: Topology::Single(server.url()),
+        auth: Default::default(),
+        tls: Default::default(),
         prefix: prefix.into(),
         timeout: Duration::from_secs(5),
         slot_ttl: Duration::from_secs(60),
@@ -261,6 +263,8 @@ async fn cluster_keys_of_one_client_share_a_slot_and_the_limit_is_exact() {
     let s = Arc::new(
         RedisStore::new(RedisConfig {
             topology: Topology::Cluster(cluster.urls()),
+            auth: Default::default(),
+            tls: Default::default(),
             prefix: "cl".into(),
             timeout: Duration::from_secs(5),
             slot_ttl: Duration::from_secs(60),

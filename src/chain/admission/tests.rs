@@ -182,6 +182,8 @@ fn failing_store() -> Arc<Store> {
         .port();
     let config = RedisConfig {
         topology: Topology::Single(format!("redis://127.0.0.1:{port}")),
+        auth: Default::default(),
+        tls: Default::default(),
         prefix: "t".into(),
         timeout: Duration::from_secs(5),
         slot_ttl: Duration::from_secs(60),

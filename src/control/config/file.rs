@@ -68,7 +68,7 @@ pub struct ServerFile {
     pub upstream_keepalive_pool_size: Option<usize>,
     /// Secret of the keyed hash that turns keyed limits' key parts into store keys (the same
     /// on every instance).
-    pub key_hash_secret: Option<super::units::Secret>,
+    pub key_hash_secret: Option<super::units::SecretSource>,
     /// Reload when the configuration file changes on disk (SIGHUP and `POST /reload` work
     /// either way).
     pub watch_config: Option<bool>,
@@ -121,7 +121,7 @@ pub struct AdminFile {
     /// Address of the admin listener (default loopback).
     pub listen: Option<String>,
     /// When set, every admin request needs `Authorization: Bearer <token>`.
-    pub token: Option<String>,
+    pub token: Option<super::units::SecretSource>,
 }
 
 impl fmt::Debug for AdminFile {
@@ -189,6 +189,15 @@ pub enum StoreFile {
     /// One Redis node shared by every instance.
     Redis {
         url: String,
+        /// ACL user and password, over those of the URL (the password may come from the
+        /// environment or a file).
+        username: Option<String>,
+        password: Option<super::units::SecretSource>,
+        /// TLS (`rediss://`): the CA that signed the server's certificate (default: the
+        /// system's roots), and a client certificate and key for servers that ask for one.
+        tls_ca_file: Option<String>,
+        tls_client_cert: Option<String>,
+        tls_client_key: Option<super::units::SecretSource>,
         prefix: Option<String>,
         timeout: Option<HumanDuration>,
         breaker_failures: Option<u32>,
@@ -202,6 +211,40 @@ pub enum StoreFile {
     /// A Redis Cluster, given by seed nodes.
     RedisCluster {
         nodes: Vec<String>,
+        /// ACL user and password, over those of the URL (the password may come from the
+        /// environment or a file).
+        username: Option<String>,
+        password: Option<super::units::SecretSource>,
+        /// TLS (`rediss://`): the CA that signed the server's certificate (default: the
+        /// system's roots), and a client certificate and key for servers that ask for one.
+        tls_ca_file: Option<String>,
+        tls_client_cert: Option<String>,
+        tls_client_key: Option<super::units::SecretSource>,
+        prefix: Option<String>,
+        timeout: Option<HumanDuration>,
+        breaker_failures: Option<u32>,
+        breaker_cooldown: Option<HumanDuration>,
+        expected_instances: Option<u64>,
+        heartbeat_interval: Option<HumanDuration>,
+        concurrency_slot_ttl: Option<HumanDuration>,
+        /// Deprecated name of `concurrency_slot_ttl`.
+        concurrency_lease: Option<HumanDuration>,
+    },
+    /// A Redis primary found through Sentinel (and found again after a failover).
+    RedisSentinel {
+        /// The name the sentinels monitor the primary under.
+        master_name: String,
+        /// The sentinels, `redis://host:26379` (`rediss://` when they speak TLS).
+        sentinels: Vec<String>,
+        /// ACL user and password, over those of the URL (the password may come from the
+        /// environment or a file).
+        username: Option<String>,
+        password: Option<super::units::SecretSource>,
+        /// TLS (`rediss://`): the CA that signed the server's certificate (default: the
+        /// system's roots), and a client certificate and key for servers that ask for one.
+        tls_ca_file: Option<String>,
+        tls_client_cert: Option<String>,
+        tls_client_key: Option<super::units::SecretSource>,
         prefix: Option<String>,
         timeout: Option<HumanDuration>,
         breaker_failures: Option<u32>,
@@ -254,8 +297,9 @@ pub struct LimitFile {
 pub struct ClientFile {
     pub id: String,
     pub plan: String,
-    /// Plaintext keys or `sha256:<hex>` digests.
-    pub api_keys: Vec<String>,
+    /// Plaintext keys or `sha256:<hex>` digests (each may come from the environment or a
+    /// file).
+    pub api_keys: Vec<super::units::SecretSource>,
 }
 
 impl fmt::Debug for ClientFile {

@@ -110,6 +110,8 @@ pub enum IpLimitChoice {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+// One per configuration: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum StoreConfig {
     Memory,
     Redis(RedisConfig, FailureSettings),

@@ -227,3 +227,105 @@ impl fmt::Debug for Secret {
         f.write_str("Secret(<redacted>)")
     }
 }
+
+/// A secret as written in the file: the value itself, `{ env = "NAME" }` (an environment
+/// variable) or `{ file = "/path" }` (a file's content, without its trailing newline).
+/// Resolved when the file is loaded; a missing variable or unreadable file is a problem at
+/// the secret's TOML path. The value is never shown.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum SecretSource {
+    Literal(Secret),
+    Env(EnvRef),
+    File(FileRef),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvRef {
+    pub env: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileRef {
+    pub file: std::path::PathBuf,
+}
+
+impl SecretSource {
+    /// The secret's value, or why it cannot be had (naming the variable or file, never a
+    /// value).
+    pub fn resolve(&self) -> Result<Secret, String> {
+        match self {
+            SecretSource::Literal(s) => Ok(s.clone()),
+            SecretSource::Env(EnvRef { env }) => match std::env::var(env) {
+                Ok(v) if !v.is_empty() => Ok(Secret(v)),
+                Ok(_) => Err(format!("environment variable {env} is empty")),
+                Err(_) => Err(format!("environment variable {env} is not set")),
+            },
+            SecretSource::File(FileRef { file }) => match std::fs::read_to_string(file) {
+                Ok(v) => {
+                    let v = v.trim_end_matches(['\n', '\r']);
+                    if v.is_empty() {
+                        Err(format!("{} is empty", file.display()))
+                    } else {
+                        Ok(Secret(v.to_owned()))
+                    }
+                }
+                Err(e) => Err(format!("cannot read {}: {}", file.display(), e.kind())),
+            },
+        }
+    }
+
+    /// The file a secret is read from, if any (watched for changes).
+    pub fn file(&self) -> Option<&std::path::Path> {
+        match self {
+            SecretSource::File(FileRef { file }) => Some(file),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod secret_tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct T {
+        s: SecretSource,
+    }
+
+    fn parse(text: &str) -> Result<SecretSource, String> {
+        toml::from_str::<T>(text)
+            .map(|t| t.s)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn secrets_come_from_the_file_the_environment_or_a_file() {
+        assert_eq!(
+            parse("s = \"abc\"").unwrap().resolve().unwrap().expose(),
+            "abc"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        std::fs::write(&path, "from-a-file\n").unwrap();
+        let src = parse(&format!(
+            "s = {{ file = {:?} }}",
+            path.display().to_string()
+        ))
+        .unwrap();
+        assert_eq!(src.resolve().unwrap().expose(), "from-a-file");
+        assert_eq!(src.file(), Some(path.as_path()));
+        let missing = parse("s = { env = \"TURNSTILE_TEST_SURELY_UNSET\" }").unwrap();
+        assert!(missing
+            .resolve()
+            .unwrap_err()
+            .contains("TURNSTILE_TEST_SURELY_UNSET"));
+        let gone = parse("s = { file = \"/nonexistent/secret\" }").unwrap();
+        assert!(gone.resolve().unwrap_err().contains("/nonexistent/secret"));
+        assert!(parse("s = { env = \"A\", extra = 1 }").is_err());
+        // Debug never shows a value.
+        assert!(!format!("{:?}", parse("s = \"hunter2\"").unwrap()).contains("hunter2"));
+    }
+}

@@ -152,10 +152,23 @@ fn store(store: &StoreConfig) -> Value {
                     "redis_cluster",
                     urls.iter().map(|u| redact_url(u)).collect(),
                 ),
+                Topology::Sentinel { sentinels, .. } => (
+                    "redis_sentinel",
+                    sentinels.iter().map(|u| redact_url(u)).collect(),
+                ),
+            };
+            let master = match &r.topology {
+                Topology::Sentinel { master, .. } => Some(master.as_str()),
+                _ => None,
             };
             json!({
                 "kind": kind,
                 "nodes": nodes,
+                "master_name": master,
+                "username": r.auth.username,
+                "password": if r.auth.password.is_some() { "set" } else { "not set" },
+                "tls_ca_file": r.tls.ca_file.as_ref().map(|p| p.display().to_string()),
+                "tls_client_cert": r.tls.client_cert.as_ref().map(|(c, _)| c.display().to_string()),
                 "prefix": r.prefix,
                 "timeout": format_duration(r.timeout),
                 "breaker_failures": f.breaker_failures,

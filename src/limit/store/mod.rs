@@ -454,6 +454,7 @@ impl Store {
             Backend::Redis(r) => match r.config().topology {
                 Topology::Single(_) => "redis",
                 Topology::Cluster(_) => "redis_cluster",
+                Topology::Sentinel { .. } => "redis_sentinel",
             },
         }
     }

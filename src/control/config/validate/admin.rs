@@ -21,6 +21,8 @@ pub(super) fn admin_config(file: AdminFile, problems: &mut Problems) -> AdminCon
             .parse()
             .expect("default admin address parses")
     });
+    let token = token.and_then(|t| secret("admin.token", &t, problems));
+    let token = token.map(|t| t.expose().to_owned());
     if let Some(token) = &token {
         if token.len() < MIN_ADMIN_TOKEN_LEN || !token.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
             // The token itself is never echoed.

@@ -83,3 +83,16 @@ pub(super) fn positive(
         None => default,
     }
 }
+
+/// A secret's value (literal, environment variable or file); a problem at `path` when it
+/// cannot be had.
+pub(super) fn secret(
+    path: &str,
+    source: &crate::control::config::units::SecretSource,
+    problems: &mut Problems,
+) -> Option<crate::control::config::units::Secret> {
+    source
+        .resolve()
+        .map_err(|why| problems.push(path, why))
+        .ok()
+}

@@ -44,6 +44,10 @@ pub(super) fn clients_config(
         let mut digests = Vec::with_capacity(api_keys.len());
         for (k, key) in api_keys.iter().enumerate() {
             let path = format!("{base}.api_keys[{k}]");
+            let Some(key) = secret(&path, key, problems) else {
+                continue;
+            };
+            let key = key.expose();
             // Never echo a key (or what looks like one) in an error message.
             let digest = if let Some(hex) = key.strip_prefix("sha256:") {
                 KeyDigest::from_hex(hex).or_else(|| {

@@ -75,17 +75,19 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
             }
             _ => crate::ops::logging::LogFormat::Text,
         },
-        key_hash_secret: key_hash_secret.filter(|secret| {
-            let ok = secret.expose().len() >= MIN_KEY_HASH_SECRET_LEN;
-            if !ok {
-                // The secret itself is never echoed.
-                problems.push(
-                    "server.key_hash_secret",
-                    format!("too short: at least {MIN_KEY_HASH_SECRET_LEN} bytes"),
-                );
-            }
-            ok
-        }),
+        key_hash_secret: key_hash_secret
+            .and_then(|s| secret("server.key_hash_secret", &s, problems))
+            .filter(|secret| {
+                let ok = secret.expose().len() >= MIN_KEY_HASH_SECRET_LEN;
+                if !ok {
+                    // The secret itself is never echoed.
+                    problems.push(
+                        "server.key_hash_secret",
+                        format!("too short: at least {MIN_KEY_HASH_SECRET_LEN} bytes"),
+                    );
+                }
+                ok
+            }),
         trusted_proxies: trusted_proxies_config(trusted_proxies.unwrap_or_default(), problems),
         grouping: grouping_config(ipv4_prefix, ipv6_prefix, problems),
         ip_limit: ip_limit.map(|l| ip_limit_config("server.ip_limit", l, problems)),

@@ -5,25 +5,38 @@ use crate::control::config::defaults;
 use crate::control::config::file::{FailureModeFile, StoreFile};
 use crate::control::config::model::StoreConfig;
 use crate::control::config::units::HumanDuration;
-use crate::limit::store::redis::{RedisConfig, Topology};
+use crate::control::config::units::SecretSource;
+use crate::limit::store::redis::{RedisAuth, RedisConfig, RedisTls, Topology};
 use crate::limit::store::{FailureMode, FailureSettings};
 use std::time::Duration;
 
+/// What every Redis store kind has besides its addresses.
+struct Common {
+    username: Option<String>,
+    password: Option<SecretSource>,
+    tls_ca_file: Option<String>,
+    tls_client_cert: Option<String>,
+    tls_client_key: Option<SecretSource>,
+    prefix: Option<String>,
+    timeout: Option<HumanDuration>,
+    breaker_failures: Option<u32>,
+    breaker_cooldown: Option<HumanDuration>,
+    expected_instances: Option<u64>,
+    heartbeat_interval: Option<HumanDuration>,
+    concurrency_slot_ttl: Option<HumanDuration>,
+    concurrency_lease: Option<HumanDuration>,
+}
+
 pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> StoreConfig {
-    let (
-        topology,
-        prefix,
-        timeout,
-        breaker_failures,
-        breaker_cooldown,
-        expected_instances,
-        heartbeat_interval,
-        concurrency_slot_ttl,
-        concurrency_lease,
-    ) = match file {
+    let (topology, common) = match file {
         None | Some(StoreFile::Memory {}) => return StoreConfig::Memory,
         Some(StoreFile::Redis {
             url,
+            username,
+            password,
+            tls_ca_file,
+            tls_client_cert,
+            tls_client_key,
             prefix,
             timeout,
             breaker_failures,
@@ -36,18 +49,30 @@ pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> 
             check_redis_url("store.url", &url, problems);
             (
                 Topology::Single(url),
-                prefix,
-                timeout,
-                breaker_failures,
-                breaker_cooldown,
-                expected_instances,
-                heartbeat_interval,
-                concurrency_slot_ttl,
-                concurrency_lease,
+                Common {
+                    username,
+                    password,
+                    tls_ca_file,
+                    tls_client_cert,
+                    tls_client_key,
+                    prefix,
+                    timeout,
+                    breaker_failures,
+                    breaker_cooldown,
+                    expected_instances,
+                    heartbeat_interval,
+                    concurrency_slot_ttl,
+                    concurrency_lease,
+                },
             )
         }
         Some(StoreFile::RedisCluster {
             nodes,
+            username,
+            password,
+            tls_ca_file,
+            tls_client_cert,
+            tls_client_key,
             prefix,
             timeout,
             breaker_failures,
@@ -65,17 +90,101 @@ pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> 
             }
             (
                 Topology::Cluster(nodes),
-                prefix,
-                timeout,
-                breaker_failures,
-                breaker_cooldown,
-                expected_instances,
-                heartbeat_interval,
-                concurrency_slot_ttl,
-                concurrency_lease,
+                Common {
+                    username,
+                    password,
+                    tls_ca_file,
+                    tls_client_cert,
+                    tls_client_key,
+                    prefix,
+                    timeout,
+                    breaker_failures,
+                    breaker_cooldown,
+                    expected_instances,
+                    heartbeat_interval,
+                    concurrency_slot_ttl,
+                    concurrency_lease,
+                },
+            )
+        }
+        Some(StoreFile::RedisSentinel {
+            master_name,
+            sentinels,
+            username,
+            password,
+            tls_ca_file,
+            tls_client_cert,
+            tls_client_key,
+            prefix,
+            timeout,
+            breaker_failures,
+            breaker_cooldown,
+            expected_instances,
+            heartbeat_interval,
+            concurrency_slot_ttl,
+            concurrency_lease,
+        }) => {
+            if master_name.is_empty()
+                || master_name
+                    .chars()
+                    .any(|c| c.is_whitespace() || c.is_control())
+            {
+                problems.push(
+                    "store.master_name",
+                    "expected the name the sentinels monitor the primary under",
+                );
+            }
+            if sentinels.is_empty() {
+                problems.push("store.sentinels", "at least one sentinel is required");
+            }
+            for (i, url) in sentinels.iter().enumerate() {
+                check_redis_url(&format!("store.sentinels[{i}]"), url, problems);
+            }
+            (
+                Topology::Sentinel {
+                    master: master_name,
+                    sentinels,
+                },
+                Common {
+                    username,
+                    password,
+                    tls_ca_file,
+                    tls_client_cert,
+                    tls_client_key,
+                    prefix,
+                    timeout,
+                    breaker_failures,
+                    breaker_cooldown,
+                    expected_instances,
+                    heartbeat_interval,
+                    concurrency_slot_ttl,
+                    concurrency_lease,
+                },
             )
         }
     };
+    let Common {
+        username,
+        password,
+        tls_ca_file,
+        tls_client_cert,
+        tls_client_key,
+        prefix,
+        timeout,
+        breaker_failures,
+        breaker_cooldown,
+        expected_instances,
+        heartbeat_interval,
+        concurrency_slot_ttl,
+        concurrency_lease,
+    } = common;
+    let auth = RedisAuth {
+        username,
+        password: password
+            .and_then(|p| secret("store.password", &p, problems))
+            .map(|p| p.expose().to_owned()),
+    };
+    let tls = redis_tls(tls_ca_file, tls_client_cert, tls_client_key, problems);
     let prefix = prefix.unwrap_or_else(|| defaults::STORE_PREFIX.to_owned());
     let prefix_ok = !prefix.is_empty()
         && prefix.len() <= MAX_NAME_LEN
@@ -107,6 +216,8 @@ pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> 
     StoreConfig::Redis(
         RedisConfig {
             topology,
+            auth,
+            tls,
             prefix,
             timeout: positive(
                 "store.timeout".to_owned(),
@@ -133,6 +244,49 @@ pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> 
             ),
         },
     )
+}
+
+/// `store.tls_ca_file`, `store.tls_client_cert` + `store.tls_client_key`: files that must
+/// exist (read when the store connects).
+fn redis_tls(
+    ca_file: Option<String>,
+    client_cert: Option<String>,
+    client_key: Option<SecretSource>,
+    problems: &mut Problems,
+) -> RedisTls {
+    let readable = |path: &str, file: &str, problems: &mut Problems| {
+        if let Err(e) = std::fs::metadata(file) {
+            problems.push(path, format!("cannot read {file}: {}", e.kind()));
+        }
+    };
+    if let Some(ca) = &ca_file {
+        readable("store.tls_ca_file", ca, problems);
+    }
+    let key = client_key
+        .and_then(|k| secret("store.tls_client_key", &k, problems))
+        .map(|k| k.expose().to_owned());
+    let client_cert = match (client_cert, key) {
+        (Some(cert), Some(key)) => {
+            readable("store.tls_client_cert", &cert, problems);
+            // The key's path may be a secret: not quoted.
+            if std::fs::metadata(&key).is_err() {
+                problems.push("store.tls_client_key", "the key file cannot be read");
+            }
+            Some((cert.into(), key.into()))
+        }
+        (None, None) => None,
+        _ => {
+            problems.push(
+                "store.tls_client_cert",
+                "a client certificate needs both tls_client_cert and tls_client_key",
+            );
+            None
+        }
+    };
+    RedisTls {
+        ca_file: ca_file.map(Into::into),
+        client_cert,
+    }
 }
 
 pub(super) fn failure_mode(file: FailureModeFile) -> FailureMode {

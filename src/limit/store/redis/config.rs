@@ -1,5 +1,6 @@
-//! Where the Redis store's counters live, and its bounds.
+//! Where the Redis store's counters live, how to reach them, and the store's bounds.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Where the shared counters live.
@@ -9,11 +10,43 @@ pub enum Topology {
     Single(String),
     /// Seed nodes of a Redis Cluster.
     Cluster(Vec<String>),
+    /// A primary found through Sentinel: the name the sentinels monitor, and the sentinels.
+    Sentinel {
+        master: String,
+        sentinels: Vec<String>,
+    },
+}
+
+/// Credentials that override those of the URLs (ACL user, password). Never printed.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct RedisAuth {
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for RedisAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisAuth")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// TLS material for `rediss://`: a CA file instead of the system roots, and a client
+/// certificate. Read when the store is built.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RedisTls {
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate and key files (both or neither).
+    pub client_cert: Option<(PathBuf, PathBuf)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
     pub topology: Topology,
+    pub auth: RedisAuth,
+    pub tls: RedisTls,
     pub prefix: String,
     /// Bound on every call (connecting included).
     pub timeout: Duration,

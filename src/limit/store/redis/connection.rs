@@ -3,12 +3,18 @@
 //! every script loaded when a connection is made.
 
 use crate::limit::store::error::StoreError;
-use crate::limit::store::redis::config::Topology;
+use crate::limit::store::redis::config::{RedisAuth, RedisConfig, RedisTls, Topology};
 use crate::limit::store::redis::scripts::Scripts;
+use redis::aio::MultiplexedConnection;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{ErrorKind, RedisError, ScriptInvocation, ServerErrorKind};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError,
+    ScriptInvocation, ServerErrorKind, TlsCertificates,
+};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
@@ -39,6 +45,27 @@ enum Backend {
         client: ClusterClient,
         lanes: Lanes<ClusterConnection>,
     },
+    /// The primary the sentinels name; asked again when its connection fails or it turns
+    /// out to be a replica (after a failover).
+    Sentinel {
+        client: tokio::sync::Mutex<SentinelClient>,
+        lanes: SentinelLanes,
+    },
+}
+
+#[derive(Default)]
+struct SentinelLanes {
+    requests: arc_swap::ArcSwapOption<MultiplexedConnection>,
+    background: arc_swap::ArcSwapOption<MultiplexedConnection>,
+}
+
+impl SentinelLanes {
+    fn pick(&self, lane: Lane) -> &arc_swap::ArcSwapOption<MultiplexedConnection> {
+        match lane {
+            Lane::Requests => &self.requests,
+            Lane::Background => &self.background,
+        }
+    }
 }
 
 struct Lanes<C> {
@@ -70,23 +97,61 @@ pub struct Link {
 }
 
 impl Link {
-    /// Parses the addresses; does not connect (the first call does).
-    pub fn new(topology: &Topology, connect_timeout: Duration) -> Result<Link, StoreError> {
-        let backend = match topology {
-            Topology::Single(url) => Backend::Single {
-                client: redis::Client::open(url.as_str())
-                    .map_err(|e| StoreError::Unavailable(e.to_string()))?,
-                lanes: Lanes::new(),
-            },
-            Topology::Cluster(nodes) => Backend::Cluster {
-                client: ClusterClient::builder(nodes.iter().map(String::as_str))
+    /// Parses the addresses and reads the TLS files; does not connect (the first call does).
+    pub fn new(config: &RedisConfig, connect_timeout: Duration) -> Result<Link, StoreError> {
+        // rustls needs a process-wide crypto provider before a `rediss://` connection.
+        pingora::tls::install_default_crypto_provider();
+        let unusable = |e: RedisError| StoreError::Unavailable(e.to_string());
+        let certs = tls_certificates(&config.tls)?;
+        let backend = match &config.topology {
+            Topology::Single(url) => {
+                let info = url.as_str().into_connection_info().map_err(unusable)?;
+                let redis = with_auth(info.redis_settings().clone(), &config.auth);
+                let info = info.set_redis_settings(redis);
+                let client = match certs {
+                    Some(certs) => redis::Client::build_with_tls(info, certs),
+                    None => redis::Client::open(info),
+                };
+                Backend::Single {
+                    client: client.map_err(unusable)?,
+                    lanes: Lanes::new(),
+                }
+            }
+            Topology::Cluster(nodes) => {
+                let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
                     .connection_timeout(connect_timeout)
                     .response_timeout(LATE_REPLY)
-                    .retries(0)
-                    .build()
-                    .map_err(|e| StoreError::Unavailable(e.to_string()))?,
-                lanes: Lanes::new(),
-            },
+                    .retries(0);
+                if let Some(user) = &config.auth.username {
+                    builder = builder.username(user);
+                }
+                if let Some(password) = &config.auth.password {
+                    builder = builder.password(password);
+                }
+                if let Some(certs) = certs {
+                    builder = builder.certs(certs);
+                }
+                Backend::Cluster {
+                    client: builder.build().map_err(unusable)?,
+                    lanes: Lanes::new(),
+                }
+            }
+            Topology::Sentinel { master, sentinels } => {
+                let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(
+                    with_auth(RedisConnectionInfo::default(), &config.auth),
+                );
+                let client = SentinelClient::build(
+                    sentinels.iter().map(String::as_str).collect(),
+                    master,
+                    Some(node),
+                    SentinelServerType::Master,
+                )
+                .map_err(unusable)?;
+                Backend::Sentinel {
+                    client: tokio::sync::Mutex::new(client),
+                    lanes: SentinelLanes::default(),
+                }
+            }
         };
         Ok(Link {
             backend,
@@ -136,8 +201,93 @@ impl Link {
                     .await?;
                 invocation.invoke_async(&mut conn.clone()).await?
             }
+            Backend::Sentinel { client, lanes } => {
+                let slot = lanes.pick(lane);
+                let conn = match slot.load_full() {
+                    Some(conn) => conn,
+                    None => self.sentinel_connect(client, slot, scripts).await?,
+                };
+                let result = invocation.invoke_async(&mut (*conn).clone()).await;
+                if let Err(e) = &result {
+                    if lost_the_primary(e) {
+                        // The next call asks the sentinels where the primary is now.
+                        slot.compare_and_swap(&conn, None);
+                    }
+                }
+                result?
+            }
         })
     }
+
+    /// Asks the sentinels for the primary and connects to it (one caller at a time; the
+    /// others find the new connection).
+    async fn sentinel_connect(
+        &self,
+        client: &tokio::sync::Mutex<SentinelClient>,
+        slot: &arc_swap::ArcSwapOption<MultiplexedConnection>,
+        scripts: &Scripts,
+    ) -> Result<Arc<MultiplexedConnection>, RedisError> {
+        let mut client = client.lock().await;
+        if let Some(conn) = slot.load_full() {
+            return Ok(conn);
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(LATE_REPLY));
+        let mut conn = client.get_async_connection_with_config(&config).await?;
+        load(scripts, &mut conn).await?;
+        let conn = Arc::new(conn);
+        slot.store(Some(Arc::clone(&conn)));
+        Ok(conn)
+    }
+}
+
+/// The connection no longer reaches a writable primary: broken, or the node was demoted to
+/// a replica by a failover (`READONLY`), or it is not ready.
+fn lost_the_primary(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+        || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
+}
+
+/// The URL's connection settings with the configured user and password over them.
+fn with_auth(mut redis: RedisConnectionInfo, auth: &RedisAuth) -> RedisConnectionInfo {
+    if let Some(user) = &auth.username {
+        redis = redis.set_username(user);
+    }
+    if let Some(password) = &auth.password {
+        redis = redis.set_password(password);
+    }
+    redis
+}
+
+/// The CA and client certificate files, read now (`None`: the system roots, no client
+/// certificate).
+fn tls_certificates(tls: &RedisTls) -> Result<Option<TlsCertificates>, StoreError> {
+    if tls.ca_file.is_none() && tls.client_cert.is_none() {
+        return Ok(None);
+    }
+    let read = |path: &std::path::Path, what: &str| {
+        std::fs::read(path)
+            .map_err(|e| StoreError::Unavailable(format!("cannot read the {what}: {}", e.kind())))
+    };
+    let root_cert = match &tls.ca_file {
+        Some(ca) => Some(read(ca, "Redis CA file")?),
+        None => None,
+    };
+    let client_tls = match &tls.client_cert {
+        Some((cert, key)) => Some(redis::ClientTlsConfig {
+            client_cert: read(cert, "Redis client certificate")?,
+            client_key: read(key, "Redis client key")?,
+        }),
+        None => None,
+    };
+    Ok(Some(TlsCertificates {
+        client_tls,
+        root_cert,
+    }))
 }
 
 /// Loads every script on a new connection, so that each call is one EVALSHA that Redis runs

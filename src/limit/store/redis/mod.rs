@@ -15,7 +15,7 @@ pub mod connection;
 pub mod keys;
 pub mod scripts;
 
-pub use config::{RedisConfig, Topology};
+pub use config::{RedisAuth, RedisConfig, RedisTls, Topology};
 pub use connection::LATE_REPLY;
 pub use scripts::LeaseCall;
 
@@ -81,7 +81,7 @@ impl RedisStore {
     /// Parses the addresses; does not connect (that happens on the first call).
     pub fn new(config: RedisConfig) -> Result<RedisStore, StoreError> {
         Ok(RedisStore {
-            link: Link::new(&config.topology, config.timeout)?,
+            link: Link::new(&config, config.timeout)?,
             config,
             scripts: Scripts::new(),
         })
