@@ -4,6 +4,8 @@
 #   redis-server — the tests start their own Redis servers
 #   redis-tools  — redis-cli, to create the test Redis Cluster
 #   haproxy      — the load balancer of the cluster topology test (scripts/cluster.sh)
+#   curl         — the TLS and HTTP/2 tests' client (with HTTP/2 support)
+#   openssl      — the TLS tests' `openssl s_client`
 # Uses apt-get when root (or via passwordless sudo); otherwise says what to install.
 set -euo pipefail
 
@@ -13,6 +15,8 @@ command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 
 if ! command -v cargo >/dev/null 2>&1; then
   echo "error: cargo not found: install Rust first (https://rustup.rs), then re-run." >&2

@@ -35,6 +35,7 @@ pub mod server;
 
 pub use control::config;
 pub use control::snapshot::Snapshot;
+pub use control::tls;
 pub use ops::logging;
 pub use ops::metrics::Metrics;
 pub use ops::trace;

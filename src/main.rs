@@ -52,7 +52,15 @@ fn main() -> ExitCode {
 }
 
 fn check(file: &std::path::Path) -> ExitCode {
-    match Config::load(file) {
+    let loaded = Config::load(file).and_then(|config| {
+        // The certificates are read as a start or reload would.
+        if let Some(tls) = &config.server.tls {
+            turnstile::tls::CertStore::load(&tls.certificates)
+                .map_err(turnstile::config::ConfigError::Invalid)?;
+        }
+        Ok(config)
+    });
+    match loaded {
         Ok(config) => {
             for warning in &config.warnings {
                 eprintln!("warning: {}: {warning}", file.display());

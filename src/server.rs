@@ -9,6 +9,7 @@ use crate::control::admin::Admin;
 use crate::control::config::{Config, ConfigError};
 use crate::control::reload::Reloader;
 use crate::control::snapshot::{Snapshot, SnapshotHandle};
+use crate::control::tls::CertResolver;
 use crate::ops::access_log::AccessLog;
 use crate::ops::metrics::Metrics;
 use crate::ops::trace::Tracer;
@@ -75,16 +76,30 @@ pub fn build(path: &Path, mut opt: Opt) -> anyhow::Result<Server> {
 
     let snapshots: SnapshotHandle = Arc::new(ArcSwap::from_pointee(snapshot));
 
-    let proxy = pingora::proxy::http_proxy(
+    let mut proxy = pingora::proxy::http_proxy(
         &server.configuration,
         Gateway::new(Arc::clone(&snapshots), Arc::clone(&access_log), tracer),
     );
+    let tls = snapshots.load().config.server.tls.clone();
+    let h2c = snapshots.load().config.server.h2c;
+    if h2c {
+        let mut options = pingora::apps::HttpServerOptions::default();
+        options.h2c = true;
+        proxy.server_options = Some(options);
+    }
     // Every connection gets a deadline for its request headers (see conn.rs).
     let mut proxy = pingora::services::listening::Service::new(
         "turnstile proxy".to_owned(),
         Guarded::new(proxy, Arc::clone(&snapshots)),
     );
     proxy.add_tcp(&listen);
+    if let Some(tls) = tls {
+        proxy.add_tls_with_settings(
+            &tls.listen.to_string(),
+            None,
+            tls_settings(tls.h2, &snapshots),
+        );
+    }
     server.add_service(proxy);
     server.add_service(background_service(
         "upstream health checks",
@@ -120,4 +135,19 @@ pub fn build(path: &Path, mut opt: Opt) -> anyhow::Result<Server> {
     admin.add_tcp(&admin_listen);
     server.add_service(admin);
     Ok(server)
+}
+
+/// The TLS listener: TLS 1.2 and 1.3, certificates chosen by SNI from the live snapshot
+/// (so a reload replaces them for new handshakes), ALPN `h2` and `http/1.1` (or only the
+/// latter).
+fn tls_settings(h2: bool, snapshots: &SnapshotHandle) -> pingora::listeners::tls::TlsSettings {
+    let mut settings = pingora::listeners::tls::TlsSettings::intermediate("", "")
+        .expect("settings without files cannot fail");
+    settings.set_cert_resolver(Arc::new(CertResolver::new(Arc::clone(snapshots))));
+    if h2 {
+        settings.enable_h2();
+    } else {
+        settings.set_alpn(pingora::protocols::ALPN::H1);
+    }
+    settings
 }

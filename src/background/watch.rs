@@ -5,7 +5,7 @@ use crate::control::reload::Reloader;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -22,34 +22,47 @@ impl Watcher {
     }
 }
 
-fn fingerprint(path: &Path) -> Option<(SystemTime, u64)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.modified().ok()?, meta.len()))
+/// Modification time and length of every file (`None` while one is missing).
+fn fingerprint(paths: &[PathBuf]) -> Option<Vec<(SystemTime, u64)>> {
+    paths
+        .iter()
+        .map(|path| {
+            let meta = std::fs::metadata(path).ok()?;
+            Some((meta.modified().ok()?, meta.len()))
+        })
+        .collect()
 }
 
 #[async_trait]
 impl BackgroundService for Watcher {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let path = self.reloader.path().to_owned();
-        let mut applied = fingerprint(&path);
-        let mut seen = applied;
+        // The config file and the files it reads (certificates, keys, secret files).
+        let mut paths = self.reloader.watched_files();
+        let mut applied = fingerprint(&paths);
+        let mut seen = applied.clone();
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = tokio::time::sleep(self.interval) => {}
             }
-            let now = fingerprint(&path);
+            let now = fingerprint(&paths);
             if !self.reloader.watching() {
                 // Watching is off: changes are for SIGHUP or POST /reload.
-                (applied, seen) = (now, now);
+                (applied, seen) = (now.clone(), now);
                 continue;
             }
             // Debounce: act only when two consecutive polls agree and differ from the last
             // applied state. A missing file (mid-rename) waits for the next poll.
             if now.is_some() && now == seen && now != applied {
-                applied = now;
+                applied = now.clone();
                 // The outcome is logged and counted by the reloader.
                 let _ = self.reloader.reload("file changed").await;
+                // The new configuration may read other files.
+                let watched = self.reloader.watched_files();
+                if watched != paths {
+                    paths = watched;
+                    applied = fingerprint(&paths);
+                }
             }
             seen = now;
         }

@@ -13,4 +13,5 @@ pub mod admin;
 pub mod config;
 pub mod reload;
 pub mod snapshot;
+pub mod tls;
 pub mod upstream;

@@ -65,6 +65,22 @@ pub struct Reloader {
     running: tokio::sync::Mutex<()>,
 }
 
+/// The hash of a configuration: its text and the content of every file it reads, so that a
+/// renewed certificate or a rotated secret file is a change like an edit of the text.
+pub fn config_hash(text: &str, files: &[PathBuf]) -> String {
+    let mut all = text.as_bytes().to_vec();
+    for file in files {
+        all.extend_from_slice(file.as_os_str().as_encoded_bytes());
+        all.push(0);
+        match std::fs::read(file) {
+            Ok(bytes) => all.extend_from_slice(&bytes),
+            Err(_) => all.extend_from_slice(b"<unreadable>"),
+        }
+        all.push(0);
+    }
+    content_hash(&all)
+}
+
 pub fn content_hash(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
@@ -96,7 +112,7 @@ impl Reloader {
     ) -> Reloader {
         let loaded = Loaded {
             version: 1,
-            hash: content_hash(text.as_bytes()),
+            hash: config_hash(text, &snapshots.load().config.files),
             loaded_at: unix_now(),
             pending_restart: Vec::new(),
         };
@@ -118,6 +134,13 @@ impl Reloader {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The configuration file and the files it reads (certificates, secrets).
+    pub fn watched_files(&self) -> Vec<PathBuf> {
+        let mut files = vec![self.path.clone()];
+        files.extend(self.snapshots.load().config.files.iter().cloned());
+        files
     }
 
     /// Whether the running configuration wants the file watched (`server.watch_config`).
@@ -153,11 +176,11 @@ impl Reloader {
                     path: path.clone(),
                     source,
                 })?;
-                let hash = content_hash(text.as_bytes());
+                let mut config = Config::from_text(&text)?;
+                let hash = config_hash(&text, &config.files);
                 if hash == current_hash {
                     return Ok(None);
                 }
-                let mut config = Config::from_text(&text)?;
                 for warning in &config.warnings {
                     log::warn!("configuration {}: {warning}", path.display());
                 }
@@ -264,6 +287,25 @@ pub fn keep_restart_only_settings(new: &mut Config, running: &Config) -> Vec<Str
     keep!(admin.listen, "admin.listen");
     keep!(server.log_format, "server.log_format");
     keep!(tracing, "tracing");
+    keep!(server.h2c, "server.h2c");
+    // The TLS listener's address and ALPN are fixed at start; its certificates are not.
+    match (&mut new.server.tls, &running.server.tls) {
+        (Some(new_tls), Some(old)) => {
+            if new_tls.listen != old.listen {
+                pending.push("server.tls.listen".to_owned());
+                new_tls.listen = old.listen;
+            }
+            if new_tls.h2 != old.h2 {
+                pending.push("server.tls.h2".to_owned());
+                new_tls.h2 = old.h2;
+            }
+        }
+        (None, None) => {}
+        (new_tls, old) => {
+            pending.push("server.tls".to_owned());
+            *new_tls = old.clone();
+        }
+    }
     pending
 }
 

@@ -14,6 +14,7 @@ use crate::chain::router::{RouteSpec, Router};
 use crate::control::config::{
     Config, ConfigError, IpLimitChoice, IpLimitConfig, Problem, RouteConfig, StoreConfig,
 };
+use crate::control::tls::CertStore;
 use crate::control::upstream::Pool;
 use crate::limit::ip::IpLimiter;
 use crate::limit::store::Store;
@@ -52,6 +53,8 @@ pub struct Snapshot {
     pub metrics: Arc<Metrics>,
     /// Counters of requests no route matched.
     pub unrouted: RouteMetrics,
+    /// The TLS listener's certificates (chosen per handshake from the live snapshot).
+    pub tls: Option<Arc<CertStore>>,
 }
 
 /// Label used for requests that matched no route.
@@ -168,7 +171,14 @@ impl Snapshot {
             Some(p) if p.config.store == config.store => Arc::clone(&p.store),
             _ => Arc::new(build_store(&config.store, metrics)?),
         };
+        let tls = match &config.server.tls {
+            Some(t) => Some(Arc::new(
+                CertStore::load(&t.certificates).map_err(ConfigError::Invalid)?,
+            )),
+            None => None,
+        };
         Ok(Snapshot {
+            tls,
             router: Router::new(config.routes.iter().map(|r| RouteSpec {
                 prefix: r.path_prefix.clone(),
                 host: r.host.clone(),

@@ -11,7 +11,9 @@
 use crate::control::config::{CertificateConfig, Problem};
 use crate::control::snapshot::SnapshotHandle;
 use pingora::tls::sign::CertifiedKey;
-use pingora::tls::{CertificateDer, ClientHello, CryptoProvider, PrivateKeyDer, ResolvesServerCert};
+use pingora::tls::{
+    CertificateDer, ClientHello, CryptoProvider, PrivateKeyDer, ResolvesServerCert,
+};
 use rustls_pki_types::pem::PemObject;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -88,24 +90,39 @@ impl CertStore {
     }
 }
 
+/// A loaded certificate and the names it serves.
+type Loaded = (Arc<CertifiedKey>, Vec<String>);
+
 /// One certificate chain and its key; `Err((field, message))`.
-fn load_one(c: &CertificateConfig) -> Result<(Arc<CertifiedKey>, Vec<String>), (&'static str, String)> {
+fn load_one(c: &CertificateConfig) -> Result<Loaded, (&'static str, String)> {
     let cert_pem = std::fs::read(&c.cert)
         .map_err(|e| ("cert", format!("cannot read {}: {e}", c.cert.display())))?;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<_, _>>()
-        .map_err(|e| ("cert", format!("{}: not a PEM certificate chain ({e})", c.cert.display())))?;
+        .map_err(|e| {
+            (
+                "cert",
+                format!("{}: not a PEM certificate chain ({e})", c.cert.display()),
+            )
+        })?;
     if chain.is_empty() {
-        return Err(("cert", format!("{}: no certificate in it", c.cert.display())));
+        return Err((
+            "cert",
+            format!("{}: no certificate in it", c.cert.display()),
+        ));
     }
     // The key path may be a secret; its content always is: never quoted.
     let key_pem = std::fs::read(c.key.expose())
         .map_err(|e| ("key", format!("cannot read the key file: {}", e.kind())))?;
-    let key = PrivateKeyDer::from_pem_slice(&key_pem)
-        .map_err(|_| ("key", "not a PEM private key (PKCS#8, PKCS#1 or SEC1)".to_owned()))?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|_| {
+        (
+            "key",
+            "not a PEM private key (PKCS#8, PKCS#1 or SEC1)".to_owned(),
+        )
+    })?;
     pingora::tls::install_default_crypto_provider();
-    let provider = CryptoProvider::get_default()
-        .ok_or(("key", "no TLS crypto provider".to_owned()))?;
+    let provider =
+        CryptoProvider::get_default().ok_or(("key", "no TLS crypto provider".to_owned()))?;
     let signing = provider
         .key_provider
         .load_private_key(key)
@@ -115,8 +132,7 @@ fn load_one(c: &CertificateConfig) -> Result<(Arc<CertifiedKey>, Vec<String>), (
         .keys_match()
         .map_err(|e| ("key", format!("does not match the certificate: {e}")))?;
     let names = if c.names.is_empty() {
-        dns_names(&certified.cert[0])
-            .map_err(|e| ("cert", format!("{}: {e}", c.cert.display())))?
+        dns_names(&certified.cert[0]).map_err(|e| ("cert", format!("{}: {e}", c.cert.display())))?
     } else {
         c.names.clone()
     };
@@ -150,9 +166,14 @@ fn dns_names(cert: &CertificateDer<'_>) -> Result<Vec<String>, String> {
 }
 
 /// Chooses the listener's certificate per handshake from the live snapshot.
-#[derive(Debug)]
 pub struct CertResolver {
     snapshots: SnapshotHandle,
+}
+
+impl std::fmt::Debug for CertResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CertResolver")
+    }
 }
 
 impl CertResolver {

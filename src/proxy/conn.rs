@@ -180,7 +180,20 @@ impl UniqueID for GuardedStream {
     }
 }
 
-impl Ssl for GuardedStream {}
+/// TLS facts of the connection (the negotiated ALPN decides HTTP/2).
+impl Ssl for GuardedStream {
+    fn get_ssl(&self) -> Option<&pingora::protocols::tls::TlsRef> {
+        self.inner.get_ssl()
+    }
+
+    fn get_ssl_digest(&self) -> Option<Arc<pingora::protocols::tls::SslDigest>> {
+        self.inner.get_ssl_digest()
+    }
+
+    fn selected_alpn_proto(&self) -> Option<pingora::protocols::ALPN> {
+        self.inner.selected_alpn_proto()
+    }
+}
 
 impl GetTimingDigest for GuardedStream {
     fn get_timing_digest(&self) -> Vec<Option<pingora::protocols::TimingDigest>> {
@@ -227,10 +240,23 @@ impl<A> Guarded<A> {
 impl<A: ServerApp + Send + Sync + 'static> ServerApp for Guarded<A> {
     async fn process_new(
         self: &Arc<Self>,
-        stream: Stream,
+        mut stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
-        let header_timeout = self.snapshots.load().config.server.limits.header_timeout;
+        let config = Arc::clone(&self.snapshots.load().config);
+        let header_timeout = config.server.limits.header_timeout;
+        // A client that sends nothing at all is held to the header deadline here too.
+        let http2 = tokio::time::timeout(header_timeout, is_http2(&mut stream, config.server.h2c));
+        let Ok(http2) = http2.await else {
+            return None;
+        };
+        if http2 {
+            // HTTP/2 multiplexes requests on one connection: a per-connection header
+            // deadline would cut streams still in flight. Its framing is strict enough that
+            // Pingora's HTTP/1 refusals do not occur; its idle connections are Pingora's h2
+            // server's to close.
+            return self.inner.process_new(stream, shutdown).await;
+        }
         let guarded: Stream = Box::new(GuardedStream::new(stream, header_timeout));
         self.inner.process_new(guarded, shutdown).await
     }
@@ -238,6 +264,23 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Guarded<A> {
     async fn cleanup(&self) {
         self.inner.cleanup().await
     }
+}
+
+/// Whether the connection speaks HTTP/2: negotiated by ALPN over TLS, or (with `h2c`) a
+/// plaintext connection opening with the HTTP/2 preface.
+async fn is_http2(stream: &mut Stream, h2c: bool) -> bool {
+    if stream.get_ssl_digest().is_some() {
+        return matches!(
+            stream.selected_alpn_proto(),
+            Some(pingora::protocols::ALPN::H2)
+        );
+    }
+    if !h2c {
+        return false;
+    }
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let mut buf = [0u8; PREFACE.len()];
+    matches!(stream.try_peek(&mut buf).await, Ok(true)) && buf == PREFACE
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 pub mod http;
 pub mod otlp;
 pub mod redis;
+pub mod tls;
 
 use std::collections::HashSet;
 use std::net::{TcpListener, TcpStream};

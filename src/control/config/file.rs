@@ -74,6 +74,10 @@ pub struct ServerFile {
     pub watch_config: Option<bool>,
     /// Application log lines: "text" (default) or "json".
     pub log_format: Option<LogFormatFile>,
+    /// HTTP/2 with prior knowledge (h2c) on the plaintext listener, next to HTTP/1.
+    pub h2c: Option<bool>,
+    /// A TLS listener (HTTPS, HTTP/2 by ALPN).
+    pub tls: Option<TlsListenerFile>,
     /// Peers whose `X-Forwarded-For` is believed (CIDRs or single addresses).
     pub trusted_proxies: Option<Vec<String>>,
     /// Client addresses are limited per prefix of this length.
@@ -95,6 +99,29 @@ pub struct ServerFile {
     pub max_header_count: Option<usize>,
     pub max_uri_length: Option<usize>,
     pub max_body_bytes: Option<u64>,
+}
+
+/// `[server.tls]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsListenerFile {
+    /// Address of the TLS listener, `host:port`.
+    pub listen: String,
+    /// Offer HTTP/2 by ALPN (default `true`).
+    pub h2: Option<bool>,
+    pub certificates: Vec<CertificateFile>,
+}
+
+/// One certificate of the TLS listener.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateFile {
+    /// PEM certificate chain, leaf first.
+    pub cert: String,
+    /// PEM private key file (the path may come from the environment or a file).
+    pub key: super::units::SecretSource,
+    /// SNI names served (default: the certificate's DNS names); `*.example.com` for one label.
+    pub names: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -27,6 +27,9 @@ pub struct Config {
     pub clients: Vec<ClientConfig>,
     /// OpenTelemetry tracing; `None`: off (restart).
     pub tracing: Option<crate::ops::trace::TraceSettings>,
+    /// Other files it reads (secret files, certificates, keys): watched with it, and part of
+    /// its content hash.
+    pub files: Vec<std::path::PathBuf>,
     /// Accepted, but worth saying (a deprecated key): shown by `turnstile check`, logged at
     /// start and on reload.
     pub warnings: Vec<super::error::Problem>,
@@ -45,6 +48,10 @@ pub struct ServerConfig {
     pub watch_config: bool,
     /// Application log lines (restart).
     pub log_format: crate::ops::logging::LogFormat,
+    /// HTTP/2 with prior knowledge on the plaintext listener (restart).
+    pub h2c: bool,
+    /// The TLS listener (its address and ALPN: restart; its certificates: reload).
+    pub tls: Option<TlsListenerConfig>,
     /// Secret of keyed limits' keyed hash; `None`: a built-in one (see the README).
     pub key_hash_secret: Option<super::units::Secret>,
     pub trusted_proxies: TrustedProxies,
@@ -213,4 +220,21 @@ impl RouteConfig {
                 .any(|p| matches!(p, crate::chain::keys::KeyPart::Body(_)))
         })
     }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsListenerConfig {
+    pub listen: SocketAddr,
+    /// ALPN offers `h2` as well as `http/1.1`.
+    pub h2: bool,
+    pub certificates: Vec<CertificateConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateConfig {
+    pub cert: std::path::PathBuf,
+    /// The key file's path (a secret: it may have come from the environment).
+    pub key: super::units::Secret,
+    /// SNI names, lower case; empty: the certificate's DNS names.
+    pub names: Vec<String>,
 }

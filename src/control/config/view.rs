@@ -23,6 +23,16 @@ pub fn render(config: &Config) -> Value {
             "upstream_keepalive_pool_size": s.upstream_keepalive_pool_size,
             "watch_config": s.watch_config,
             "log_format": s.log_format.as_str(),
+            "h2c": s.h2c,
+            "tls": s.tls.as_ref().map(|t| json!({
+                "listen": t.listen.to_string(),
+                "h2": t.h2,
+                "certificates": t.certificates.iter().map(|c| json!({
+                    "cert": c.cert.display().to_string(),
+                    "key": "set",
+                    "names": c.names,
+                })).collect::<Vec<_>>(),
+            })),
             "key_hash_secret": if s.key_hash_secret.is_some() { "set" } else { "not set" },
             "trusted_proxies": s.trusted_proxies.nets().iter().map(ToString::to_string).collect::<Vec<_>>(),
             "ipv4_prefix": s.grouping.ipv4_prefix,

@@ -13,6 +13,9 @@ pub const MAX_NAME_LEN: usize = 64;
 pub(super) struct Problems {
     pub(super) errors: Vec<Problem>,
     pub(super) warnings: Vec<Problem>,
+    /// Other files the configuration reads (secrets, certificates): a change to one of them
+    /// is a change of the configuration.
+    pub(super) files: Vec<std::path::PathBuf>,
 }
 
 impl Problems {
@@ -91,6 +94,9 @@ pub(super) fn secret(
     source: &crate::control::config::units::SecretSource,
     problems: &mut Problems,
 ) -> Option<crate::control::config::units::Secret> {
+    if let Some(file) = source.file() {
+        problems.files.push(file.to_owned());
+    }
     source
         .resolve()
         .map_err(|why| problems.push(path, why))

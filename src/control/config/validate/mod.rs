@@ -97,6 +97,7 @@ impl TryFrom<FileConfig> for Config {
                 plans,
                 clients,
                 tracing,
+                files: problems.files,
                 warnings: problems.warnings,
             })
         } else {

@@ -27,6 +27,8 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         key_hash_secret,
         watch_config,
         log_format,
+        h2c,
+        tls,
         trusted_proxies,
         ipv4_prefix,
         ipv6_prefix,
@@ -69,6 +71,8 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         upstream_keepalive_pool_size: upstream_keepalive_pool_size
             .unwrap_or(defaults::UPSTREAM_KEEPALIVE_POOL_SIZE),
         watch_config: watch_config.unwrap_or(true),
+        h2c: h2c.unwrap_or(false),
+        tls: tls.map(|t| tls_listener_config(t, problems)),
         log_format: match log_format {
             Some(crate::control::config::file::LogFormatFile::Json) => {
                 crate::ops::logging::LogFormat::Json
@@ -219,5 +223,74 @@ pub(super) fn ip_limit_config(
     IpLimitConfig {
         rate,
         burst: burst.max(1),
+    }
+}
+
+/// `[server.tls]`: the address and the certificates' files (read, and checked to match,
+/// when a snapshot is built).
+fn tls_listener_config(
+    file: crate::control::config::file::TlsListenerFile,
+    problems: &mut Problems,
+) -> crate::control::config::model::TlsListenerConfig {
+    use crate::control::config::model::{CertificateConfig, TlsListenerConfig};
+    let crate::control::config::file::TlsListenerFile {
+        listen,
+        h2,
+        certificates,
+    } = file;
+    let addr = listen.parse::<SocketAddr>().unwrap_or_else(|_| {
+        problems.push(
+            "server.tls.listen",
+            format!("{listen:?} is not an address: expected ip:port like \"0.0.0.0:8443\""),
+        );
+        SocketAddr::from(([0, 0, 0, 0], 8443))
+    });
+    if certificates.is_empty() {
+        problems.push(
+            "server.tls.certificates",
+            "at least one certificate is required",
+        );
+    }
+    let certificates = certificates
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let at = format!("server.tls.certificates[{i}]");
+            let key = secret(&format!("{at}.key"), &c.key, problems)?;
+            let names: Vec<String> = c
+                .names
+                .unwrap_or_default()
+                .into_iter()
+                .map(|n| n.to_ascii_lowercase())
+                .collect();
+            for (j, name) in names.iter().enumerate() {
+                let bare = name.strip_prefix("*.").unwrap_or(name);
+                let ok = !bare.is_empty()
+                    && bare.len() <= 253
+                    && bare.split('.').all(|label| {
+                        !label.is_empty()
+                            && label.len() <= 63
+                            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    });
+                if !ok {
+                    problems.push(
+                        format!("{at}.names[{j}]"),
+                        format!("{name:?} is not a host name (\"api.example.com\" or \"*.example.com\")"),
+                    );
+                }
+            }
+            problems.files.push(c.cert.clone().into());
+            problems.files.push(key.expose().into());
+            Some(CertificateConfig {
+                cert: c.cert.into(),
+                key,
+                names,
+            })
+        })
+        .collect();
+    TlsListenerConfig {
+        listen: addr,
+        h2: h2.unwrap_or(true),
+        certificates,
     }
 }
