@@ -9,11 +9,8 @@
 //! serves, gets the first certificate.
 
 use crate::control::config::{CertificateConfig, Problem};
-use crate::control::snapshot::SnapshotHandle;
 use pingora::tls::sign::CertifiedKey;
-use pingora::tls::{
-    CertificateDer, ClientHello, CryptoProvider, PrivateKeyDer, ResolvesServerCert,
-};
+use pingora::tls::{CertificateDer, CryptoProvider, PrivateKeyDer};
 use rustls_pki_types::pem::PemObject;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -163,29 +160,4 @@ fn dns_names(cert: &CertificateDer<'_>) -> Result<Vec<String>, String> {
         return Err("no DNS names in its subject alternative names: list them in `names`".into());
     }
     Ok(names)
-}
-
-/// Chooses the listener's certificate per handshake from the live snapshot.
-pub struct CertResolver {
-    snapshots: SnapshotHandle,
-}
-
-impl std::fmt::Debug for CertResolver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CertResolver")
-    }
-}
-
-impl CertResolver {
-    pub fn new(snapshots: SnapshotHandle) -> CertResolver {
-        CertResolver { snapshots }
-    }
-}
-
-impl ResolvesServerCert for CertResolver {
-    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let snapshot = self.snapshots.load();
-        let store = snapshot.tls.as_ref()?;
-        Some(store.pick(hello.server_name()))
-    }
 }

@@ -26,6 +26,7 @@ pub mod conn;
 mod context;
 mod request;
 mod response;
+pub mod tls;
 mod upstream;
 
 pub use context::RequestCtx;
