@@ -1,5 +1,6 @@
 //! Active health checks of every upstream pool in the live snapshot, each pool on its own
-//! interval (`upstreams.NAME.health_check`).
+//! interval (`upstreams.NAME.health_check`), and the resolution of their host names again
+//! (`upstreams.NAME.resolve_interval`).
 
 use crate::control::snapshot::SnapshotHandle;
 use async_trait::async_trait;
@@ -27,7 +28,11 @@ impl BackgroundService for HealthChecker {
         loop {
             let snapshot = self.snapshots.load_full();
             let now = Instant::now();
-            let checks = snapshot.pools.values().map(|pool| pool.check_if_due(now));
+            let checks = snapshot.pools.values().map(|pool| async move {
+                let resolve = pool.resolve_if_due(now).await;
+                let check = pool.check_if_due(now).await;
+                resolve.into_iter().chain(check).min()
+            });
             let next = futures::future::join_all(checks)
                 .await
                 .into_iter()

@@ -12,6 +12,7 @@
 pub mod admin;
 pub mod config;
 pub mod reload;
+pub mod resolve;
 pub mod snapshot;
 pub mod tls;
 pub mod upstream;

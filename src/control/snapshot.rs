@@ -14,6 +14,7 @@ use crate::chain::router::{RouteSpec, Router};
 use crate::control::config::{
     Config, ConfigError, IpLimitChoice, IpLimitConfig, Problem, RouteConfig, StoreConfig,
 };
+use crate::control::resolve::NameResolver;
 use crate::control::tls::CertStore;
 use crate::control::upstream::Pool;
 use crate::limit::ip::IpLimiter;
@@ -211,15 +212,18 @@ fn build_pools(
 ) -> Result<BTreeMap<String, Arc<Pool>>, ConfigError> {
     let mut pools = BTreeMap::new();
     let mut problems = Vec::new();
+    let resolver = NameResolver::new(&config.server.dns_servers);
+    let same_resolver =
+        previous.is_none_or(|p| p.config.server.dns_servers == config.server.dns_servers);
     for (name, up) in &config.upstreams {
         let reused = previous
             .and_then(|p| p.pools.get(name))
-            .filter(|pool| pool.config == *up);
+            .filter(|pool| pool.config == *up && same_resolver);
         match reused {
             Some(pool) => {
                 pools.insert(name.clone(), Arc::clone(pool));
             }
-            None => match Pool::new(up, previous.and_then(|p| p.pools.get(name))) {
+            None => match Pool::new(up, &resolver, previous.and_then(|p| p.pools.get(name))) {
                 Ok(pool) => {
                     pools.insert(name.clone(), Arc::new(pool));
                 }

@@ -1,97 +1,202 @@
-//! Upstream pools: round robin over the configured servers, skipping those that fail their
-//! active HTTP health check. The checks are run by `background::health`, which walks the
-//! pools of the current snapshot, so pools created by a reload are checked without any extra
-//! wiring. A pool with `shedding` has a [`Gate`]: the door its requests pass first.
+//! Upstream pools: round robin over the servers' addresses, skipping those that fail their
+//! active HTTP health check. Host names are resolved when the pool is built and then again
+//! every `resolve_interval` (Pingora's service discovery: the pool follows the answer — new
+//! addresses are added and health-checked, vanished ones dropped — without a reload). The
+//! checks and resolutions are run by `background::health`, which walks the pools of the
+//! current snapshot, so pools created by a reload need no extra wiring. A pool with
+//! `shedding` has a [`Gate`]: the door its requests pass first. A pool with `tls` carries
+//! what its connections need (CA, client certificate), read when it is built.
 
-use crate::control::config::{HealthCheckConfig, Problem, UpstreamConfig};
+use crate::control::config::{HealthCheckConfig, Problem, UpstreamConfig, UpstreamTls};
+use crate::control::resolve::NameResolver;
 use crate::limit::shed::Gate;
+use async_trait::async_trait;
 use pingora::http::RequestHeader;
+use pingora::lb::discovery::ServiceDiscovery;
 use pingora::lb::health_check::HttpHealthCheck;
 use pingora::lb::selection::RoundRobin;
-use pingora::lb::{Backend, LoadBalancer};
-use std::net::{SocketAddr, ToSocketAddrs};
+use pingora::lb::{Backend, Backends, LoadBalancer};
+use pingora::protocols::tls::CaType;
+use pingora::utils::tls::{CertKey, WrappedX509};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// The host a backend was resolved from (its SNI and verified name).
+#[derive(Debug, Clone)]
+pub struct Host(pub Arc<str>);
+
+/// A server as configured: host (name or address) and port.
+#[derive(Debug, Clone)]
+struct Server {
+    host: String,
+    port: u16,
+}
+
+impl Server {
+    fn is_name(&self) -> bool {
+        self.host.parse::<std::net::IpAddr>().is_err()
+    }
+}
+
+/// What a pool's TLS connections use.
+pub struct PeerTls {
+    /// SNI and verified name, over each server's host.
+    pub sni: Option<String>,
+    pub verify: bool,
+    pub ca: Option<Arc<CaType>>,
+    pub client_cert: Option<Arc<CertKey>>,
+}
+
 pub struct Pool {
     pub config: UpstreamConfig,
-    /// The configured servers, resolved, in configuration order.
-    addrs: Vec<SocketAddr>,
     lb: LoadBalancer<RoundRobin>,
-    backends: Vec<Backend>,
-    /// When the next health check of this pool is due (`None`: no active checks).
+    /// When the next health check is due (`None`: no active checks).
     next_check: Mutex<Option<Instant>>,
+    /// When the names are resolved again (`None`: no names, or never again).
+    next_resolve: Mutex<Option<Instant>>,
     /// Load shedding, when the pool has it.
     pub gate: Option<Arc<Gate>>,
+    pub tls: Option<PeerTls>,
+}
+
+/// The selected server: its address and the host it came from.
+pub struct Selected {
+    pub addr: SocketAddr,
+    pub host: Arc<str>,
+}
+
+/// Resolves every server of a pool (Pingora's service discovery).
+struct Discovery {
+    servers: Vec<Server>,
+    resolver: NameResolver,
+    /// The answer found while building the pool, handed out by the first discovery.
+    initial: Mutex<Option<BTreeSet<Backend>>>,
+}
+
+fn backend(addr: SocketAddr, host: &str) -> Backend {
+    let mut b = Backend {
+        addr: pingora::protocols::l4::socket::SocketAddr::Inet(addr),
+        weight: 1,
+        ext: Default::default(),
+    };
+    b.ext.insert(Host(Arc::from(host)));
+    b
+}
+
+#[async_trait]
+impl ServiceDiscovery for Discovery {
+    async fn discover(&self) -> pingora::Result<(BTreeSet<Backend>, HashMap<u64, bool>)> {
+        if let Some(initial) = self.initial.lock().expect("not poisoned").take() {
+            return Ok((initial, HashMap::new()));
+        }
+        let mut found = BTreeSet::new();
+        for server in &self.servers {
+            match self.resolver.lookup(&server.host, server.port).await {
+                Ok(addrs) => found.extend(addrs.into_iter().map(|a| backend(a, &server.host))),
+                Err(e) => {
+                    // Keep the pool as it is rather than empty it on a failed lookup.
+                    log::warn!("upstream server {}:{}: {e}; keeping its addresses", server.host, server.port);
+                    return Err(pingora::Error::explain(pingora::ErrorType::InternalError, e));
+                }
+            }
+        }
+        Ok((found, HashMap::new()))
+    }
 }
 
 impl Pool {
-    /// Builds a pool, resolving host names (blocking DNS: call off the request path). The
-    /// `previous` pool of the same name keeps its gate — the learned limit and the requests
-    /// in flight — when the shedding settings did not change.
-    pub fn new(config: &UpstreamConfig, previous: Option<&Arc<Pool>>) -> Result<Pool, Problem> {
-        let addrs = config
-            .servers
-            .iter()
-            .enumerate()
-            .map(|(i, server)| {
-                resolve(server).map_err(|message| Problem {
-                    path: format!("upstreams.{}.servers[{i}]", config.name),
-                    message,
-                    location: None,
-                })
-            })
-            .collect::<Result<Vec<SocketAddr>, Problem>>()?;
-        let mut lb = LoadBalancer::<RoundRobin>::try_from_iter(addrs.iter().copied())
-            .expect("socket addresses need no lookup");
+    /// Builds a pool, resolving host names (blocking: call off the request path) and reading
+    /// its TLS files. The `previous` pool of the same name keeps its gate — the learned limit
+    /// and the requests in flight — when the shedding settings did not change.
+    pub fn new(
+        config: &UpstreamConfig,
+        resolver: &NameResolver,
+        previous: Option<&Arc<Pool>>,
+    ) -> Result<Pool, Problem> {
+        let problem = |path: String, message: String| Problem {
+            path,
+            message,
+            location: None,
+        };
+        let mut servers = Vec::with_capacity(config.servers.len());
+        let mut initial = BTreeSet::new();
+        for (i, text) in config.servers.iter().enumerate() {
+            let path = format!("upstreams.{}.servers[{i}]", config.name);
+            let (host, port) = split_host_port(text).map_err(|m| problem(path.clone(), m))?;
+            let server = Server { host, port };
+            let addrs = resolver
+                .lookup_blocking(&server.host, server.port)
+                .map_err(|m| problem(path, m))?;
+            initial.extend(addrs.into_iter().map(|a| backend(a, &server.host)));
+            servers.push(server);
+        }
+        let has_names = servers.iter().any(Server::is_name);
+        let discovery = Discovery {
+            servers,
+            resolver: resolver.clone(),
+            initial: Mutex::new(Some(initial)),
+        };
+        let mut lb = LoadBalancer::<RoundRobin>::from_backends(Backends::new(Box::new(discovery)));
+        // The first discovery hands out what was just resolved: no I/O, no runtime needed.
+        futures::executor::block_on(lb.update()).expect("the initial discovery cannot fail");
         if let Some(hc) = &config.health_check {
             lb.set_health_check(Box::new(http_health_check(hc)));
         }
-        let backends = lb.backends().get_backend().iter().cloned().collect();
+        let tls = match &config.tls {
+            Some(t) => Some(peer_tls(&config.name, t)?),
+            None => None,
+        };
         let gate = config.shedding.map(|settings| {
             previous
                 .and_then(|p| p.gate.as_ref())
                 .filter(|g| *g.settings() == settings)
                 .map_or_else(|| Arc::new(Gate::new(settings)), Arc::clone)
         });
+        let resolving = has_names && !config.resolve_interval.is_zero();
         Ok(Pool {
             config: config.clone(),
-            addrs,
             lb,
-            backends,
             next_check: Mutex::new(config.health_check.as_ref().map(|_| Instant::now())),
+            next_resolve: Mutex::new(
+                resolving.then(|| Instant::now() + config.resolve_interval),
+            ),
             gate,
+            tls,
         })
     }
 
     /// The next healthy server in round-robin order, or `None` if every server is down.
-    pub fn select(&self) -> Option<SocketAddr> {
-        self.lb
-            .select(b"", self.backends.len())
-            .and_then(|b| b.addr.as_inet().copied())
+    pub fn select(&self) -> Option<Selected> {
+        let n = self.len().max(1);
+        let b = self.lb.select(b"", n)?;
+        let addr = *b.addr.as_inet()?;
+        let host = b
+            .ext
+            .get::<Host>()
+            .map_or_else(|| Arc::from(addr.ip().to_string()), |h| Arc::clone(&h.0));
+        Some(Selected { addr, host })
     }
 
+    /// How many addresses the pool has now.
     pub fn len(&self) -> usize {
-        self.backends.len()
+        self.lb.backends().get_backend().len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.backends.is_empty()
+        self.len() == 0
     }
 
-    /// Health of every server, in configuration order.
+    /// Health of every current address, in address order.
     pub fn health(&self) -> Vec<(SocketAddr, bool)> {
         let backends = self.lb.backends();
-        self.addrs
+        backends
+            .get_backend()
             .iter()
-            .map(|addr| {
-                let healthy = self
-                    .backends
-                    .iter()
-                    .find(|b| b.addr.as_inet() == Some(addr))
-                    .is_some_and(|b| backends.ready(b));
-                (*addr, healthy)
-            })
+            .filter_map(|b| Some((*b.addr.as_inet()?, backends.ready(b))))
             .collect()
     }
 
@@ -107,18 +212,86 @@ impl Pool {
         *self.next_check.lock().expect("not poisoned") = Some(next);
         Some(next)
     }
+
+    /// Resolves the pool's names again if it is time; returns when it is next due. A failed
+    /// lookup keeps the addresses the pool has.
+    pub async fn resolve_if_due(&self, now: Instant) -> Option<Instant> {
+        let due = (*self.next_resolve.lock().expect("not poisoned"))?;
+        if due > now {
+            return Some(due);
+        }
+        if self.lb.update().await.is_ok() {
+            // New addresses are checked before they count as healthy only if checks run.
+            self.lb.backends().run_health_check(true).await;
+        }
+        let next = Instant::now() + self.config.resolve_interval;
+        *self.next_resolve.lock().expect("not poisoned") = Some(next);
+        Some(next)
+    }
 }
 
-/// `ip:port` as is; `host:port` through the system resolver (the first address wins).
-fn resolve(server: &str) -> Result<SocketAddr, String> {
+/// `host:port` or `[v6]:port`.
+fn split_host_port(server: &str) -> Result<(String, u16), String> {
     if let Ok(addr) = server.parse::<SocketAddr>() {
-        return Ok(addr);
+        return Ok((addr.ip().to_string(), addr.port()));
     }
-    server
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {server:?}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{server:?} resolves to no address"))
+    let (host, port) = server
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{server:?} has no port"))?;
+    let port = port
+        .parse::<u16>()
+        .map_err(|_| format!("{server:?} has no valid port"))?;
+    Ok((host.to_owned(), port))
+}
+
+/// The CA and client certificate of a pool's TLS connections, read now.
+fn peer_tls(pool: &str, tls: &UpstreamTls) -> Result<PeerTls, Problem> {
+    let problem = |field: &str, message: String| Problem {
+        path: format!("upstreams.{pool}.{field}"),
+        message,
+        location: None,
+    };
+    let ca = match &tls.ca_file {
+        Some(path) => {
+            let pem = std::fs::read(path)
+                .map_err(|e| problem("tls_ca_file", format!("cannot read {}: {e}", path.display())))?;
+            let certs: Vec<WrappedX509> = CertificateDer::pem_slice_iter(&pem)
+                .map(|c| c.map(|c| WrappedX509::new(c.to_vec(), pingora::utils::tls::parse_x509)))
+                .collect::<Result<_, _>>()
+                .map_err(|e| problem("tls_ca_file", format!("{}: not PEM certificates ({e})", path.display())))?;
+            if certs.is_empty() {
+                return Err(problem("tls_ca_file", format!("{}: no certificate in it", path.display())));
+            }
+            Some(Arc::<CaType>::from(certs.into_boxed_slice()))
+        }
+        None => None,
+    };
+    let client_cert = match &tls.client_cert {
+        Some((cert, key)) => {
+            let pem = std::fs::read(cert).map_err(|e| {
+                problem("tls_client_cert", format!("cannot read {}: {e}", cert.display()))
+            })?;
+            let chain: Vec<Vec<u8>> = CertificateDer::pem_slice_iter(&pem)
+                .map(|c| c.map(|c| c.to_vec()))
+                .collect::<Result<_, _>>()
+                .map_err(|_| problem("tls_client_cert", "not a PEM certificate chain".into()))?;
+            let key_pem = std::fs::read(key.expose())
+                .map_err(|e| problem("tls_client_key", format!("cannot read the key file: {}", e.kind())))?;
+            let key = PrivateKeyDer::from_pem_slice(&key_pem)
+                .map_err(|_| problem("tls_client_key", "not a PEM private key".into()))?;
+            if chain.is_empty() {
+                return Err(problem("tls_client_cert", "no certificate in it".into()));
+            }
+            Some(Arc::new(CertKey::new(chain, key.secret_der().to_vec())))
+        }
+        None => None,
+    };
+    Ok(PeerTls {
+        sni: tls.sni.clone(),
+        verify: tls.verify,
+        ca,
+        client_cert,
+    })
 }
 
 fn http_health_check(cfg: &HealthCheckConfig) -> HttpHealthCheck {

@@ -24,7 +24,7 @@ pub fn upstream_peer(ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
     let route = &snapshot.routes[ctx
         .route
         .expect("request_filter sets the route before proxying")];
-    let Some(addr) = route.pool.select() else {
+    let Some(server) = route.pool.select() else {
         return Err(Error::explain(
             NO_HEALTHY_UPSTREAM,
             format!(
@@ -33,8 +33,24 @@ pub fn upstream_peer(ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
             ),
         ));
     };
-    ctx.upstream_addr = Some(addr);
-    let mut peer = HttpPeer::new(addr, false, String::new());
+    ctx.upstream_addr = Some(server.addr);
+    let pool = &route.pool;
+    let mut peer = match &pool.tls {
+        Some(tls) => {
+            let sni = tls.sni.clone().unwrap_or_else(|| server.host.to_string());
+            let mut peer = HttpPeer::new(server.addr, true, sni);
+            peer.options.verify_cert = tls.verify;
+            peer.options.verify_hostname = tls.verify;
+            peer.options.ca = tls.ca.clone();
+            peer.client_cert_key = tls.client_cert.clone();
+            peer
+        }
+        None => HttpPeer::new(server.addr, false, String::new()),
+    };
+    if pool.config.http2 {
+        // h2 only: by ALPN over TLS, with prior knowledge without (gRPC needs HTTP/2).
+        peer.options.set_http_version(2, 2);
+    }
     let options = &mut peer.options;
     options.connection_timeout = Some(route.config.connect_timeout);
     options.read_timeout = Some(route.config.read_timeout);

@@ -3,6 +3,7 @@
 //! or server the harness did not start.
 #![allow(dead_code)]
 
+pub mod dns;
 pub mod http;
 pub mod otlp;
 pub mod redis;
@@ -151,6 +152,8 @@ pub fn port_open(port: u16) -> bool {
 /// A running `orders-api` instance.
 pub struct Upstream {
     pub name: String,
+    /// The loopback address it listens on (`--host`, default 127.0.0.1).
+    pub host: String,
     pub port: u16,
     pub proc: Proc,
     _dir: tempfile::TempDir,
@@ -175,12 +178,18 @@ impl Upstream {
                 .args(extra),
             dir.path().join("orders-api.log"),
         );
-        wait_until(&format!("orders-api {name} on port {port}"), || {
+        let host = extra
+            .windows(2)
+            .find(|w| w[0] == "--host")
+            .map_or("127.0.0.1", |w| w[1])
+            .to_owned();
+        wait_until(&format!("orders-api {name} on {host}:{port}"), || {
             proc.assert_running();
-            port_open(port)
+            TcpStream::connect((host.as_str(), port)).is_ok()
         });
         Upstream {
             name: name.to_owned(),
+            host,
             port,
             proc,
             _dir: dir,
@@ -188,7 +197,7 @@ impl Upstream {
     }
 
     pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.host, self.port)
     }
 
     /// Requests this instance has served (its control endpoints excluded).

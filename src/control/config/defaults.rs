@@ -18,6 +18,8 @@ pub const GRACE_PERIOD: Duration = Duration::from_secs(10);
 pub const GRACEFUL_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 pub const UPSTREAM_KEEPALIVE_POOL_SIZE: usize = 128;
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often upstream host names are resolved again.
+pub const RESOLVE_INTERVAL: Duration = Duration::from_secs(30);
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -76,6 +76,9 @@ pub struct ServerFile {
     pub log_format: Option<LogFormatFile>,
     /// HTTP/2 with prior knowledge (h2c) on the plaintext listener, next to HTTP/1.
     pub h2c: Option<bool>,
+    /// DNS servers (`ip:port`) upstream names are resolved with (default: the system's
+    /// resolver).
+    pub dns_servers: Option<Vec<String>>,
     /// A TLS listener (HTTPS, HTTP/2 by ALPN).
     pub tls: Option<TlsListenerFile>,
     /// Peers whose `X-Forwarded-For` is believed (CIDRs or single addresses).
@@ -382,6 +385,21 @@ pub struct UpstreamFile {
     pub keepalive_timeout: Option<HumanDuration>,
     /// Load shedding (adaptive concurrency); off unless this table is present.
     pub shedding: Option<SheddingFile>,
+    /// TLS to the servers (default off).
+    pub tls: Option<bool>,
+    /// SNI and the name verified (default: each server's host, name or address).
+    pub tls_sni: Option<String>,
+    /// The CA the servers' certificates chain to (default: the system's roots).
+    pub tls_ca_file: Option<String>,
+    /// Turns verification off; only when asked for by this name.
+    pub tls_insecure_skip_verify: Option<bool>,
+    /// A client certificate for servers that ask for one (mTLS).
+    pub tls_client_cert: Option<String>,
+    pub tls_client_key: Option<super::units::SecretSource>,
+    /// HTTP/2 to the servers (ALPN over TLS, prior knowledge without): gRPC.
+    pub http2: Option<bool>,
+    /// How often server names are resolved again (default "30s"; "0s": only at load).
+    pub resolve_interval: Option<HumanDuration>,
 }
 
 /// `[upstreams.NAME.shedding]`: the limit on requests in flight to the pool, learned from its

@@ -50,6 +50,8 @@ pub struct ServerConfig {
     pub log_format: crate::ops::logging::LogFormat,
     /// HTTP/2 with prior knowledge on the plaintext listener (restart).
     pub h2c: bool,
+    /// DNS servers for upstream names; empty: the system's resolver.
+    pub dns_servers: Vec<SocketAddr>,
     /// The TLS listener (its address and ALPN: restart; its certificates: reload).
     pub tls: Option<TlsListenerConfig>,
     /// Secret of keyed limits' keyed hash; `None`: a built-in one (see the README).
@@ -154,6 +156,22 @@ pub struct UpstreamConfig {
     pub keepalive_timeout: Duration,
     /// Load shedding; `None`: off (every request goes through).
     pub shedding: Option<crate::limit::shed::GateSettings>,
+    /// TLS to the servers; `None`: plaintext.
+    pub tls: Option<UpstreamTls>,
+    /// HTTP/2 to the servers.
+    pub http2: bool,
+    /// How often host names are resolved again; zero: only when the pool is built.
+    pub resolve_interval: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTls {
+    /// SNI and verified name; `None`: each server's host.
+    pub sni: Option<String>,
+    pub verify: bool,
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Client certificate and key files (mTLS).
+    pub client_cert: Option<(std::path::PathBuf, super::units::Secret)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

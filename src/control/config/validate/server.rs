@@ -28,6 +28,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         watch_config,
         log_format,
         h2c,
+        dns_servers,
         tls,
         trusted_proxies,
         ipv4_prefix,
@@ -72,6 +73,21 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
             .unwrap_or(defaults::UPSTREAM_KEEPALIVE_POOL_SIZE),
         watch_config: watch_config.unwrap_or(true),
         h2c: h2c.unwrap_or(false),
+        dns_servers: dns_servers
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                s.parse::<SocketAddr>()
+                    .map_err(|_| {
+                        problems.push(
+                            format!("server.dns_servers[{i}]"),
+                            format!("{s:?}: expected ip:port like \"10.0.0.2:53\""),
+                        )
+                    })
+                    .ok()
+            })
+            .collect(),
         tls: tls.map(|t| tls_listener_config(t, problems)),
         log_format: match log_format {
             Some(crate::control::config::file::LogFormatFile::Json) => {

@@ -3,7 +3,8 @@
 use super::checks::*;
 use crate::control::config::defaults;
 use crate::control::config::file::{HealthCheckFile, UpstreamFile};
-use crate::control::config::model::{HealthCheckConfig, UpstreamConfig};
+use crate::control::config::model::{HealthCheckConfig, UpstreamConfig, UpstreamTls};
+use crate::control::config::units::{HumanDuration, SecretSource};
 use std::net::SocketAddr;
 
 pub(super) fn upstream_config(
@@ -16,6 +17,14 @@ pub(super) fn upstream_config(
         health_check,
         keepalive_timeout,
         shedding,
+        tls,
+        tls_sni,
+        tls_ca_file,
+        tls_insecure_skip_verify,
+        tls_client_cert,
+        tls_client_key,
+        http2,
+        resolve_interval,
     } = file;
     let base = format!("upstreams.{name}");
     check_name(&base, name, problems);
@@ -36,6 +45,22 @@ pub(super) fn upstream_config(
     }
     let health_check = health_check.map(|hc| health_check_config(&base, hc, problems));
     let shedding = super::shedding::shedding_config(&base, shedding, problems);
+    let tls = upstream_tls(
+        &base,
+        tls.unwrap_or(false),
+        UpstreamTlsFile {
+            sni: tls_sni,
+            ca_file: tls_ca_file,
+            insecure_skip_verify: tls_insecure_skip_verify,
+            client_cert: tls_client_cert,
+            client_key: tls_client_key,
+        },
+        problems,
+    );
+    let resolve_interval = match resolve_interval {
+        Some(HumanDuration(d)) => d,
+        None => defaults::RESOLVE_INTERVAL,
+    };
     UpstreamConfig {
         name: name.to_owned(),
         servers,
@@ -47,7 +72,73 @@ pub(super) fn upstream_config(
             problems,
         ),
         shedding,
+        tls,
+        http2: http2.unwrap_or(false),
+        resolve_interval,
     }
+}
+
+struct UpstreamTlsFile {
+    sni: Option<String>,
+    ca_file: Option<String>,
+    insecure_skip_verify: Option<bool>,
+    client_cert: Option<String>,
+    client_key: Option<SecretSource>,
+}
+
+/// `tls = true` and its `tls_*` settings (which need it).
+fn upstream_tls(
+    base: &str,
+    on: bool,
+    file: UpstreamTlsFile,
+    problems: &mut Problems,
+) -> Option<UpstreamTls> {
+    let UpstreamTlsFile {
+        sni,
+        ca_file,
+        insecure_skip_verify,
+        client_cert,
+        client_key,
+    } = file;
+    if !on {
+        let given = sni.is_some()
+            || ca_file.is_some()
+            || insecure_skip_verify.is_some()
+            || client_cert.is_some()
+            || client_key.is_some();
+        if given {
+            problems.push(format!("{base}.tls"), "tls_* settings need tls = true");
+        }
+        return None;
+    }
+    if let Some(ca) = &ca_file {
+        problems.files.push(ca.into());
+        if let Err(e) = std::fs::metadata(ca) {
+            problems.push(format!("{base}.tls_ca_file"), format!("cannot read {ca}: {}", e.kind()));
+        }
+    }
+    let key = client_key.and_then(|k| secret(&format!("{base}.tls_client_key"), &k, problems));
+    let client_cert = match (client_cert, key) {
+        (Some(cert), Some(key)) => {
+            problems.files.push(cert.clone().into());
+            problems.files.push(key.expose().into());
+            Some((cert.into(), key))
+        }
+        (None, None) => None,
+        _ => {
+            problems.push(
+                format!("{base}.tls_client_cert"),
+                "a client certificate needs both tls_client_cert and tls_client_key",
+            );
+            None
+        }
+    };
+    Some(UpstreamTls {
+        sni,
+        verify: !insecure_skip_verify.unwrap_or(false),
+        ca_file: ca_file.map(Into::into),
+        client_cert,
+    })
 }
 
 /// `ip:port`, `[v6]:port` or `host:port` (the host is resolved later, when pools are built).
