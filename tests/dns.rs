@@ -17,7 +17,10 @@ fn a_pool_follows_its_names_answer_without_a_reload() {
     let b = Upstream::start_args("b", port, &["--host", "127.0.0.3"]);
     dns.set("orders.test", &[Ipv4Addr::new(127, 0, 0, 2)]);
     let gw = Gateway::start_with(
-        &format!("dns_servers = [\"127.0.0.1:{}\"]\nwatch_config = false", dns.port),
+        &format!(
+            "dns_servers = [\"127.0.0.1:{}\"]\nwatch_config = false",
+            dns.port
+        ),
         &format!(
             r#"
 [upstreams.orders]
@@ -40,7 +43,9 @@ upstream = "orders"
     }
     // The name moves to b: traffic follows, no reload.
     dns.set("orders.test", &[Ipv4Addr::new(127, 0, 0, 3)]);
-    wait_until("traffic to move to b", || upstream_of(&gw.get("/orders")) == "b");
+    wait_until("traffic to move to b", || {
+        upstream_of(&gw.get("/orders")) == "b"
+    });
     for _ in 0..4 {
         assert_eq!(upstream_of(&gw.get("/orders")), "b");
     }

@@ -54,14 +54,13 @@ impl NameResolver {
             return Ok(vec![SocketAddr::new(ip, port)]);
         }
         let found: Vec<SocketAddr> = match self {
-            NameResolver::System => tokio::time::timeout(
-                LOOKUP_TIMEOUT,
-                tokio::net::lookup_host((host, port)),
-            )
-            .await
-            .map_err(|_| format!("resolving {host:?} timed out"))?
-            .map_err(|e| format!("cannot resolve {host:?}: {e}"))?
-            .collect(),
+            NameResolver::System => {
+                tokio::time::timeout(LOOKUP_TIMEOUT, tokio::net::lookup_host((host, port)))
+                    .await
+                    .map_err(|_| format!("resolving {host:?} timed out"))?
+                    .map_err(|e| format!("cannot resolve {host:?}: {e}"))?
+                    .collect()
+            }
             NameResolver::Dns(servers) => NameResolver::dns_client(servers)
                 .lookup_ip(host)
                 .await

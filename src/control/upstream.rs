@@ -99,8 +99,15 @@ impl ServiceDiscovery for Discovery {
                 Ok(addrs) => found.extend(addrs.into_iter().map(|a| backend(a, &server.host))),
                 Err(e) => {
                     // Keep the pool as it is rather than empty it on a failed lookup.
-                    log::warn!("upstream server {}:{}: {e}; keeping its addresses", server.host, server.port);
-                    return Err(pingora::Error::explain(pingora::ErrorType::InternalError, e));
+                    log::warn!(
+                        "upstream server {}:{}: {e}; keeping its addresses",
+                        server.host,
+                        server.port
+                    );
+                    return Err(pingora::Error::explain(
+                        pingora::ErrorType::InternalError,
+                        e,
+                    ));
                 }
             }
         }
@@ -161,9 +168,7 @@ impl Pool {
             config: config.clone(),
             lb,
             next_check: Mutex::new(config.health_check.as_ref().map(|_| Instant::now())),
-            next_resolve: Mutex::new(
-                resolving.then(|| Instant::now() + config.resolve_interval),
-            ),
+            next_resolve: Mutex::new(resolving.then(|| Instant::now() + config.resolve_interval)),
             gate,
             tls,
         })
@@ -253,14 +258,26 @@ fn peer_tls(pool: &str, tls: &UpstreamTls) -> Result<PeerTls, Problem> {
     };
     let ca = match &tls.ca_file {
         Some(path) => {
-            let pem = std::fs::read(path)
-                .map_err(|e| problem("tls_ca_file", format!("cannot read {}: {e}", path.display())))?;
+            let pem = std::fs::read(path).map_err(|e| {
+                problem(
+                    "tls_ca_file",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?;
             let certs: Vec<WrappedX509> = CertificateDer::pem_slice_iter(&pem)
                 .map(|c| c.map(|c| WrappedX509::new(c.to_vec(), pingora::utils::tls::parse_x509)))
                 .collect::<Result<_, _>>()
-                .map_err(|e| problem("tls_ca_file", format!("{}: not PEM certificates ({e})", path.display())))?;
+                .map_err(|e| {
+                    problem(
+                        "tls_ca_file",
+                        format!("{}: not PEM certificates ({e})", path.display()),
+                    )
+                })?;
             if certs.is_empty() {
-                return Err(problem("tls_ca_file", format!("{}: no certificate in it", path.display())));
+                return Err(problem(
+                    "tls_ca_file",
+                    format!("{}: no certificate in it", path.display()),
+                ));
             }
             Some(Arc::<CaType>::from(certs.into_boxed_slice()))
         }
@@ -269,14 +286,21 @@ fn peer_tls(pool: &str, tls: &UpstreamTls) -> Result<PeerTls, Problem> {
     let client_cert = match &tls.client_cert {
         Some((cert, key)) => {
             let pem = std::fs::read(cert).map_err(|e| {
-                problem("tls_client_cert", format!("cannot read {}: {e}", cert.display()))
+                problem(
+                    "tls_client_cert",
+                    format!("cannot read {}: {e}", cert.display()),
+                )
             })?;
             let chain: Vec<Vec<u8>> = CertificateDer::pem_slice_iter(&pem)
                 .map(|c| c.map(|c| c.to_vec()))
                 .collect::<Result<_, _>>()
                 .map_err(|_| problem("tls_client_cert", "not a PEM certificate chain".into()))?;
-            let key_pem = std::fs::read(key.expose())
-                .map_err(|e| problem("tls_client_key", format!("cannot read the key file: {}", e.kind())))?;
+            let key_pem = std::fs::read(key.expose()).map_err(|e| {
+                problem(
+                    "tls_client_key",
+                    format!("cannot read the key file: {}", e.kind()),
+                )
+            })?;
             let key = PrivateKeyDer::from_pem_slice(&key_pem)
                 .map_err(|_| problem("tls_client_key", "not a PEM private key".into()))?;
             if chain.is_empty() {

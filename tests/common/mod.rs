@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod dns;
+pub mod grpc;
 pub mod http;
 pub mod otlp;
 pub mod redis;

@@ -114,7 +114,10 @@ fn upstream_tls(
     if let Some(ca) = &ca_file {
         problems.files.push(ca.into());
         if let Err(e) = std::fs::metadata(ca) {
-            problems.push(format!("{base}.tls_ca_file"), format!("cannot read {ca}: {}", e.kind()));
+            problems.push(
+                format!("{base}.tls_ca_file"),
+                format!("cannot read {ca}: {}", e.kind()),
+            );
         }
     }
     let key = client_key.and_then(|k| secret(&format!("{base}.tls_client_key"), &k, problems));
