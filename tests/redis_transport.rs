@@ -1,0 +1,283 @@
+//! Reaching Redis the way managed and self-run deployments require: TLS (`rediss://`, a CA
+//! file, a client certificate when the server asks for one), an ACL user with a password from
+//! the environment, and Sentinel (one primary, one replica, three sentinels, all local
+//! processes) with a forced failover under traffic — the limiter follows the new primary,
+//! and the requests during the switch get the route's failure mode.
+
+mod common;
+
+use common::tls::Ca;
+use common::{free_port, wait_until, Gateway, Proc, Upstream};
+use std::path::Path;
+use std::process::Command;
+
+const KEY: &str = "redis-transport-key-012345";
+
+fn routes(up: &Upstream, store: &str) -> String {
+    format!(
+        r#"
+{store}
+
+[upstreams.orders]
+servers = ["{addr}"]
+
+[plans.small]
+limits = [{{ name = "per-minute", algorithm = "fixed_window", limit = 3, window = "1m" }}]
+
+[plans.big]
+limits = [{{ name = "per-minute", algorithm = "fixed_window", limit = 100000, window = "1m" }}]
+
+[[clients]]
+id = "ada"
+plan = "small"
+api_keys = ["{KEY}"]
+
+[[clients]]
+id = "bulk"
+plan = "big"
+api_keys = ["bulk-key-0123456789abcdefg"]
+
+[[routes]]
+name = "orders"
+path_prefix = "/orders"
+upstream = "orders"
+auth = "api_key"
+on_store_error = "fail_closed"
+"#,
+        addr = up.addr()
+    )
+}
+
+fn statuses(gw: &Gateway, n: usize) -> Vec<u16> {
+    (0..n)
+        .map(|_| gw.get_with("/orders", &[("X-Api-Key", KEY)]).status)
+        .collect()
+}
+
+/// A redis-server with its own arguments, in `dir`.
+fn redis(dir: &Path, name: &str, args: &[&str]) -> Proc {
+    Proc::spawn(
+        &format!("redis-server {name}"),
+        Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .args(args),
+        dir.join(format!("{name}.log")),
+    )
+}
+
+fn cli(args: &[&str]) -> Option<String> {
+    let out = Command::new("redis-cli").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+#[test]
+fn tls_with_a_ca_file_and_a_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new();
+    let ca_file = ca.write_ca(dir.path());
+    let server = ca.issue(dir.path(), "redis", "redis", &["127.0.0.1", "localhost"]);
+    let client = ca.issue(dir.path(), "client", "gateway", &["gateway.test"]);
+    let port = free_port();
+    let mut proc = redis(
+        dir.path(),
+        "tls",
+        &[
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--tls-cert-file",
+            server.cert.to_str().unwrap(),
+            "--tls-key-file",
+            server.key.to_str().unwrap(),
+            "--tls-ca-cert-file",
+            ca_file.to_str().unwrap(),
+            "--tls-auth-clients",
+            "yes",
+        ],
+    );
+    wait_until("the TLS redis-server", || {
+        proc.assert_running();
+        common::port_open(port)
+    });
+    let up = Upstream::start("orders");
+    let gw = Gateway::start(&routes(
+        &up,
+        &format!(
+            "[store]\nkind = \"redis\"\nurl = \"rediss://127.0.0.1:{port}\"\ntimeout = \"1s\"\ntls_ca_file = \"{}\"\ntls_client_cert = \"{}\"\ntls_client_key = \"{}\"",
+            ca_file.display(),
+            client.cert.display(),
+            client.key.display()
+        ),
+    ));
+    assert_eq!(statuses(&gw, 4), [200, 200, 200, 429]);
+    assert_eq!(
+        gw.metric("turnstile_store_calls_total", &[("result", "ok")]),
+        4.0
+    );
+    // Without the client certificate the server refuses the handshake: fail closed.
+    let refused = Gateway::start(&routes(
+        &up,
+        &format!(
+            "[store]\nkind = \"redis\"\nurl = \"rediss://127.0.0.1:{port}\"\ntimeout = \"1s\"\ntls_ca_file = \"{}\"",
+            ca_file.display()
+        ),
+    ));
+    assert_eq!(statuses(&refused, 1), [503]);
+}
+
+#[test]
+fn an_acl_user_with_a_password_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut proc = redis(
+        dir.path(),
+        "acl",
+        &[
+            "--port",
+            &port.to_string(),
+            "--user",
+            "default",
+            "off",
+            "--user",
+            "gateway",
+            "on",
+            ">acl-pass-0123456789",
+            "~*",
+            "&*",
+            "+@all",
+        ],
+    );
+    wait_until("the ACL redis-server", || {
+        proc.assert_running();
+        common::port_open(port)
+    });
+    let up = Upstream::start("orders");
+    let store = |var: &str| {
+        format!(
+            "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:{port}\"\ntimeout = \"1s\"\nusername = \"gateway\"\npassword = {{ env = \"{var}\" }}"
+        )
+    };
+    // The harness passes its environment on to the gateway.
+    std::env::set_var("TURNSTILE_TEST_REDIS_PASSWORD", "acl-pass-0123456789");
+    std::env::set_var("TURNSTILE_TEST_REDIS_WRONG", "not-the-password");
+    let gw = Gateway::start(&routes(&up, &store("TURNSTILE_TEST_REDIS_PASSWORD")));
+    assert_eq!(statuses(&gw, 4), [200, 200, 200, 429]);
+    let config = gw.admin("/config").text();
+    assert!(!config.contains("acl-pass"), "{config}");
+    assert!(!gw.proc.log_text().contains("acl-pass"));
+    let wrong = Gateway::start(&routes(&up, &store("TURNSTILE_TEST_REDIS_WRONG")));
+    assert_eq!(statuses(&wrong, 1), [503]);
+    assert!(wrong.metric("turnstile_store_calls_total", &[("result", "refused")]) >= 1.0);
+    // A variable that is not set: the file is refused, naming the setting.
+    let path = dir.path().join("unset.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:1\"\n{}",
+            routes(&up, &store("TURNSTILE_TEST_SURELY_UNSET"))
+        ),
+    )
+    .unwrap();
+    let (code, _, err) = common::turnstile(&["check", path.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("store.password") && err.contains("TURNSTILE_TEST_SURELY_UNSET"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sentinel_the_limiter_follows_a_failover_under_traffic() {
+    let dir = tempfile::tempdir().unwrap();
+    let (primary, replica) = (free_port(), free_port());
+    let mut procs = vec![
+        redis(dir.path(), "primary", &["--port", &primary.to_string()]),
+        redis(
+            dir.path(),
+            "replica",
+            &[
+                "--port",
+                &replica.to_string(),
+                "--replicaof",
+                "127.0.0.1",
+                &primary.to_string(),
+            ],
+        ),
+    ];
+    let sentinels: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    for (i, port) in sentinels.iter().enumerate() {
+        let conf = dir.path().join(format!("sentinel-{i}.conf"));
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\nsentinel monitor main 127.0.0.1 {primary} 2\nsentinel down-after-milliseconds main 1000\nsentinel failover-timeout main 5000\n"
+            ),
+        )
+        .unwrap();
+        procs.push(Proc::spawn(
+            &format!("redis-sentinel {i}"),
+            Command::new("redis-server").arg(&conf).arg("--sentinel"),
+            dir.path().join(format!("sentinel-{i}.log")),
+        ));
+    }
+    wait_until("the replica and the sentinels to be ready", || {
+        let synced = cli(&["-p", &replica.to_string(), "INFO", "replication"])
+            .is_some_and(|i| i.contains("master_link_status:up"));
+        let known = sentinels.iter().all(|s| {
+            cli(&["-p", &s.to_string(), "SENTINEL", "replicas", "main"])
+                .is_some_and(|r| r.contains(&replica.to_string()))
+        });
+        synced && known
+    });
+    let up = Upstream::start("orders");
+    let list: Vec<String> = sentinels
+        .iter()
+        .map(|p| format!("\"redis://127.0.0.1:{p}\""))
+        .collect();
+    let gw = Gateway::start(&routes(
+        &up,
+        &format!(
+            "[store]\nkind = \"redis_sentinel\"\nmaster_name = \"main\"\nsentinels = [{}]\ntimeout = \"500ms\"\nbreaker_cooldown = \"200ms\"",
+            list.join(", ")
+        ),
+    ));
+    let bulk = || {
+        gw.get_with("/orders", &[("X-Api-Key", "bulk-key-0123456789abcdefg")])
+            .status
+    };
+    assert_eq!(statuses(&gw, 2), [200, 200]);
+    assert_eq!(bulk(), 200);
+    // Forced failover: the replica becomes the primary, the old primary a replica.
+    cli(&[
+        "-p",
+        &sentinels[0].to_string(),
+        "SENTINEL",
+        "failover",
+        "main",
+    ])
+    .expect("failover");
+    wait_until("the failover to complete", || {
+        cli(&["-p", &replica.to_string(), "ROLE"]).is_some_and(|r| r.starts_with("master"))
+            && cli(&["-p", &primary.to_string(), "ROLE"]).is_some_and(|r| r.starts_with("slave"))
+    });
+    // Under traffic: each answer is either a decision (200) or the route's failure mode
+    // (503) — until the limiter writes to the new primary.
+    wait_until("decisions on the new primary", || {
+        let status = bulk();
+        assert!(status == 200 || status == 503, "{status}");
+        status == 200
+            && cli(&["-p", &replica.to_string(), "DBSIZE"])
+                .is_some_and(|n| n.parse::<u64>().unwrap_or(0) > 0)
+    });
+    // Counts continue on the new primary (it had them by replication): ada's third request
+    // is admitted, her fourth refused.
+    assert_eq!(statuses(&gw, 2), [200, 429]);
+    for p in &mut procs {
+        p.assert_running();
+    }
+}
