@@ -30,6 +30,14 @@ pub struct FileConfig {
     pub tracing: Option<TracingFile>,
 }
 
+/// The content of `clients_file`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientsFile {
+    #[serde(default)]
+    pub clients: Vec<ClientFile>,
+}
+
 /// `[tracing]`: OpenTelemetry traces over OTLP/HTTP (off unless this table is present).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -76,6 +84,9 @@ pub struct ServerFile {
     pub log_format: Option<LogFormatFile>,
     /// HTTP/2 with prior knowledge (h2c) on the plaintext listener, next to HTTP/1.
     pub h2c: Option<bool>,
+    /// A file of more `[[clients]]` (absolute path): keys can live apart from the rest and
+    /// change on their own (watched and reloaded like the main file).
+    pub clients_file: Option<String>,
     /// DNS servers (`ip:port`) upstream names are resolved with (default: the system's
     /// resolver).
     pub dns_servers: Option<Vec<String>>,

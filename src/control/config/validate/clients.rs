@@ -9,20 +9,21 @@ use std::collections::BTreeMap;
 /// Shortest plaintext key accepted: anything shorter can be guessed.
 pub const MIN_PLAINTEXT_KEY_LEN: usize = 16;
 
+/// `clients` are (TOML path, entry): the main file's `clients[i]`, then `clients_file`'s.
 pub(super) fn clients_config(
-    clients: Vec<ClientFile>,
+    clients: Vec<(String, ClientFile)>,
     plans: &BTreeMap<String, PlanConfig>,
     problems: &mut Problems,
 ) -> Vec<ClientConfig> {
     let mut out: Vec<ClientConfig> = Vec::with_capacity(clients.len());
-    for (i, client) in clients.into_iter().enumerate() {
+    let mut bases: Vec<String> = Vec::with_capacity(clients.len());
+    for (base, client) in clients {
         let ClientFile { id, plan, api_keys } = client;
-        let base = format!("clients[{i}]");
         check_name(&format!("{base}.id"), &id, problems);
         if let Some(j) = out.iter().position(|c| c.id == id) {
             problems.push(
                 format!("{base}.id"),
-                format!("{id:?} is already the id of clients[{j}]"),
+                format!("{id:?} is already the id of {}", bases[j]),
             );
         }
         if !plans.contains_key(&plan) {
@@ -76,7 +77,7 @@ pub(super) fn clients_config(
             let owner = out
                 .iter()
                 .position(|c| c.api_keys.contains(&digest))
-                .map(|j| format!("clients[{j}] ({:?})", out[j].id))
+                .map(|j| format!("{} ({:?})", bases[j], out[j].id))
                 .or_else(|| digests.contains(&digest).then(|| "this client".to_owned()));
             match owner {
                 Some(owner) => {
@@ -90,6 +91,52 @@ pub(super) fn clients_config(
             plan,
             api_keys: digests,
         });
+        bases.push(base);
     }
     out
+}
+
+/// The entries of `clients_file` (an absolute path), with their TOML paths.
+pub(super) fn clients_from_file(
+    path: Option<String>,
+    problems: &mut Problems,
+) -> Vec<(String, ClientFile)> {
+    let Some(path) = path else {
+        return Vec::new();
+    };
+    if !std::path::Path::new(&path).is_absolute() {
+        problems.push("server.clients_file", format!("{path:?}: expected an absolute path"));
+        return Vec::new();
+    }
+    problems.files.push(path.clone().into());
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) => {
+            problems.push("server.clients_file", format!("cannot read {path}: {}", e.kind()));
+            return Vec::new();
+        }
+    };
+    let de = match toml::de::Deserializer::parse(&text) {
+        Ok(de) => de,
+        Err(e) => {
+            problems.push("server.clients_file", format!("{path}: {}", e.message().trim()));
+            return Vec::new();
+        }
+    };
+    match serde_path_to_error::deserialize::<_, crate::control::config::file::ClientsFile>(de) {
+        Ok(file) => file
+            .clients
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| (format!("clients_file({path}).clients[{i}]"), c))
+            .collect(),
+        Err(e) => {
+            // A key quoted in a parse error must not reach the output: only the path.
+            problems.push(
+                format!("clients_file({path}).{}", e.path()),
+                "invalid entry (check the field names and types)",
+            );
+            Vec::new()
+        }
+    }
 }

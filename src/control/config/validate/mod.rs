@@ -46,6 +46,8 @@ impl TryFrom<FileConfig> for Config {
             clients,
             tracing,
         } = file;
+        let mut server = server;
+        let clients_file = server.clients_file.take();
         let mut problems = Problems::default();
         let server = server_config(server, &mut problems);
         let admin = admin_config(admin, &mut problems);
@@ -59,7 +61,13 @@ impl TryFrom<FileConfig> for Config {
                 (name, cfg)
             })
             .collect();
-        let clients = clients_config(clients, &plans, &mut problems);
+        let mut entries: Vec<(String, _)> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| (format!("clients[{i}]"), c))
+            .collect();
+        entries.extend(clients_from_file(clients_file, &mut problems));
+        let clients = clients_config(entries, &plans, &mut problems);
         let upstreams: BTreeMap<String, UpstreamConfig> = upstreams
             .into_iter()
             .map(|(name, up)| {

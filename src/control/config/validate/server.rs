@@ -28,6 +28,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         watch_config,
         log_format,
         h2c,
+        clients_file: _,
         dns_servers,
         tls,
         trusted_proxies,
