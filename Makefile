@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps build demo cluster-demo test test-repeat lint fmt bench bench-load bench-overload bench-tracing fuzz clean
+.PHONY: all deps build demo cluster-demo test test-repeat lint fmt bench bench-load bench-overload bench-tracing bench-tls fuzz clean
 
 all: build
 
@@ -49,6 +49,10 @@ bench-overload: deps
 # build without tracing adds it to the run.
 bench-tracing: deps
 	benches/load/tracing.sh
+
+# TLS handshakes/s and HTTP/2 requests/s next to nginx, same certificate.
+bench-tls: deps
+	benches/load/tls.sh
 
 bench: deps
 	$(CARGO) bench
