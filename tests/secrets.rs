@@ -41,7 +41,10 @@ fn keys_and_tokens_come_from_files_and_the_environment_and_follow_them() {
     let up = Upstream::start("orders");
     let gw = Gateway::start_full(
         &format!("clients_file = \"{}\"", clients_path.display()),
-        &format!("token = {{ file = \"{}\" }}", dir.path().join("token").display()),
+        &format!(
+            "token = {{ file = \"{}\" }}",
+            dir.path().join("token").display()
+        ),
         &format!(
             r#"
 [upstreams.orders]
@@ -66,7 +69,11 @@ auth = "api_key"
     // The admin token came from its file.
     assert_eq!(gw.admin("/config").status, 401);
     let admin = |path: &str| {
-        common::http::get_with(gw.admin_port, path, &[("Authorization", &format!("Bearer {TOKEN}"))])
+        common::http::get_with(
+            gw.admin_port,
+            path,
+            &[("Authorization", &format!("Bearer {TOKEN}"))],
+        )
     };
     let config = admin("/config").text();
     let metrics = admin("/metrics").text();
@@ -108,10 +115,16 @@ fn a_missing_variable_or_file_is_reported_with_its_path() {
     };
     let (code, _, err) = write("");
     assert_eq!(code, 2);
-    assert!(err.contains("clients[0].api_keys[0]") && err.contains("TURNSTILE_TEST_SURELY_UNSET"), "{err}");
+    assert!(
+        err.contains("clients[0].api_keys[0]") && err.contains("TURNSTILE_TEST_SURELY_UNSET"),
+        "{err}"
+    );
     let (code, _, err) = write("[server]\nclients_file = \"/nonexistent/clients.toml\"");
     assert_eq!(code, 2);
-    assert!(err.contains("clients_file") && err.contains("/nonexistent/clients.toml"), "{err}");
+    assert!(
+        err.contains("clients_file") && err.contains("/nonexistent/clients.toml"),
+        "{err}"
+    );
     let (code, _, err) = write("[server]\nclients_file = \"relative.toml\"");
     assert_eq!(code, 2);
     assert!(err.contains("absolute"), "{err}");

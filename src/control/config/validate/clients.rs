@@ -105,21 +105,30 @@ pub(super) fn clients_from_file(
         return Vec::new();
     };
     if !std::path::Path::new(&path).is_absolute() {
-        problems.push("server.clients_file", format!("{path:?}: expected an absolute path"));
+        problems.push(
+            "server.clients_file",
+            format!("{path:?}: expected an absolute path"),
+        );
         return Vec::new();
     }
     problems.files.push(path.clone().into());
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) => {
-            problems.push("server.clients_file", format!("cannot read {path}: {}", e.kind()));
+            problems.push(
+                "server.clients_file",
+                format!("cannot read {path}: {}", e.kind()),
+            );
             return Vec::new();
         }
     };
     let de = match toml::de::Deserializer::parse(&text) {
         Ok(de) => de,
         Err(e) => {
-            problems.push("server.clients_file", format!("{path}: {}", e.message().trim()));
+            problems.push(
+                "server.clients_file",
+                format!("{path}: {}", e.message().trim()),
+            );
             return Vec::new();
         }
     };
