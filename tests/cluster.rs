@@ -202,9 +202,15 @@ impl Cluster {
             proc.assert_running();
             dir.path().join("ports.env").exists()
         });
-        // HAProxy marks the gateways up after their first readiness check.
+        // HAProxy marks the gateways up after their readiness checks pass; until then it
+        // sends everything to those already up. Wait until each replica has served a
+        // request through it (from 127.0.0.1, a client the test does not use afterwards).
         wait_until("every gateway behind the balancer", || {
-            (0..6).all(|_| http::get(lb, "/healthz").status == 200)
+            let _ = http::get(lb, "/healthz");
+            admin.iter().all(|port| {
+                let text = http::get(*port, "/metrics").text();
+                common::metric_value(&text, "turnstile_requests_total", &[]) >= 1.0
+            })
         });
         Cluster {
             lb,
