@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Whole-gateway load test, in one run, on this machine (`make bench-load`).
 #
-# Starts: nginx as a fast origin (return 200), nginx as a reverse proxy (1 worker, upstream
-# keep-alive) and with limit_req, a local redis-server, and turnstile (1 worker thread, same
-# as nginx) in five modes: pass-through, per-IP limit, global Redis limit on every request,
-# both, and the global limit with quota leasing (`lease = 1000` per minute window: Redis called once per
-# leased slice). Limits are far above the offered load: nothing is rejected.
+# Starts: nginx as a fast origin (return 200); the peers a user would pick instead, each
+# pass-through and with its per-address limit — nginx (reverse proxy with upstream
+# keep-alive; limit_req), HAProxy (a stick-table request-rate limit), pingap 0.13.1 (the other
+# gateway on Pingora; its limit plugin, installed by this script when missing); a local
+# redis-server; and turnstile in five modes: pass-through, per-IP limit, global Redis limit on
+# every request, both, and the global limit with quota leasing (`lease = 1000` per minute
+# window: Redis called once per leased slice). Every proxy gets $THREADS worker thread(s)
+# (default 1; THREADS=2 for the scale run). Limits are far above the offered load: nothing is
+# rejected. The headline columns are turnstile / pingap and turnstile / nginx for the same
+# mode (pass-through next to pass-through; limited modes next to the per-address limits).
 #
 # 1. Throughput: wrk -t1 -c$CONNS for $DURATION s per target, targets alternated over $ROUNDS
 #    rounds (machine drift hits all alike); the median is reported, with the median CPU time
@@ -19,15 +24,26 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 ROUNDS=${ROUNDS:-5}
+# Worker threads of every proxy (nginx workers, HAProxy threads, pingap and turnstile threads).
+THREADS=${THREADS:-1}
 DURATION=${DURATION:-5}
 CONNS=${CONNS:-50}
 RATE=${RATE:-5000}
 LAT_DURATION=${LAT_DURATION:-10}
 FLOOD_DURATION=${FLOOD_DURATION:-10}
 
-for tool in nginx wrk oha redis-server redis-cli; do
-  command -v "$tool" >/dev/null || { echo "missing $tool (apt install nginx wrk redis-server; cargo install oha)" >&2; exit 1; }
+for tool in nginx haproxy wrk oha redis-server redis-cli; do
+  command -v "$tool" >/dev/null || { echo "missing $tool (apt install nginx haproxy wrk redis-server; cargo install oha)" >&2; exit 1; }
 done
+# pingap, the other gateway built on Pingora: installed here when missing (its build needs
+# protoc: apt install protobuf-compiler).
+PINGAP=${PINGAP:-$(command -v pingap || echo "$HOME/.cargo/bin/pingap")}
+if [ ! -x "$PINGAP" ]; then
+  command -v protoc >/dev/null || { echo "missing protoc for pingap's build (apt install protobuf-compiler)" >&2; exit 1; }
+  echo "installing pingap 0.13.1 (cargo install; a few minutes)" >&2
+  cargo install pingap --version 0.13.1 --locked >&2
+  PINGAP="$HOME/.cargo/bin/pingap"
+fi
 cargo build --release --bins --quiet
 BIN=target/release
 
@@ -53,7 +69,7 @@ http { access_log off;
   server { listen 127.0.0.1:$ORIGIN; keepalive_requests 1000000; location / { return 200 "ok\n"; } } }
 EOF
 cat > "$WORK/nginx.conf" <<EOF
-worker_processes 1; daemon off; pid $WORK/nginx.pid; error_log $WORK/nginx.err;
+worker_processes $THREADS; daemon off; pid $WORK/nginx.pid; error_log $WORK/nginx.err;
 events { worker_connections 4096; }
 http { access_log off;
   upstream origin { server 127.0.0.1:$ORIGIN; keepalive 64; }
@@ -66,6 +82,62 @@ http { access_log off;
 EOF
 nginx -c "$WORK/origin.conf" & pids+=($!)
 nginx -c "$WORK/nginx.conf" & pids+=($!)
+
+# HAProxy: pass-through, and a per-address request-rate limit in a stick table.
+HAP=$(port); HAPL=$(port)
+cat > "$WORK/haproxy.cfg" <<EOF
+global
+  nbthread ${THREADS}
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 30s
+  timeout server 30s
+  option http-keep-alive
+frontend plain
+  bind 127.0.0.1:$HAP
+  default_backend origin
+frontend limited
+  bind 127.0.0.1:$HAPL
+  stick-table type ip size 100k expire 30s store http_req_rate(1s)
+  http-request track-sc0 src
+  http-request deny deny_status 429 if { sc_http_req_rate(0) gt 1000000000 }
+  default_backend origin
+backend origin
+  http-reuse always
+  server o 127.0.0.1:$ORIGIN
+EOF
+haproxy -f "$WORK/haproxy.cfg" -db > "$WORK/haproxy.log" 2>&1 & pids+=($!); PID_haproxy=$!; PID_haproxy_limit=$!
+
+# pingap: pass-through, and its limit plugin keyed by IP.
+PGP=$(port); PGPL=$(port)
+cat > "$WORK/pingap.toml" <<EOF
+[basic]
+threads = ${THREADS}
+log_level = "error"
+[upstreams.origin]
+addrs = ["127.0.0.1:$ORIGIN"]
+[plugins.iplimit]
+category = "limit"
+type = "rate"
+tag = "ip"
+max = 1000000000
+interval = "1s"
+[locations.plain]
+upstream = "origin"
+[locations.limited]
+upstream = "origin"
+plugins = ["iplimit"]
+[servers.plain]
+addr = "127.0.0.1:$PGP"
+locations = ["plain"]
+threads = ${THREADS}
+[servers.limited]
+addr = "127.0.0.1:$PGPL"
+locations = ["limited"]
+threads = ${THREADS}
+EOF
+"$PINGAP" -c "$WORK/pingap.toml" > "$WORK/pingap.log" 2>&1 & pids+=($!); PID_pingap=$!; PID_pingap_limit=$!
 redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" >/dev/null & pids+=($!)
 
 # mode name -> extra route lines / store
@@ -73,7 +145,7 @@ gateway() { # name ip_limit(0/1/flood) redis(0/1/lease)
   local name=$1 ip=$2 redis=$3 p a
   p=$(port); a=$(port)
   {
-    echo "[server]"; echo "listen = \"127.0.0.1:$p\""; echo "threads = 1"
+    echo "[server]"; echo "listen = \"127.0.0.1:$p\""; echo "threads = $THREADS"
     echo "pid_file = \"$WORK/$name.pid\""; echo "upgrade_sock = \"$WORK/$name.sock\""
     echo "trusted_proxies = [\"127.0.0.1/32\"]"; echo "max_tracked_ips = ${MAX_TRACKED:-100000}"
     echo "[admin]"; echo "listen = \"127.0.0.1:$a\""
@@ -104,12 +176,16 @@ gateway both 1 1
 gateway leased 0 lease
 MAX_TRACKED=50000 gateway flood flood 0
 for p in $ORIGIN $NGX $NGXL $PORT_passthrough $PORT_per_ip $PORT_redis $PORT_both $PORT_leased $PORT_flood $REDIS; do wait_port "$p"; done
+for p in $HAP $HAPL $PGP $PGPL; do wait_port "$p"; done
 
-TARGETS=(origin nginx nginx_limit_req passthrough per_ip redis both leased)
-target_port() { case $1 in origin) echo $ORIGIN;; nginx) echo $NGX;; nginx_limit_req) echo $NGXL;; *) eval echo "\$PORT_$1";; esac; }
+TARGETS=(origin nginx nginx_limit_req haproxy haproxy_limit pingap pingap_limit passthrough per_ip redis both leased)
+target_port() { case $1 in origin) echo $ORIGIN;; nginx) echo $NGX;; nginx_limit_req) echo $NGXL;;
+  haproxy) echo $HAP;; haproxy_limit) echo $HAPL;; pingap) echo $PGP;; pingap_limit) echo $PGPL;;
+  *) eval echo "\$PORT_$1";; esac; }
 # The process doing the proxying for a target (its CPU time is reported per request).
-target_pid() { case $1 in origin) pgrep -P "$(cat "$WORK/origin.pid")" | head -1;; nginx|nginx_limit_req) pgrep -P "$(cat "$WORK/nginx.pid")" | head -1;; *) eval echo "\$PID_$1";; esac; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# (every worker of nginx; the one process of the others)
+target_pid() { case $1 in origin) pgrep -P "$(cat "$WORK/origin.pid")" | tr '\n' ' ';; nginx|nginx_limit_req) pgrep -P "$(cat "$WORK/nginx.pid")" | tr '\n' ' ';; *) eval echo "\$PID_$1";; esac; }
+cpu_ticks() { local s=0 pid; for pid in $1; do s=$((s + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done; echo $s; }
 TICK=$(getconf CLK_TCK)
 target_header() { case $1 in redis|both|leased) echo "X-Api-Key: $KEY";; *) echo "X-Bench: 1";; esac; }
 # Round trips (script calls) and all commands (those run inside scripts count too).
@@ -166,12 +242,22 @@ flood_reqs=$(awk '/requests in/ {print $1}' "$WORK/flood.txt")
 flood_after=$(awk '/VmHWM/ {print $2}' "/proc/$PID_flood/status")
 tracked=$(curl -s "http://127.0.0.1:$ADMIN_flood/metrics" | awk '/^turnstile_tracked_entries\{table="ip:all"\}/ {print $2}')
 
-NGINX_RPS=$(echo "${RPS[nginx]}" | median); PASS_RPS=$(echo "${RPS[passthrough]}" | median)
-printf '\n| target | req/s (median of %s) | vs nginx | vs pass-through | CPU µs/req | p50 ms | p99 ms | p99.9 ms | Redis calls/req | Redis cmds/req | peak RSS MiB |\n' "$ROUNDS"
-printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
+PASS_RPS=$(echo "${RPS[passthrough]}" | median)
+# A turnstile mode's peers: pass-through next to pass-through, every limited mode next to the
+# peers' per-address limits (nginx limit_req, HAProxy's stick table, pingap's limit plugin).
+peer() { case $1:$2 in passthrough:pingap) echo pingap;; passthrough:nginx) echo nginx;;
+  *:pingap) echo pingap_limit;; *:nginx) echo nginx_limit_req;; esac; }
+printf '\n%s worker thread(s) per proxy\n' "$THREADS"
+printf '\n| target | req/s (median of %s) | turnstile / pingap | turnstile / nginx | vs turnstile pass-through | CPU µs/req | p50 ms | p99 ms | p99.9 ms | Redis calls/req | Redis cmds/req | peak RSS MiB |\n' "$ROUNDS"
+printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
 for t in "${TARGETS[@]}"; do
   rps=$(echo "${RPS[$t]}" | median)
-  vs_ngx=$(awk -v a="$rps" -v b="$NGINX_RPS" 'BEGIN {printf "%.2f", a/b}')
+  vs_pgp="-"; vs_ngx="-"
+  case $t in
+    passthrough|per_ip|redis|both|leased)
+      vs_pgp=$(awk -v a="$rps" -v b="$(echo "${RPS[$(peer "$t" pingap)]}" | median)" 'BEGIN {printf "%.2f", a/b}')
+      vs_ngx=$(awk -v a="$rps" -v b="$(echo "${RPS[$(peer "$t" nginx)]}" | median)" 'BEGIN {printf "%.2f", a/b}');;
+  esac
   vs_pass=$(awk -v a="$rps" -v b="$PASS_RPS" 'BEGIN {printf "%.2f", a/b}')
   calls="-"; cmds="-"; rss="-"
   case $t in
@@ -183,7 +269,7 @@ for t in "${TARGETS[@]}"; do
     passthrough|per_ip|redis|both|leased) pid=$(eval echo "\$PID_$t"); rss=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$pid/status");;
   esac
   cpu=$(echo "${CPU[$t]}" | median)
-  printf '| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$t" "$rps" "$vs_ngx" "$vs_pass" "$cpu" "${P50[$t]}" "${P99[$t]}" "${P999[$t]}" "$calls" "$cmds" "$rss"
+  printf '| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$t" "$rps" "$vs_pgp" "$vs_ngx" "$vs_pass" "$cpu" "${P50[$t]}" "${P99[$t]}" "${P999[$t]}" "$calls" "$cmds" "$rss"
 done
 printf '\nflood: %s requests from distinct addresses in %ss through a per-IP table (ip_limit 1/m burst 5, max_tracked_ips = 50000):\n' "$flood_reqs" "$FLOOD_DURATION"
 printf 'tracked entries after: %s; gateway peak RSS %.1f MiB before, %.1f MiB after\n' "${tracked:-?}" "$(awk -v k="$flood_before" 'BEGIN {print k/1024}')" "$(awk -v k="$flood_after" 'BEGIN {print k/1024}')"
