@@ -20,8 +20,9 @@ demo: build
 cluster-demo: build
 	@scripts/cluster.sh
 
+# --no-fail-fast: one run lists every failing test, not only those of the first failing file.
 test: deps
-	$(CARGO) test --all-targets
+	$(CARGO) test --all-targets --no-fail-fast
 
 # The suite RUNS times, every other run with all CPUs kept busy by stress-ng; lists each
 # failing test with the runs it failed in (flakiness hunting: CONTENTION=none|cpu|alternate).
