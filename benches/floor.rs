@@ -1,0 +1,132 @@
+//! The floor under turnstile's proxy path — a bench-only binary, not part of the product.
+//!
+//! Two minimal keep-alive HTTP/1 reverse proxies to one origin, both on Pingora, so
+//! `benches/load/floor.sh` can measure what each layer costs per request next to nginx and
+//! turnstile in the same run:
+//!
+//! - `proxy`: bare `pingora-proxy` — a `ProxyHttp` whose only hook names the upstream peer
+//!   (what turnstile builds on; everything else is Pingora's defaults).
+//! - `core`: no `pingora-proxy` at all — `pingora-core`'s HTTP server session, its HTTP/1
+//!   connector and connection pool, and a loop that copies the request header and body up
+//!   and the response header and body down. It does only what a plain keep-alive HTTP/1
+//!   exchange needs: no upgrades, no retries, no HTTP/2, no filters, no error pages.
+//!
+//! Usage: `cargo bench --bench floor -- <proxy|core> <listen addr> <origin addr> <threads>`.
+//! Without arguments (as `cargo test --all-targets` and `cargo bench` run it) it prints this
+//! usage and exits.
+
+use async_trait::async_trait;
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
+use pingora::connectors::http::v1::Connector;
+use pingora::prelude::*;
+use pingora::protocols::http::ServerSession;
+use pingora::server::ShutdownWatch;
+use pingora::services::listening::Service;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long an idle upstream connection stays in the pool.
+const IDLE: Duration = Duration::from_secs(60);
+
+/// `pingora-core` only: one exchange per call, the downstream connection handed back for
+/// the next request when both sides allow keep-alive.
+struct CoreLoop {
+    connector: Connector,
+    origin: HttpPeer,
+}
+
+impl CoreLoop {
+    /// One request: `None` when a side failed (the downstream connection is then closed).
+    async fn exchange(&self, down: &mut ServerSession) -> Option<()> {
+        let (mut up, _reused) = self.connector.get_http_session(&self.origin).await.ok()?;
+        let header = down.req_header().clone();
+        up.write_request_header(Box::new(header)).await.ok()?;
+        while let Some(chunk) = down.read_request_body().await.ok()? {
+            up.write_body(&chunk).await.ok()?;
+        }
+        up.finish_body().await.ok()?;
+        up.read_response().await.ok()?;
+        let header = up.resp_header()?.clone();
+        down.write_response_header(Box::new(header)).await.ok()?;
+        while let Some(chunk) = up.read_body_bytes().await.ok()? {
+            down.write_response_body(chunk, false).await.ok()?;
+        }
+        self.connector
+            .release_http_session(up, &self.origin, Some(IDLE))
+            .await;
+        Some(())
+    }
+}
+
+#[async_trait]
+impl HttpServerApp for CoreLoop {
+    async fn process_new_http(
+        self: &Arc<Self>,
+        mut down: ServerSession,
+        shutdown: &ShutdownWatch,
+    ) -> Option<ReusedHttpStream> {
+        if !down.read_request().await.ok()? {
+            return None;
+        }
+        let keepalive = if *shutdown.borrow() { None } else { Some(60) };
+        down.set_keepalive(keepalive);
+        self.exchange(&mut down).await?;
+        let settings = HttpPersistentSettings::for_session(&down);
+        let stream = down.finish().await.ok()??;
+        Some(ReusedHttpStream::from_reusable_stream(stream, settings))
+    }
+}
+
+/// Bare `pingora-proxy`: the upstream is the only decision.
+struct BareProxy {
+    origin: HttpPeer,
+}
+
+#[async_trait]
+impl ProxyHttp for BareProxy {
+    type CTX = ();
+
+    fn new_ctx(&self) -> Self::CTX {}
+
+    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut ()) -> Result<Box<HttpPeer>> {
+        Ok(Box::new(self.origin.clone()))
+    }
+}
+
+fn main() {
+    // `cargo bench` adds `--bench`: only the positional arguments count.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let [mode, listen, origin, threads] = args.as_slice() else {
+        println!(
+            "floor (bench-only): cargo bench --bench floor -- <proxy|core> <listen> <origin> <threads>"
+        );
+        return;
+    };
+    let threads: usize = threads.parse().expect("threads: a number");
+    let origin = HttpPeer::new(origin.as_str(), false, String::new());
+    let mut server = Server::new(None).expect("pingora server");
+    server.bootstrap();
+    match mode.as_str() {
+        "core" => {
+            let app = CoreLoop {
+                connector: Connector::new(None),
+                origin,
+            };
+            let mut service = Service::new("floor core".into(), app);
+            service.add_tcp(listen);
+            service.threads = Some(threads);
+            server.add_service(service);
+        }
+        "proxy" => {
+            let mut service = http_proxy_service(&server.configuration, BareProxy { origin });
+            service.add_tcp(listen);
+            service.threads = Some(threads);
+            server.add_service(service);
+        }
+        other => panic!("unknown mode {other:?}: proxy or core"),
+    }
+    server.run_forever();
+}
