@@ -15,7 +15,7 @@ servers = ["{addr}"]
 health_check = {{ path = "/healthz", interval = "100ms", unhealthy_threshold = 1 }}
 
 [plans.small]
-limits = [{{ name = "per-minute", algorithm = "fixed_window", limit = 2, window = "1m" }}]
+limits = [{{ name = "per-minute", algorithm = "sliding_log", limit = 2, window = "1m" }}]
 
 [[clients]]
 id = "ada"

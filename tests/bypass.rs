@@ -16,7 +16,7 @@ fn config(up: &Upstream) -> String {
 servers = ["{addr}"]
 
 [plans.p]
-limits = [{{ name = "per-minute", algorithm = "fixed_window", limit = 50, window = "1m" }}]
+limits = [{{ name = "per-minute", algorithm = "sliding_log", limit = 50, window = "1m" }}]
 
 [[clients]]
 id = "ada"

@@ -105,7 +105,7 @@ servers = ["{addr}"]
 window = "1ms"
 
 [plans.small]
-limits = [{{ name = "per-minute", algorithm = "fixed_window", limit = 6, window = "1m" }}]
+limits = [{{ name = "per-minute", algorithm = "sliding_log", limit = 6, window = "1m" }}]
 
 [[clients]]
 id = "ada"

@@ -52,14 +52,14 @@ heartbeat_interval = "10s"
 servers = ["{addr}"]
 
 [plans.fixed]
-limits = [{{ name = "per-hour", algorithm = "fixed_window", limit = {LIMIT}, window = "1h", lease = {LEASE} }}]
+limits = [{{ name = "daily", algorithm = "fixed_window", limit = {LIMIT}, window = "1d", lease = {LEASE} }}]
 
 [plans.sliding]
-limits = [{{ name = "per-hour", algorithm = "sliding_window", limit = {LIMIT}, window = "1h", lease = {LEASE} }}]
+limits = [{{ name = "daily", algorithm = "sliding_window", limit = {LIMIT}, window = "1d", lease = {LEASE} }}]
 
 [plans.both]
 limits = [
-  {{ name = "per-hour", algorithm = "fixed_window", limit = {LIMIT}, window = "1h", lease = {LEASE} }},
+  {{ name = "daily", algorithm = "fixed_window", limit = {LIMIT}, window = "1d", lease = {LEASE} }},
   {{ name = "per-day", algorithm = "sliding_window", limit = {day}, window = "1d", lease = {LEASE} }},
 ]
 
@@ -241,7 +241,7 @@ fn a_graceful_shutdown_gives_unspent_units_back() {
         &config(&up, &redis),
     );
     let count = || -> u64 {
-        let keys: Vec<String> = redis.cmd(&["KEYS", "*{client-0}*per-hour*"]);
+        let keys: Vec<String> = redis.cmd(&["KEYS", "*{client-0}*daily*"]);
         assert_eq!(keys.len(), 1, "{keys:?}");
         redis.cmd(&["HGET", &keys[0], "c"])
     };

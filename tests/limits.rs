@@ -22,7 +22,7 @@ fn config(upstream: &Upstream, routes: &str) -> String {
 servers = ["{addr}"]
 
 [plans.free]
-limits = [{{ name = "per-minute", algorithm = "fixed_window", limit = 3, window = "1m" }}]
+limits = [{{ name = "per-minute", algorithm = "sliding_log", limit = 3, window = "1m" }}]
 
 [plans.wide]
 limits = [

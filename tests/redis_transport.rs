@@ -22,10 +22,10 @@ fn routes(up: &Upstream, store: &str) -> String {
 servers = ["{addr}"]
 
 [plans.small]
-limits = [{{ name = "per-minute", algorithm = "fixed_window", limit = 3, window = "1m" }}]
+limits = [{{ name = "per-minute", algorithm = "sliding_log", limit = 3, window = "1m" }}]
 
 [plans.big]
-limits = [{{ name = "per-minute", algorithm = "fixed_window", limit = 100000, window = "1m" }}]
+limits = [{{ name = "per-minute", algorithm = "sliding_log", limit = 100000, window = "1m" }}]
 
 [[clients]]
 id = "ada"

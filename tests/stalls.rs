@@ -119,7 +119,7 @@ fn leased_units_granted_during_a_stall_are_spent_not_lost() {
     let redis = RedisServer::start();
     let up = Upstream::start("a");
     let plan = format!(
-        "limits = [{{ name = \"per-hour\", algorithm = \"fixed_window\", limit = {LIMIT}, window = \"1h\", lease = {LEASE} }}]"
+        "limits = [{{ name = \"daily\", algorithm = \"fixed_window\", limit = {LIMIT}, window = \"1d\", lease = {LEASE} }}]"
     );
     let gw = Gateway::start(&config(&up, &redis, "", &plan));
     away_from_the_hour_edge(&redis);
@@ -167,7 +167,7 @@ fn leased_units_granted_during_a_stall_are_spent_not_lost() {
     stop.store(true, Ordering::SeqCst);
     assert!(others.lock().unwrap().is_empty(), "{:?}", others.lock());
     let admitted = admitted.load(Ordering::SeqCst);
-    let keys: Vec<String> = redis.cmd(&["KEYS", "*{ada}*per-hour*"]);
+    let keys: Vec<String> = redis.cmd(&["KEYS", "*{ada}*daily*"]);
     assert_eq!(keys.len(), 1, "{keys:?}");
     let counted: u64 = redis
         .cmd::<String>(&["HGET", &keys[0], "c"])

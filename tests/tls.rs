@@ -30,7 +30,7 @@ fn config(up: &Upstream, tls_port: u16, certs: &[&Issued], extra: &str) -> Strin
 servers = ["{addr}"]
 
 [plans.small]
-limits = [{{ name = "per-minute", algorithm = "fixed_window", limit = 2, window = "1m" }}]
+limits = [{{ name = "per-minute", algorithm = "sliding_log", limit = 2, window = "1m" }}]
 
 [[clients]]
 id = "ada"

@@ -26,7 +26,7 @@ http2 = true
 {extra}
 
 [plans.small]
-limits = [{{ name = "per-minute", algorithm = "fixed_window", limit = 3, window = "1m" }}]
+limits = [{{ name = "per-minute", algorithm = "sliding_log", limit = 3, window = "1m" }}]
 
 [[clients]]
 id = "ada"
