@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps build demo cluster-demo test test-repeat lint fmt bench bench-load bench-overload bench-tracing bench-tls fuzz clean
+.PHONY: all deps build demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls fuzz clean
 
 all: build
 
@@ -40,6 +40,11 @@ fmt:
 
 bench-load: deps
 	benches/load/run.sh
+
+# The floor under turnstile: CPU per request of nginx, a pingora-core loop, bare
+# pingora-proxy and turnstile pass-through, with perf profiles (benches/floor.rs).
+bench-floor: deps
+	benches/load/floor.sh
 
 # Overload experiment: goodput and the critical class's p99 with and without load shedding
 # (needs oha: cargo install oha). Writes benches/overload/{results.json,overload.svg}.
