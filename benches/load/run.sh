@@ -115,6 +115,7 @@ cat > "$WORK/pingap.toml" <<EOF
 [basic]
 threads = ${THREADS}
 log_level = "error"
+pid_file = "$WORK/pingap.pid"
 [upstreams.origin]
 addrs = ["127.0.0.1:$ORIGIN"]
 [plugins.iplimit]
@@ -125,8 +126,10 @@ max = 1000000000
 interval = "1s"
 [locations.plain]
 upstream = "origin"
+path = "/"
 [locations.limited]
 upstream = "origin"
+path = "/"
 plugins = ["iplimit"]
 [servers.plain]
 addr = "127.0.0.1:$PGP"
