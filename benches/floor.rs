@@ -25,6 +25,10 @@ use pingora::services::listening::Service;
 use std::sync::Arc;
 use std::time::Duration;
 
+// The allocator turnstile uses, so the comparison is of the proxy paths alone.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// How long an idle upstream connection stays in the pool.
 const IDLE: Duration = Duration::from_secs(60);
 

@@ -129,9 +129,12 @@ if [ "$PROFILE" = 1 ] && command -v perf >/dev/null && perf record -e cpu-clock 
     sleep 1
     perf record -q -e cpu-clock -g -p "$pid" -o "$WORK/$t.perf" -- sleep "$DURATION" >/dev/null 2>&1
     wait "$load"
-    printf '\n%s: top symbols by self time (perf, cpu-clock)\n\n```\n' "$t"
-    perf report -i "$WORK/$t.perf" --no-children --sort symbol --stdio 2>/dev/null |
-      grep -E '^ +[0-9.]+%' | head -"${TOP:-20}"
+    printf '\n%s: samples by object, then the top user-space symbols (perf, cpu-clock)\n\n```\n' "$t"
+    perf report -i "$WORK/$t.perf" --no-children -g none --sort dso --stdio 2>/dev/null |
+      awk '/^ +[0-9.]+%/ && n++ < 6'
+    echo
+    perf report -i "$WORK/$t.perf" --no-children -g none --sort symbol --stdio 2>/dev/null |
+      awk -v top="${TOP:-20}" '/^ +[0-9.]+%/ && $2 != "[k]" && n++ < top'
     printf '```\n'
   done
 fi

@@ -32,9 +32,14 @@ RATE=${RATE:-5000}
 LAT_DURATION=${LAT_DURATION:-10}
 FLOOD_DURATION=${FLOOD_DURATION:-10}
 
-for tool in nginx haproxy wrk oha redis-server redis-cli; do
-  command -v "$tool" >/dev/null || { echo "missing $tool (apt install nginx haproxy wrk redis-server; cargo install oha)" >&2; exit 1; }
+for tool in nginx haproxy wrk redis-server redis-cli; do
+  command -v "$tool" >/dev/null || { echo "missing $tool (apt install nginx haproxy wrk redis-server)" >&2; exit 1; }
 done
+# oha, the fixed-rate latency client: installed here when missing.
+if ! command -v oha >/dev/null; then
+  echo "installing oha (cargo install; a few minutes)" >&2
+  cargo install oha --locked >&2
+fi
 # pingap, the other gateway built on Pingora: installed here when missing (its build needs
 # protoc: apt install protobuf-compiler).
 PINGAP=${PINGAP:-$(command -v pingap || echo "$HOME/.cargo/bin/pingap")}
