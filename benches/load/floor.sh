@@ -42,16 +42,10 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+# shellcheck source=benches/load/lib.sh
+. benches/load/lib.sh
 
 ORIGIN=$(port); NGX=$(port); CORE=$(port); PROXY=$(port); GW=$(port); ADMIN=$(port)
-cat > "$WORK/origin.conf" <<EOF
-worker_processes 1; daemon off; pid $WORK/origin.pid; error_log $WORK/origin.err;
-events { worker_connections 4096; }
-http { access_log off;
-  server { listen 127.0.0.1:$ORIGIN; keepalive_requests 1000000; location / { return 200 "ok\n"; } } }
-EOF
 cat > "$WORK/nginx.conf" <<EOF
 worker_processes $THREADS; daemon off; pid $WORK/nginx.pid; error_log $WORK/nginx.err;
 events { worker_connections 4096; }
@@ -75,7 +69,7 @@ name = "all"
 path_prefix = "/"
 upstream = "origin"
 EOF
-nginx -c "$WORK/origin.conf" & pids+=($!)
+nginx -c "$(origin_conf "$WORK" "$ORIGIN")" & pids+=($!)
 nginx -c "$WORK/nginx.conf" & pids+=($!)
 "$FLOOR" core "127.0.0.1:$CORE" "127.0.0.1:$ORIGIN" "$THREADS" > "$WORK/core.log" 2>&1 & pids+=($!); PID_core=$!
 "$FLOOR" proxy "127.0.0.1:$PROXY" "127.0.0.1:$ORIGIN" "$THREADS" > "$WORK/proxy.log" 2>&1 & pids+=($!); PID_proxy=$!
@@ -85,7 +79,6 @@ for p in $ORIGIN $NGX $CORE $PROXY $GW; do wait_port "$p"; done
 TARGETS=(nginx core proxy turnstile)
 target_port() { case $1 in nginx) echo $NGX;; core) echo $CORE;; proxy) echo $PROXY;; turnstile) echo $GW;; esac; }
 target_pid() { case $1 in nginx) pgrep -P "$(cat "$WORK/nginx.pid")" | tr '\n' ' ';; *) eval echo "\$PID_$1";; esac; }
-cpu_ticks() { local s=0 pid; for pid in $1; do s=$((s + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done; echo $s; }
 TICK=$(getconf CLK_TCK)
 
 for t in "${TARGETS[@]}"; do
@@ -110,7 +103,6 @@ for round in $(seq "$ROUNDS"); do
     echo "  round $round $t: $rps req/s" >&2
   done
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 NGX_CPU=$(echo "${CPU[nginx]}" | median); PROXY_CPU=$(echo "${CPU[proxy]}" | median)
 printf '\n%s worker thread(s); %s rounds x %ss, wrk -t1 -c%s\n\n' "$THREADS" "$ROUNDS" "$DURATION" "$CONNS"

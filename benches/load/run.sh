@@ -61,18 +61,12 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+# shellcheck source=benches/load/lib.sh
+. benches/load/lib.sh
 
 ORIGIN=$(port); NGX=$(port); NGXL=$(port); REDIS=$(port)
 KEY="load-test-key-0123456789"
 
-cat > "$WORK/origin.conf" <<EOF
-worker_processes 1; daemon off; pid $WORK/origin.pid; error_log $WORK/origin.err;
-events { worker_connections 4096; }
-http { access_log off;
-  server { listen 127.0.0.1:$ORIGIN; keepalive_requests 1000000; location / { return 200 "ok\n"; } } }
-EOF
 cat > "$WORK/nginx.conf" <<EOF
 worker_processes $THREADS; daemon off; pid $WORK/nginx.pid; error_log $WORK/nginx.err;
 events { worker_connections 4096; }
@@ -85,7 +79,7 @@ http { access_log off;
     location / { limit_req zone=ip burst=1000000 nodelay;
       proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
 EOF
-nginx -c "$WORK/origin.conf" & pids+=($!)
+nginx -c "$(origin_conf "$WORK" "$ORIGIN")" & pids+=($!)
 nginx -c "$WORK/nginx.conf" & pids+=($!)
 
 # HAProxy: pass-through, and a per-address request-rate limit in a stick table.
@@ -193,7 +187,6 @@ target_port() { case $1 in origin) echo $ORIGIN;; nginx) echo $NGX;; nginx_limit
 # The process doing the proxying for a target (its CPU time is reported per request).
 # (every worker of nginx; the one process of the others)
 target_pid() { case $1 in origin) pgrep -P "$(cat "$WORK/origin.pid")" | tr '\n' ' ';; nginx|nginx_limit_req) pgrep -P "$(cat "$WORK/nginx.pid")" | tr '\n' ' ';; *) eval echo "\$PID_$1";; esac; }
-cpu_ticks() { local s=0 pid; for pid in $1; do s=$((s + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done; echo $s; }
 TICK=$(getconf CLK_TCK)
 target_header() { case $1 in redis|both|leased) echo "X-Api-Key: $KEY";; *) echo "X-Bench: 1";; esac; }
 # Round trips (script calls) and all commands (those run inside scripts count too).
@@ -222,7 +215,6 @@ for round in $(seq "$ROUNDS"); do
     echo "  round $round $t: $rps req/s" >&2
   done
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 declare -A P50 P99 P999
 echo "latency: oha -q $RATE --latency-correction -z ${LAT_DURATION}s -c $CONNS" >&2

@@ -20,16 +20,11 @@ WORK=$(mktemp -d /tmp/turnstile-tracing.XXXXXX)
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT INT TERM
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+# shellcheck source=benches/load/lib.sh
+. benches/load/lib.sh
 
 ORIGIN=$(port); SINK=$(port)
-cat > "$WORK/origin.conf" <<NGX
-worker_processes 1; daemon off; pid $WORK/origin.pid; error_log $WORK/origin.err;
-events { worker_connections 4096; }
-http { access_log off; server { listen 127.0.0.1:$ORIGIN; keepalive_requests 1000000; location / { return 200 "ok\n"; } } }
-NGX
-nginx -c "$WORK/origin.conf" & pids+=($!)
+nginx -c "$(origin_conf "$WORK" "$ORIGIN")" & pids+=($!)
 python3 benches/load/otlp_sink.py "$SINK" & pids+=($!)
 wait_port "$ORIGIN"; wait_port "$SINK"
 

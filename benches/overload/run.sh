@@ -42,8 +42,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+# shellcheck source=benches/load/lib.sh
+. benches/load/lib.sh
 
 # gateway NAME SHEDDING(0/1) UPSTREAM_PORT -> prints "port pid"
 gateway() {

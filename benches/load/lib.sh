@@ -1,0 +1,27 @@
+# Helpers shared by the load scripts (sourced, not run): free ports, waiting for a listener,
+# CPU time of processes, medians, the nginx origin every script proxies to.
+
+# A free TCP port on loopback.
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Waits (up to 10 s) until something listens on 127.0.0.1:$1.
+wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+
+# User + system clock ticks spent so far by the processes listed in $1.
+cpu_ticks() { local s=0 pid; for pid in $1; do s=$((s + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done; echo $s; }
+
+# The median of the numbers on stdin (space or newline separated; the mean of the middle
+# two for an even count).
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+# origin_conf DIR PORT: an nginx config (1 worker) answering 200 "ok" on PORT, pid and error
+# log in DIR; prints the config's path.
+origin_conf() {
+  cat > "$1/origin.conf" <<NGX
+worker_processes 1; daemon off; pid $1/origin.pid; error_log $1/origin.err;
+events { worker_connections 4096; }
+http { access_log off;
+  server { listen 127.0.0.1:$2; keepalive_requests 1000000; location / { return 200 "ok\n"; } } }
+NGX
+  echo "$1/origin.conf"
+}
