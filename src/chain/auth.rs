@@ -16,6 +16,8 @@ use subtle::ConstantTimeEq;
 /// Longest key accepted from a request; longer values are refused without hashing.
 pub const MAX_KEY_LEN: usize = 256;
 pub const API_KEY_HEADER: &str = "x-api-key";
+/// [`API_KEY_HEADER`] parsed once (for lookups and removal).
+pub const API_KEY: http::HeaderName = http::HeaderName::from_static(API_KEY_HEADER);
 
 /// The SHA-256 digest of an API key.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -214,10 +216,7 @@ pub fn bearer_token(value: &[u8]) -> Option<&[u8]> {
 /// [4]: the client owning the request's API key.
 pub fn authenticate(keys: &KeyRing, headers: &HeaderMap) -> Result<Arc<Client>, KeyError> {
     let key = extract_key(
-        headers
-            .get_all(API_KEY_HEADER)
-            .iter()
-            .map(HeaderValue::as_bytes),
+        headers.get_all(API_KEY).iter().map(HeaderValue::as_bytes),
         headers
             .get_all(AUTHORIZATION)
             .iter()

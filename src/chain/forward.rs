@@ -1,8 +1,13 @@
 //! [7] What the upstream receives besides the request itself: the client address appended to
 //! `X-Forwarded-For`, and no header that could stand in for the ones the gateway controls.
 
+use http::HeaderName;
+
 /// Header carrying the authenticated client id to the upstream (any incoming one is removed).
 pub const CLIENT_ID_HEADER: &str = "x-client-id";
+/// The same names, parsed once: lookups and removals by these do not parse a name per request.
+pub const CLIENT_ID: HeaderName = HeaderName::from_static(CLIENT_ID_HEADER);
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// Headers whose upstream value the gateway decides: it sets them (`X-Client-Id`,
 /// `X-Forwarded-For`, `X-Request-Id`) or removes them (`X-Api-Key`).
@@ -37,7 +42,8 @@ pub fn forwarded_for<'a>(
     existing: impl Iterator<Item = &'a [u8]>,
     peer: std::net::IpAddr,
 ) -> String {
-    let mut out = String::new();
+    use std::fmt::Write;
+    let mut out = String::with_capacity(48);
     for value in existing {
         let value = String::from_utf8_lossy(value);
         let value = value.trim();
@@ -46,7 +52,7 @@ pub fn forwarded_for<'a>(
             out.push_str(", ");
         }
     }
-    out.push_str(&peer.to_string());
+    write!(out, "{peer}").expect("writing to a String cannot fail");
     out
 }
 

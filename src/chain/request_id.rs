@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 pub const HEADER: &str = "x-request-id";
+/// [`HEADER`] parsed once (for lookups).
+pub const NAME: http::HeaderName = http::HeaderName::from_static(HEADER);
 /// Longest client-supplied id passed on unchanged.
 pub const MAX_LEN: usize = 128;
 

@@ -284,6 +284,7 @@ pub fn keep_restart_only_settings(new: &mut Config, running: &Config) -> Vec<Str
         server.upstream_keepalive_pool_size,
         "server.upstream_keepalive_pool_size"
     );
+    keep!(server.work_stealing, "server.work_stealing");
     keep!(admin.listen, "admin.listen");
     keep!(server.log_format, "server.log_format");
     keep!(tracing, "tracing");

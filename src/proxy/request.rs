@@ -4,6 +4,7 @@
 
 use crate::chain::admission::Outcome;
 use crate::chain::body::BodyFields;
+use crate::chain::forward::X_FORWARDED_FOR;
 use crate::chain::identity::{client_ip, group_key};
 use crate::chain::keys::KeyInputs;
 use crate::chain::reject::Reject;
@@ -135,7 +136,7 @@ pub async fn pass_gate(ctx: &mut RequestCtx) -> Result<(), Reject> {
 /// The request id, [0] message checks and [1]–[2] the route; the route's index.
 fn route_request(session: &Session, ctx: &mut RequestCtx) -> Result<usize, Reject> {
     let req = session.req_header();
-    ctx.request_id = match req.headers.get(request_id::HEADER) {
+    ctx.request_id = match req.headers.get(request_id::NAME) {
         Some(v) if request_id::is_acceptable(v.as_bytes()) => v.clone(),
         _ => HeaderValue::from_str(&request_id::generate()).expect("generated ids are ASCII hex"),
     };
@@ -165,7 +166,7 @@ fn client_key(session: &Session, ctx: &RequestCtx) -> Option<u128> {
         .client_addr()
         .and_then(PeerAddr::as_inet)
         .map(|peer| {
-            let forwarded = session.req_header().headers.get_all("x-forwarded-for");
+            let forwarded = session.req_header().headers.get_all(X_FORWARDED_FOR);
             let ip = client_ip(
                 peer.ip(),
                 forwarded.iter().map(HeaderValue::as_bytes),

@@ -205,7 +205,7 @@ fn access_entry(session: &Session, ctx: &RequestCtx, status: u16) -> Entry {
         .client_addr()
         .and_then(PeerAddr::as_inet)
         .map(|peer| {
-            let values = req.headers.get_all("x-forwarded-for");
+            let values = req.headers.get_all(crate::chain::forward::X_FORWARDED_FOR);
             identity::client_ip(
                 peer.ip(),
                 values.iter().map(HeaderValue::as_bytes),

@@ -2,8 +2,10 @@
 //! `fail_to_connect` (retry on the next server), `upstream_request_filter` (what the upstream
 //! receives) and `upstream_response_filter` (its latency).
 
-use crate::chain::auth::{bearer_token, API_KEY_HEADER};
-use crate::chain::forward::{forwarded_for, underscore_aliases, CLIENT_ID_HEADER};
+use crate::chain::auth::{bearer_token, API_KEY};
+use crate::chain::forward::{
+    forwarded_for, underscore_aliases, CLIENT_ID, CLIENT_ID_HEADER, X_FORWARDED_FOR,
+};
 use crate::chain::request_id;
 use crate::chain::upstream_error::NO_HEALTHY_UPSTREAM;
 use crate::ops::trace::context::{traceparent, TRACEPARENT, TRACESTATE};
@@ -85,7 +87,7 @@ pub fn upstream_request_filter(
         let forwarded = forwarded_for(
             upstream_request
                 .headers
-                .get_all("x-forwarded-for")
+                .get_all(X_FORWARDED_FOR)
                 .iter()
                 .map(HeaderValue::as_bytes),
             peer_ip,
@@ -128,14 +130,14 @@ pub fn upstream_request_filter(
     for alias in aliases {
         upstream_request.remove_header(&alias);
     }
-    upstream_request.remove_header(CLIENT_ID_HEADER);
+    upstream_request.remove_header(&CLIENT_ID);
     if let Some(client) = &ctx.client {
         upstream_request.insert_header(CLIENT_ID_HEADER, &*client.id)?;
     }
     let forward_key = ctx.route().is_some_and(|r| r.config.forward_api_key);
     if ctx.client.is_some() && !forward_key {
         // Every value: a key in any of them stays here.
-        upstream_request.remove_header(API_KEY_HEADER);
+        upstream_request.remove_header(&API_KEY);
         let bearer = upstream_request
             .headers
             .get_all(AUTHORIZATION)

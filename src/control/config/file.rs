@@ -74,6 +74,9 @@ pub struct ServerFile {
     pub graceful_shutdown_timeout: Option<HumanDuration>,
     /// Idle keep-alive connections kept to upstreams (all pools together).
     pub upstream_keepalive_pool_size: Option<usize>,
+    /// Whether idle worker threads take connections' work from busy ones (tokio's
+    /// work-stealing runtime) instead of each thread running its own connections.
+    pub work_stealing: Option<bool>,
     /// Secret of the keyed hash that turns keyed limits' key parts into store keys (the same
     /// on every instance).
     pub key_hash_secret: Option<super::units::SecretSource>,

@@ -21,6 +21,7 @@ pub fn render(config: &Config) -> Value {
             "grace_period": format_duration(s.grace_period),
             "graceful_shutdown_timeout": format_duration(s.graceful_shutdown_timeout),
             "upstream_keepalive_pool_size": s.upstream_keepalive_pool_size,
+            "work_stealing": s.work_stealing,
             "watch_config": s.watch_config,
             "log_format": s.log_format.as_str(),
             "h2c": s.h2c,
