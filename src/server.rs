@@ -38,8 +38,9 @@ pub fn server_conf(config: &Config, pingora_yaml: Option<&str>) -> anyhow::Resul
     conf.pid_file = s.pid_file.clone();
     conf.upgrade_sock = s.upgrade_sock.clone();
     conf.upstream_keepalive_pool_size = s.upstream_keepalive_pool_size;
-    // Per-thread event loops by default: no cross-thread wakeups or task queues per request
-    // (BENCHMARKS.md: 7 % less CPU per pass-through request on one thread).
+    // BENCHMARKS.md: without work stealing pass-through costs less CPU per request, but a
+    // Redis decision per request loses throughput (its reply waits behind every ready task
+    // of the thread): work stealing stays the default.
     conf.work_stealing = s.work_stealing;
     conf.grace_period_seconds = Some(s.grace_period.as_secs());
     conf.graceful_shutdown_timeout_seconds = Some(s.graceful_shutdown_timeout.as_secs());

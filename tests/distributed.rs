@@ -99,6 +99,27 @@ fn three_gateways_sharing_redis_admit_exactly_the_limit() {
     assert_eq!(calls, 600, "exactly one script call per decision");
 }
 
+/// The same exactness with per-thread event loops (`work_stealing = false`, Pingora's
+/// no-steal runtime): two threads per gateway, each driving its own connections.
+#[test]
+fn gateways_without_work_stealing_admit_exactly_the_limit() {
+    let redis = RedisServer::start();
+    let up = Upstream::start("a");
+    let text = config(&up, &redis_store(&redis.url()));
+    let gateways: Vec<Gateway> = (0..3)
+        .map(|_| Gateway::start_with("work_stealing = false", &text))
+        .collect();
+    let shown: serde_json::Value =
+        serde_json::from_str(&gateways[0].admin("/config").text()).expect("/config is JSON");
+    assert_eq!(
+        shown["config"]["server"]["work_stealing"],
+        serde_json::json!(false),
+        "/config shows the setting"
+    );
+    let (ok, limited) = hammer(&gateways, 600);
+    assert_eq!((ok, limited), (LIMIT, 600 - LIMIT));
+}
+
 #[test]
 fn three_gateways_with_their_own_memory_store_admit_three_times_the_limit() {
     let up = Upstream::start("a");

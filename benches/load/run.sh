@@ -26,6 +26,8 @@ cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-5}
 # Worker threads of every proxy (nginx workers, HAProxy threads, pingap and turnstile threads).
 THREADS=${THREADS:-1}
+# turnstile's server.work_stealing (default: the product's default, true).
+WORK_STEALING=${WORK_STEALING:-true}
 DURATION=${DURATION:-5}
 CONNS=${CONNS:-50}
 RATE=${RATE:-5000}
@@ -147,7 +149,7 @@ gateway() { # name ip_limit(0/1/flood) redis(0/1/lease)
   local name=$1 ip=$2 redis=$3 p a
   p=$(port); a=$(port)
   {
-    echo "[server]"; echo "listen = \"127.0.0.1:$p\""; echo "threads = $THREADS"
+    echo "[server]"; echo "listen = \"127.0.0.1:$p\""; echo "threads = $THREADS"; echo "work_stealing = $WORK_STEALING"
     echo "pid_file = \"$WORK/$name.pid\""; echo "upgrade_sock = \"$WORK/$name.sock\""
     echo "trusted_proxies = [\"127.0.0.1/32\"]"; echo "max_tracked_ips = ${MAX_TRACKED:-100000}"
     echo "[admin]"; echo "listen = \"127.0.0.1:$a\""
@@ -247,7 +249,7 @@ PASS_RPS=$(echo "${RPS[passthrough]}" | median)
 # peers' per-address limits (nginx limit_req, HAProxy's stick table, pingap's limit plugin).
 peer() { case $1:$2 in passthrough:pingap) echo pingap;; passthrough:nginx) echo nginx;;
   *:pingap) echo pingap_limit;; *:nginx) echo nginx_limit_req;; esac; }
-printf '\n%s worker thread(s) per proxy\n' "$THREADS"
+printf '\n%s worker thread(s) per proxy; turnstile work_stealing = %s\n' "$THREADS" "$WORK_STEALING"
 printf '\n| target | req/s (median of %s) | turnstile / pingap | turnstile / nginx | vs turnstile pass-through | CPU µs/req | p50 ms | p99 ms | p99.9 ms | Redis calls/req | Redis cmds/req | peak RSS MiB |\n' "$ROUNDS"
 printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
 for t in "${TARGETS[@]}"; do

@@ -75,7 +75,8 @@ pub struct ServerFile {
     /// Idle keep-alive connections kept to upstreams (all pools together).
     pub upstream_keepalive_pool_size: Option<usize>,
     /// Whether idle worker threads take connections' work from busy ones (tokio's
-    /// work-stealing runtime) instead of each thread running its own connections.
+    /// work-stealing runtime, the default) instead of each thread running its own
+    /// connections.
     pub work_stealing: Option<bool>,
     /// Secret of the keyed hash that turns keyed limits' key parts into store keys (the same
     /// on every instance).

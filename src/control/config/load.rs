@@ -116,6 +116,16 @@ mod tests {
     }
 
     #[test]
+    fn work_stealing_is_on_unless_turned_off() {
+        let routes = "[upstreams.u]\nservers = [\"127.0.0.1:1\"]\n[[routes]]\nname = \"r\"\npath_prefix = \"/\"\nupstream = \"u\"\n";
+        assert!(Config::parse(routes).unwrap().server.work_stealing);
+        let off = format!("[server]\nwork_stealing = false\n{routes}");
+        assert!(!Config::parse(&off).unwrap().server.work_stealing);
+        let err = Config::parse("[server]\nwork_stealing = \"no\"\n").unwrap_err();
+        assert_eq!(err.problems()[0].path, "server.work_stealing", "{err}");
+    }
+
+    #[test]
     fn type_errors_name_the_path() {
         let err = Config::parse("[server]\nthreads = \"two\"\n").unwrap_err();
         assert_eq!(err.problems()[0].path, "server.threads", "{err}");

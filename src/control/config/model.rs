@@ -44,8 +44,8 @@ pub struct ServerConfig {
     pub grace_period: Duration,
     pub graceful_shutdown_timeout: Duration,
     pub upstream_keepalive_pool_size: usize,
-    /// false (default): each worker thread runs its own event loop and keeps the connections
-    /// it accepted (Pingora's no-steal runtime); true: tokio's work-stealing runtime (restart).
+    /// true (default): tokio's work-stealing runtime; false: each worker thread runs its own
+    /// event loop and keeps the connections it accepted (Pingora's no-steal runtime). (restart)
     pub work_stealing: bool,
     /// Whether a change of the file on disk reloads it (takes effect at once on reload).
     pub watch_config: bool,

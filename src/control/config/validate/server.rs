@@ -73,7 +73,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
             .map_or(defaults::GRACEFUL_SHUTDOWN_TIMEOUT, |d| d.0),
         upstream_keepalive_pool_size: upstream_keepalive_pool_size
             .unwrap_or(defaults::UPSTREAM_KEEPALIVE_POOL_SIZE),
-        work_stealing: work_stealing.unwrap_or(false),
+        work_stealing: work_stealing.unwrap_or(true),
         watch_config: watch_config.unwrap_or(true),
         h2c: h2c.unwrap_or(false),
         dns_servers: dns_servers
