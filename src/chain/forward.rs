@@ -7,15 +7,16 @@ use http::HeaderName;
 pub const CLIENT_ID_HEADER: &str = "x-client-id";
 /// The same names, parsed once: lookups and removals by these do not parse a name per request.
 pub const CLIENT_ID: HeaderName = HeaderName::from_static(CLIENT_ID_HEADER);
-pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static(X_FORWARDED_FOR_HEADER);
+pub const X_FORWARDED_FOR_HEADER: &str = "x-forwarded-for";
 
 /// Headers whose upstream value the gateway decides: it sets them (`X-Client-Id`,
 /// `X-Forwarded-For`, `X-Request-Id`) or removes them (`X-Api-Key`).
 pub const CONTROLLED_HEADERS: [&str; 4] = [
-    "x-client-id",
-    "x-forwarded-for",
-    "x-request-id",
-    "x-api-key",
+    CLIENT_ID_HEADER,
+    X_FORWARDED_FOR_HEADER,
+    super::request_id::HEADER,
+    super::auth::API_KEY_HEADER,
 ];
 
 /// Incoming header names that CGI/WSGI-style upstreams would read as one of

@@ -2,6 +2,7 @@
 //! responses), our own answers (rejections and upstream failures as problem+json), and
 //! `logging` (metrics, the access log, the next request's header deadline).
 
+use crate::chain::forward::X_FORWARDED_FOR;
 use crate::chain::headers::{self, would_limit_value, HeadersMode, WOULD_LIMIT_HEADER};
 use crate::chain::identity;
 use crate::chain::problem::{self, Kind};
@@ -205,7 +206,7 @@ fn access_entry(session: &Session, ctx: &RequestCtx, status: u16) -> Entry {
         .client_addr()
         .and_then(PeerAddr::as_inet)
         .map(|peer| {
-            let values = req.headers.get_all(crate::chain::forward::X_FORWARDED_FOR);
+            let values = req.headers.get_all(X_FORWARDED_FOR);
             identity::client_ip(
                 peer.ip(),
                 values.iter().map(HeaderValue::as_bytes),

@@ -5,6 +5,7 @@
 use crate::chain::auth::{bearer_token, API_KEY};
 use crate::chain::forward::{
     forwarded_for, underscore_aliases, CLIENT_ID, CLIENT_ID_HEADER, X_FORWARDED_FOR,
+    X_FORWARDED_FOR_HEADER,
 };
 use crate::chain::request_id;
 use crate::chain::upstream_error::NO_HEALTHY_UPSTREAM;
@@ -92,7 +93,7 @@ pub fn upstream_request_filter(
                 .map(HeaderValue::as_bytes),
             peer_ip,
         );
-        upstream_request.insert_header("x-forwarded-for", forwarded)?;
+        upstream_request.insert_header(X_FORWARDED_FOR_HEADER, forwarded)?;
     }
     upstream_request.insert_header(request_id::HEADER, ctx.request_id.clone())?;
     if let Some(path) = &ctx.forward_path {
