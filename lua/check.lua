@@ -15,8 +15,10 @@ ARGV[3]   the request's slot id (names its concurrency slots; "" when it has non
 ARGV[4..] six per limit, in KEYS order: name, algorithm (tb | fw | sw | sl | cc), limit,
           window_ms (for cc: how long a slot lives unreleased), burst (only the token bucket uses it), and
           shadow ("1": decided and counted, but never blocks the request)
-Reply     { admitted 0/1, now_ms, name of the first enforced limit that rejected, or "",
-            then four per limit: admitted 0/1, remaining, reset_ms, retry_after_ms }
+Reply     one string of integers separated by spaces: admitted 0/1, now_ms, then four per
+          limit: admitted 0/1, remaining, reset_ms, retry_after_ms; then, after one more
+          space, the name of the first enforced limit that rejected (empty when admitted).
+          One string rather than an array: the gateway reads a single value per decision.
 Writes    nothing unless every enforced limit admits; then the new state of every limit that
           admits (a shadow limit that would have rejected is left as it is, as if the request
           had been refused by it), each key with a TTL after which it reads exactly like a
@@ -61,8 +63,9 @@ else
   end
 end
 
-local reply = { rejected == '' and 1 or 0, now, rejected }
+local reply = { rejected == '' and '1' or '0', string.format('%d', now) }
 for i = 1, n do
-  for j = 1, 4 do reply[#reply + 1] = decisions[i][j] end
+  for j = 1, 4 do reply[#reply + 1] = string.format('%d', decisions[i][j]) end
 end
-return reply
+reply[#reply + 1] = rejected
+return table.concat(reply, ' ')

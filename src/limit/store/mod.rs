@@ -42,6 +42,8 @@ use self::memory::MemoryStore;
 use self::redis::{RedisConfig, RedisStore, Topology};
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::{Policy, Verdict};
+use futures::future::{self, Either, FutureExt};
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -116,7 +118,8 @@ impl Store {
             Backend::Redis(r) => r,
         };
         if let Some(cap) = req.lease {
-            return self.check_leased(redis, &req, cap).await;
+            // Boxed: its renewal machinery would otherwise widen every request's future.
+            return Box::pin(self.check_leased(redis, &req, cap)).await;
         }
         self.check_per_request(redis, &req).await
     }
@@ -219,24 +222,35 @@ impl Store {
     }
 
     /// One store call through the circuit breaker, timed and counted by result.
-    async fn guarded<T>(
-        &self,
-        call: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
+    ///
+    /// A plain function returning a combinator, not an `async fn`: an `async fn` keeps the
+    /// future it is given twice in its own state (as the argument and as what it awaits), and
+    /// every decision passes through here, nested in the request's future.
+    fn guarded<'a, T: 'a>(
+        &'a self,
+        call: impl Future<Output = Result<T, StoreError>> + 'a,
+    ) -> impl Future<Output = Result<T, StoreError>> + 'a {
         let now = MonotonicClock.now_ms();
         let (permit, transition) = self.breaker.permit(now);
         self.on_transition(transition);
         if permit == Permit::Reject {
             self.metrics.short_circuits.inc();
             self.health.set(StoreHealth::Unreachable);
-            return Err(StoreError::CircuitOpen);
+            return Either::Left(future::ready(Err(StoreError::CircuitOpen)));
         }
         let started = Instant::now();
-        let result = call.await;
+        Either::Right(call.map(move |result| {
+            self.record(permit, started, &result);
+            result
+        }))
+    }
+
+    /// Counts, times and reports one finished call to the breaker and the health cell.
+    fn record<T>(&self, permit: Permit, started: Instant, result: &Result<T, StoreError>) {
         self.metrics
             .duration
             .observe(started.elapsed().as_secs_f64());
-        let slot = match &result {
+        let slot = match result {
             Ok(_) => 0,
             Err(StoreError::Timeout(_)) => 1,
             Err(StoreError::Unavailable(_) | StoreError::CircuitOpen) => 2,
@@ -244,13 +258,12 @@ impl Store {
             Err(StoreError::Protocol(_)) => 4,
         };
         self.metrics.calls[slot].inc();
-        self.health.record(&result);
-        let transition = match &result {
+        self.health.record(result);
+        let transition = match result {
             Err(e) if e.is_outage() => self.breaker.on_failure(permit, MonotonicClock.now_ms()),
             _ => self.breaker.on_success(permit),
         };
         self.on_transition(transition);
-        result
     }
 
     /// Graceful shutdown: stops spending this instance's leases and gives their unspent

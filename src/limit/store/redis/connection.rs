@@ -4,7 +4,7 @@
 
 use crate::limit::store::error::StoreError;
 use crate::limit::store::redis::config::{RedisAuth, RedisConfig, RedisTls, Topology};
-use crate::limit::store::redis::scripts::Scripts;
+use crate::limit::store::redis::scripts::{Call, Scripts};
 use redis::aio::MultiplexedConnection;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
@@ -12,7 +12,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
     AsyncConnectionConfig, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError,
-    ScriptInvocation, ServerErrorKind, TlsCertificates,
+    ServerErrorKind, TlsCertificates,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -159,55 +159,51 @@ impl Link {
         })
     }
 
-    /// Runs a script invocation on `lane`'s connection, making it first if needed (then
+    /// Runs a script call on `lane`'s connection, making it first if needed (then
     /// loading every script, so steady state is one EVALSHA per call). Not bounded in time:
     /// callers bound it. If Redis is unreachable, the next call tries again.
     pub async fn invoke<T: redis::FromRedisValue>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        call: &Call<'_>,
         lane: Lane,
         scripts: &Scripts,
     ) -> Result<T, StoreError> {
         Ok(match &self.backend {
             Backend::Single { client, lanes } => {
-                let conn = lanes
-                    .pick(lane)
-                    .get_or_try_init(|| async {
-                        let config = ConnectionManagerConfig::new()
-                            .set_connection_timeout(Some(self.connect_timeout))
-                            .set_response_timeout(Some(LATE_REPLY))
-                            // One attempt per (re)connection: a retry after a backoff would
-                            // outlast the call's timeout and turn a fast, telling failure
-                            // (refused, wrong password) into a timeout. The next call
-                            // connects again.
-                            .set_number_of_retries(0)
-                            .set_max_delay(Duration::from_secs(1));
-                        let mut conn =
-                            ConnectionManager::new_lazy_with_config(client.clone(), config)?;
-                        load(scripts, &mut conn).await?;
-                        Ok::<_, RedisError>(conn)
-                    })
-                    .await?;
-                invocation.invoke_async(&mut conn.clone()).await?
+                let conn = first_or(lanes.pick(lane), || async {
+                    let config = ConnectionManagerConfig::new()
+                        .set_connection_timeout(Some(self.connect_timeout))
+                        .set_response_timeout(Some(LATE_REPLY))
+                        // One attempt per (re)connection: a retry after a backoff would
+                        // outlast the call's timeout and turn a fast, telling failure
+                        // (refused, wrong password) into a timeout. The next call
+                        // connects again.
+                        .set_number_of_retries(0)
+                        .set_max_delay(Duration::from_secs(1));
+                    let mut conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
+                    load(scripts, &mut conn).await?;
+                    Ok(conn)
+                })
+                .await?;
+                run(call, &mut conn.clone()).await?
             }
             Backend::Cluster { client, lanes } => {
-                let conn = lanes
-                    .pick(lane)
-                    .get_or_try_init(|| async {
-                        let mut conn = client.get_async_connection().await?;
-                        load(scripts, &mut conn).await?;
-                        Ok::<_, RedisError>(conn)
-                    })
-                    .await?;
-                invocation.invoke_async(&mut conn.clone()).await?
+                let conn = first_or(lanes.pick(lane), || async {
+                    let mut conn = client.get_async_connection().await?;
+                    load(scripts, &mut conn).await?;
+                    Ok(conn)
+                })
+                .await?;
+                run(call, &mut conn.clone()).await?
             }
             Backend::Sentinel { client, lanes } => {
                 let slot = lanes.pick(lane);
                 let conn = match slot.load_full() {
                     Some(conn) => conn,
-                    None => self.sentinel_connect(client, slot, scripts).await?,
+                    // Boxed, as in `first_or`.
+                    None => Box::pin(self.sentinel_connect(client, slot, scripts)).await?,
                 };
-                let result = invocation.invoke_async(&mut (*conn).clone()).await;
+                let result = run(call, &mut (*conn).clone()).await;
                 if let Err(e) = &result {
                     if lost_the_primary(e) {
                         // The next call asks the sentinels where the primary is now.
@@ -239,6 +235,38 @@ impl Link {
         let conn = Arc::new(conn);
         slot.store(Some(Arc::clone(&conn)));
         Ok(conn)
+    }
+}
+
+/// Sends `call` by SHA; if Redis does not know the script (it restarted, or its scripts were
+/// flushed, since the connection loaded them), loads it and sends the call again.
+async fn run<T: redis::FromRedisValue, C: redis::aio::ConnectionLike>(
+    call: &Call<'_>,
+    conn: &mut C,
+) -> Result<T, RedisError> {
+    match call.cmd.query_async(conn).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            // Boxed, as in `first_or`.
+            Box::pin(async {
+                call.script.prepare_invoke().load_async(conn).await?;
+                call.cmd.query_async(conn).await
+            })
+            .await
+        }
+        result => result,
+    }
+}
+
+/// The connection in `cell`, made by `connect` when there is none yet. Making one is boxed:
+/// its state (connecting, loading every script) would otherwise be part of every call's
+/// future, which is part of every request's.
+async fn first_or<C, F>(cell: &OnceCell<C>, connect: impl FnOnce() -> F) -> Result<&C, RedisError>
+where
+    F: std::future::Future<Output = Result<C, RedisError>>,
+{
+    match cell.get() {
+        Some(conn) => Ok(conn),
+        None => Box::pin(cell.get_or_try_init(connect)).await,
     }
 }
 

@@ -25,7 +25,9 @@ use crate::limit::store::error::StoreError;
 use crate::limit::store::lease::Grant;
 use crate::limit::store::request::{CheckRequest, Partition};
 use crate::limit::{Policy, Verdict};
+use futures::FutureExt;
 use redis::Value;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -115,20 +117,26 @@ impl RedisStore {
         let several_slots = matches!(self.config.topology, Topology::Cluster(_))
             && (1..req.policies.len()).any(|i| req.partition_of(i) != req.partition_of(0));
         if several_slots {
-            return self.bounded(self.check_across_slots(req)).await;
+            // Boxed: this rare path's state would otherwise widen every request's future.
+            return self.bounded(Box::pin(self.check_across_slots(req))).await;
         }
         self.bounded(self.check_one_slot(req)).await
     }
 
     async fn check_one_slot(&self, req: &CheckRequest<'_>) -> Result<(Verdict, u64), StoreError> {
         let invocation = self.scripts.check_call(&self.config.prefix, req);
-        let reply: Vec<Value> = self
+        let reply: Value = self
             .link
             .invoke(&invocation, Lane::Requests, &self.scripts)
             .await?;
-        let mut verdict = parse_reply(&reply, req.policies)?;
-        verdict.at_ms = scripts::int(&reply[1])?;
-        Ok((verdict.clone(), verdict.at_ms))
+        let Value::BulkString(reply) = reply else {
+            return Err(StoreError::Protocol(format!(
+                "expected a string from check.lua, got {reply:?}"
+            )));
+        };
+        let verdict = parse_reply(&reply, req.policies)?;
+        let at = verdict.at_ms;
+        Ok((verdict, at))
     }
 
     /// A request over several Cluster slots: one check per slot, sent together (pipelined to
@@ -332,13 +340,14 @@ impl RedisStore {
         .await
     }
 
-    async fn bounded<T>(
+    /// `call` within the store timeout. A combinator, not an `async fn`, which would keep
+    /// `call` twice in its state (see `Store::guarded`).
+    fn bounded<'a, T: 'a>(
         &self,
-        call: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.config.timeout, call).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout(self.config.timeout)),
-        }
+        call: impl Future<Output = Result<T, StoreError>> + 'a,
+    ) -> impl Future<Output = Result<T, StoreError>> + 'a {
+        let timeout = self.config.timeout;
+        tokio::time::timeout(timeout, call)
+            .map(move |result| result.unwrap_or(Err(StoreError::Timeout(timeout))))
     }
 }

@@ -7,7 +7,7 @@ use crate::limit::store::lease::{Grant, GrantWindow};
 use crate::limit::store::redis::keys::{algorithm_code, instances_key, key};
 use crate::limit::store::request::{CheckRequest, DecideAt};
 use crate::limit::{Decision, Policy, Verdict};
-use redis::{Script, ScriptInvocation, Value};
+use redis::{Cmd, Script, ToRedisArgs, Value};
 use std::time::Duration;
 
 /// Defines a script: `$files`, the Lua files it is made of (in order: helpers before their
@@ -102,10 +102,10 @@ impl Scripts {
     }
 
     /// `check.lua`: KEYS one per policy; ARGV time, cost, slot id, then six per policy.
-    pub fn check_call(&self, prefix: &str, req: &CheckRequest<'_>) -> ScriptInvocation<'_> {
-        let mut invocation = self.check.prepare_invoke();
+    pub fn check_call(&self, prefix: &str, req: &CheckRequest<'_>) -> Call<'_> {
+        let mut invocation = Call::new(&self.check, req.policies.len());
         for (i, policy) in req.policies.iter().enumerate() {
-            invocation.key(key(prefix, req.partition_of(i), req.route, policy));
+            invocation.arg(key(prefix, req.partition_of(i), req.route, policy));
         }
         push_time(&mut invocation, req.at);
         invocation.arg(req.cost).arg(req.slot_id);
@@ -130,29 +130,37 @@ impl Scripts {
         req: &CheckRequest<'_>,
         committed: impl Fn(usize) -> bool,
         now: u64,
-    ) -> Option<ScriptInvocation<'_>> {
-        let mut invocation = self.refund.prepare_invoke();
-        invocation.arg(now).arg(req.cost).arg(req.slot_id);
-        let mut any = false;
-        for (i, p) in req.policies.iter().enumerate() {
-            if committed(i) {
-                invocation
-                    .key(key(prefix, req.partition_of(i), req.route, p))
-                    .arg(algorithm_code(p.algorithm))
-                    .arg(p.limit())
-                    .arg(p.window_ms())
-                    .arg(p.burst());
-                any = true;
-            }
+    ) -> Option<Call<'_>> {
+        let refunded: Vec<usize> = (0..req.policies.len()).filter(|&i| committed(i)).collect();
+        if refunded.is_empty() {
+            return None;
         }
-        any.then_some(invocation)
+        let mut invocation = Call::new(&self.refund, refunded.len());
+        for &i in &refunded {
+            invocation.arg(key(
+                prefix,
+                req.partition_of(i),
+                req.route,
+                &req.policies[i],
+            ));
+        }
+        invocation.arg(now).arg(req.cost).arg(req.slot_id);
+        for &i in &refunded {
+            let p = &req.policies[i];
+            invocation
+                .arg(algorithm_code(p.algorithm))
+                .arg(p.limit())
+                .arg(p.window_ms())
+                .arg(p.burst());
+        }
+        Some(invocation)
     }
 
     /// `lease.lua`: KEYS one per policy; ARGV time, need, want, then six per policy.
-    pub fn lease_call(&self, prefix: &str, call: &LeaseCall<'_>) -> ScriptInvocation<'_> {
-        let mut invocation = self.lease.prepare_invoke();
+    pub fn lease_call(&self, prefix: &str, call: &LeaseCall<'_>) -> Call<'_> {
+        let mut invocation = Call::new(&self.lease, call.policies.len());
         for policy in call.policies {
-            invocation.key(key(prefix, call.client, call.route, policy));
+            invocation.arg(key(prefix, call.client, call.route, policy));
         }
         push_time(&mut invocation, call.at);
         invocation.arg(call.need).arg(call.want);
@@ -181,15 +189,17 @@ impl Scripts {
         route: &str,
         policies: &[Policy],
         slot_id: &str,
-    ) -> Option<ScriptInvocation<'_>> {
-        let mut invocation = self.release.prepare_invoke();
-        let mut any = false;
+    ) -> Option<Call<'_>> {
+        let slots = policies.iter().filter(|p| p.is_concurrency()).count();
+        if slots == 0 {
+            return None;
+        }
+        let mut invocation = Call::new(&self.release, slots);
         for policy in policies.iter().filter(|p| p.is_concurrency()) {
-            invocation.key(key(prefix, client, route, policy));
-            any = true;
+            invocation.arg(key(prefix, client, route, policy));
         }
         invocation.arg(slot_id);
-        any.then_some(invocation)
+        Some(invocation)
     }
 
     /// `give_back.lua`: KEYS one per policy; ARGV four per policy.
@@ -201,11 +211,14 @@ impl Scripts {
         policies: &[Policy],
         starts: &[u64],
         units: u64,
-    ) -> ScriptInvocation<'_> {
-        let mut invocation = self.give_back.prepare_invoke();
-        for (policy, start) in policies.iter().zip(starts) {
+    ) -> Call<'_> {
+        let pairs = policies.iter().zip(starts);
+        let mut invocation = Call::new(&self.give_back, pairs.len());
+        for (policy, _) in pairs.clone() {
+            invocation.arg(key(prefix, client, route, policy));
+        }
+        for (policy, start) in pairs {
             invocation
-                .key(key(prefix, client, route, policy))
                 .arg(algorithm_code(policy.algorithm))
                 .arg(policy.window_ms())
                 .arg(*start)
@@ -221,14 +234,37 @@ impl Scripts {
         instance: &str,
         liveness: Duration,
         leave: bool,
-    ) -> ScriptInvocation<'_> {
-        let mut invocation = self.heartbeat.prepare_invoke();
+    ) -> Call<'_> {
+        let mut invocation = Call::new(&self.heartbeat, 1);
         invocation
-            .key(instances_key(prefix))
+            .arg(instances_key(prefix))
             .arg(instance)
             .arg(liveness.as_millis() as u64)
             .arg(if leave { "1" } else { "0" });
         invocation
+    }
+}
+
+/// One call of a script: `EVALSHA <sha1> <number of keys> <keys> <arguments>`, encoded into
+/// one command as it is built (`redis::ScriptInvocation` would keep each argument in a vector
+/// of its own and copy them all into a command when sent). The keys come first: each builder
+/// above pushes its keys before its arguments.
+pub struct Call<'a> {
+    pub script: &'a Script,
+    pub cmd: Cmd,
+}
+
+impl<'a> Call<'a> {
+    fn new(script: &'a Script, keys: usize) -> Call<'a> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(keys);
+        Call { script, cmd }
+    }
+
+    /// Appends a key or an argument.
+    fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Call<'a> {
+        self.cmd.arg(arg);
+        self
     }
 }
 
@@ -253,7 +289,7 @@ pub struct LeaseCall<'a> {
 
 /// `ARGV[1]` of check.lua and lease.lua: "" for Redis's clock, "<ms>", or "+<ms>" (see
 /// `now_ms` in `lua/lib.lua`).
-fn push_time(invocation: &mut ScriptInvocation<'_>, at: DecideAt) {
+fn push_time(invocation: &mut Call<'_>, at: DecideAt) {
     match at {
         DecideAt::StoreClock => invocation.arg(""),
         DecideAt::Fixed(ms) => invocation.arg(ms),
@@ -261,42 +297,57 @@ fn push_time(invocation: &mut ScriptInvocation<'_>, at: DecideAt) {
     };
 }
 
-/// `{admitted, now, rejected name, then 4 integers per limit}` → a verdict.
-pub fn parse_reply(reply: &[Value], policies: &[Policy]) -> Result<Verdict, StoreError> {
-    let limits = policies.len();
-    if reply.len() != 3 + 4 * limits {
-        return Err(StoreError::Protocol(format!(
-            "expected {} values for {limits} limits, got {}",
-            3 + 4 * limits,
-            reply.len()
-        )));
-    }
-    let decisions = reply[3..]
-        .chunks(4)
-        .zip(policies)
-        .map(|(d, policy)| {
-            Ok(Decision {
-                allowed: int(&d[0])? == 1,
-                limit: policy.capacity(),
-                remaining: int(&d[1])?,
-                reset_ms: int(&d[2])?,
-                retry_after_ms: int(&d[3])?,
+/// check.lua's reply, `"<admitted> <now_ms> <4 integers per limit> <rejected name>"`, → a
+/// verdict decided at `now_ms`.
+pub fn parse_reply(reply: &[u8], policies: &[Policy]) -> Result<Verdict, StoreError> {
+    let integers = 2 + 4 * policies.len();
+    // The name (possibly empty) is whatever follows the last integer.
+    let mut fields = reply.splitn(integers + 1, |&b| b == b' ');
+    let mut next = || -> Result<u64, StoreError> {
+        let field = fields.next().unwrap_or_default();
+        std::str::from_utf8(field)
+            .ok()
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| {
+                StoreError::Protocol(format!(
+                    "expected {integers} integers and a name for {} limits, got {:?}",
+                    policies.len(),
+                    String::from_utf8_lossy(reply)
+                ))
             })
-        })
-        .collect::<Result<Vec<Decision>, StoreError>>()?;
-    let admitted = match &reply[0] {
-        Value::Int(0) => false,
-        Value::Int(1) => true,
+    };
+    let admitted = next()?;
+    let at_ms = next()?;
+    let mut decisions = Vec::with_capacity(policies.len());
+    for policy in policies {
+        decisions.push(Decision {
+            allowed: next()? == 1,
+            limit: policy.capacity(),
+            remaining: next()?,
+            reset_ms: next()?,
+            retry_after_ms: next()?,
+        });
+    }
+    let admitted = match admitted {
+        0 => false,
+        1 => true,
         other => {
             return Err(StoreError::Protocol(format!(
-                "expected 0 or 1, got {other:?}"
+                "expected 0 or 1, got {other}"
             )))
         }
     };
+    if fields.next().is_none() {
+        return Err(StoreError::Protocol(format!(
+            "expected {integers} integers and a name for {} limits, got {:?}",
+            policies.len(),
+            String::from_utf8_lossy(reply)
+        )));
+    }
     Ok(Verdict {
         admitted,
         decisions,
-        at_ms: 0,
+        at_ms,
         from_lease: false,
     })
 }
@@ -410,35 +461,32 @@ mod tests {
 
     #[test]
     fn replies_are_checked() {
-        let ok = [
-            Value::Int(1),
-            Value::Int(5),
-            Value::SimpleString(String::new()),
-            Value::Int(1),
-            Value::Int(9),
-            Value::Int(10),
-            Value::Int(0),
-        ];
+        let ok = b"1 5 1 9 10 0 ";
         let p = Policy::new("p", Algorithm::FixedWindow, 10, 1000, 10);
-        let v = parse_reply(&ok, std::slice::from_ref(&p)).unwrap();
+        let v = parse_reply(ok, std::slice::from_ref(&p)).unwrap();
         assert!(v.admitted);
+        assert_eq!(v.at_ms, 5);
         assert_eq!((v.decisions[0].remaining, v.decisions[0].limit), (9, 10));
-        assert!(matches!(
-            parse_reply(&ok, &[p.clone(), p.clone()]),
-            Err(StoreError::Protocol(_))
-        ));
-        let mut rejected = ok.clone();
-        rejected[0] = Value::Int(0);
+        assert_eq!(v.decisions[0].reset_ms, 10);
+        let protocol = |reply: &[u8], policies: &[Policy]| {
+            matches!(parse_reply(reply, policies), Err(StoreError::Protocol(_)))
+        };
+        assert!(protocol(ok, &[p.clone(), p.clone()]), "too few integers");
         assert!(
-            !parse_reply(&rejected, std::slice::from_ref(&p))
-                .unwrap()
-                .admitted
+            protocol(b"1 5 1 9 10 0", std::slice::from_ref(&p)),
+            "no name field"
         );
-        let mut bad = ok.clone();
-        bad[0] = Value::Int(7);
-        assert!(matches!(
-            parse_reply(&bad, &[p]),
-            Err(StoreError::Protocol(_))
-        ));
+        assert!(
+            protocol(b"7 5 1 9 10 0 ", std::slice::from_ref(&p)),
+            "not 0 or 1"
+        );
+        assert!(
+            protocol(b"1 5 1 -9 10 0 ", std::slice::from_ref(&p)),
+            "negative"
+        );
+        assert!(protocol(b"", std::slice::from_ref(&p)), "empty");
+        let rejected = parse_reply(b"0 5 0 0 10 10 p", std::slice::from_ref(&p)).unwrap();
+        assert!(!rejected.admitted && !rejected.decisions[0].allowed);
+        assert_eq!(rejected.decisions[0].retry_after_ms, 10);
     }
 }
