@@ -59,6 +59,9 @@ pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  # Anything still running from this run's directory (pingap outlived its SIGTERM and the
+  # script in one run): only processes started here name $WORK.
+  pkill -KILL -f -- "$WORK/" 2>/dev/null || true
   [ -n "${KEEP_WORK:-}" ] && echo "kept $WORK" >&2 || rm -rf "$WORK"
 }
 trap cleanup EXIT INT TERM
