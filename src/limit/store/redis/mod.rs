@@ -103,17 +103,13 @@ impl RedisStore {
         keys::key(&self.config.prefix, client, route, policy)
     }
 
-    /// Decides one request: every policy in one script call, within the timeout.
-    pub async fn check(&self, req: &CheckRequest<'_>) -> Result<Verdict, StoreError> {
-        self.check_timed(req).await.map(|(verdict, _)| verdict)
-    }
-
-    /// [`check`](Self::check), also returning the time (ms) the script decided at.
+    /// Decides one request, within the timeout; the verdict's `at_ms` is the time (Redis's
+    /// clock) the script decided at.
     ///
     /// One script call on one Redis. On Redis Cluster a request whose policies belong to
     /// several partitions (a plan's keys are tagged by the client, a keyed limit's by its key)
     /// touches several slots: see [`check_across_slots`](Self::check_across_slots).
-    pub async fn check_timed(&self, req: &CheckRequest<'_>) -> Result<(Verdict, u64), StoreError> {
+    pub async fn check(&self, req: &CheckRequest<'_>) -> Result<Verdict, StoreError> {
         let several_slots = matches!(self.config.topology, Topology::Cluster(_))
             && (1..req.policies.len()).any(|i| req.partition_of(i) != req.partition_of(0));
         if several_slots {
@@ -123,7 +119,7 @@ impl RedisStore {
         self.bounded(self.check_one_slot(req)).await
     }
 
-    async fn check_one_slot(&self, req: &CheckRequest<'_>) -> Result<(Verdict, u64), StoreError> {
+    async fn check_one_slot(&self, req: &CheckRequest<'_>) -> Result<Verdict, StoreError> {
         let invocation = self.scripts.check_call(&self.config.prefix, req);
         let reply: Value = self
             .link
@@ -134,9 +130,7 @@ impl RedisStore {
                 "expected a string from check.lua, got {reply:?}"
             )));
         };
-        let verdict = parse_reply(&reply, req.policies)?;
-        let at = verdict.at_ms;
-        Ok((verdict, at))
+        parse_reply(&reply, req.policies)
     }
 
     /// A request over several Cluster slots: one check per slot, sent together (pipelined to
@@ -144,10 +138,7 @@ impl RedisStore {
     /// the slots that admitted give their units back (`lua/refund.lua`) before the answer.
     /// Between the two, another request can see those units taken and be refused for them —
     /// never admitted beyond a limit — for one round trip.
-    async fn check_across_slots(
-        &self,
-        req: &CheckRequest<'_>,
-    ) -> Result<(Verdict, u64), StoreError> {
+    async fn check_across_slots(&self, req: &CheckRequest<'_>) -> Result<Verdict, StoreError> {
         let groups = SlotGroups::of(req);
         let calls = groups.iter().map(|g| async move {
             let sub = CheckRequest {
@@ -159,13 +150,11 @@ impl RedisStore {
             self.check_one_slot(&sub).await
         });
         let results = futures::future::join_all(calls).await;
-        let all_admitted = results
-            .iter()
-            .all(|r| r.as_ref().is_ok_and(|(v, _)| v.admitted));
+        let all_admitted = results.iter().all(|r| r.as_ref().is_ok_and(|v| v.admitted));
         let mut refunded = vec![false; groups.len()];
         if !all_admitted {
             for (i, (g, result)) in groups.iter().zip(&results).enumerate() {
-                let Ok((verdict, now)) = result else { continue };
+                let Ok(verdict) = result else { continue };
                 if !verdict.admitted {
                     continue;
                 }
@@ -178,7 +167,7 @@ impl RedisStore {
                 let committed = |i: usize| verdict.decisions[i].allowed;
                 let Some(invocation) =
                     self.scripts
-                        .refund_call(&self.config.prefix, &sub, committed, *now)
+                        .refund_call(&self.config.prefix, &sub, committed, verdict.at_ms)
                 else {
                     continue;
                 };
@@ -195,8 +184,8 @@ impl RedisStore {
         let mut decisions = vec![None; req.policies.len()];
         let mut now = 0;
         for ((g, result), refunded) in groups.iter().zip(results).zip(refunded) {
-            let (verdict, at) = result?;
-            now = now.max(at);
+            let verdict = result?;
+            now = now.max(verdict.at_ms);
             for (&i, mut d) in g.indexes.iter().zip(verdict.decisions) {
                 if refunded && d.allowed {
                     // Reported as the state stays: the units are back.
@@ -209,15 +198,12 @@ impl RedisStore {
             .into_iter()
             .map(|d| d.ok_or_else(|| StoreError::Protocol("a policy without a decision".into())))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok((
-            Verdict {
-                admitted: all_admitted,
-                decisions,
-                at_ms: now,
-                from_lease: false,
-            },
-            now,
-        ))
+        Ok(Verdict {
+            admitted: all_admitted,
+            decisions,
+            at_ms: now,
+            from_lease: false,
+        })
     }
 
     /// Gives back what `req` (every policy of it) counted at `at` (`lua/refund.lua`): per

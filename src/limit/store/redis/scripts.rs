@@ -303,18 +303,19 @@ pub fn parse_reply(reply: &[u8], policies: &[Policy]) -> Result<Verdict, StoreEr
     let integers = 2 + 4 * policies.len();
     // The name (possibly empty) is whatever follows the last integer.
     let mut fields = reply.splitn(integers + 1, |&b| b == b' ');
+    let malformed = || {
+        StoreError::Protocol(format!(
+            "expected {integers} integers and a name for {} limits, got {:?}",
+            policies.len(),
+            String::from_utf8_lossy(reply)
+        ))
+    };
     let mut next = || -> Result<u64, StoreError> {
         let field = fields.next().unwrap_or_default();
         std::str::from_utf8(field)
             .ok()
             .and_then(|f| f.parse().ok())
-            .ok_or_else(|| {
-                StoreError::Protocol(format!(
-                    "expected {integers} integers and a name for {} limits, got {:?}",
-                    policies.len(),
-                    String::from_utf8_lossy(reply)
-                ))
-            })
+            .ok_or_else(malformed)
     };
     let admitted = next()?;
     let at_ms = next()?;
@@ -338,11 +339,7 @@ pub fn parse_reply(reply: &[u8], policies: &[Policy]) -> Result<Verdict, StoreEr
         }
     };
     if fields.next().is_none() {
-        return Err(StoreError::Protocol(format!(
-            "expected {integers} integers and a name for {} limits, got {:?}",
-            policies.len(),
-            String::from_utf8_lossy(reply)
-        )));
+        return Err(malformed());
     }
     Ok(Verdict {
         admitted,
