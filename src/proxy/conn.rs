@@ -10,6 +10,12 @@
 //! per-read `body_timeout` instead: a pause in an upload, not its total length, is what is
 //! suspicious. Waiting costs no worker: it is one timer on the connection's task.
 //!
+//! The same timer ends idle keep-alive connections: armed after a response, the stream is
+//! *idle* until the next request's first bytes arrive, and an idle stream whose
+//! `keepalive_timeout` has passed reads as closed (end of stream), which Pingora takes as a
+//! client leaving between requests. Pingora's own keep-alive timeout is therefore left off
+//! on guarded connections: it would register a second timer on every request's read.
+//!
 //! The same wrapper gives Pingora's own refusals our problem+json body. Pingora answers some
 //! requests itself before any hook runs (an unparseable head, two `Host` headers, an
 //! absolute-form target naming another host, `CONNECT`): an empty error response. A response
@@ -33,9 +39,10 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
-/// Milliseconds since the first use in this process (a compact, atomic-friendly instant).
-fn now_ms() -> u64 {
-    base().elapsed().as_millis() as u64 + 1
+/// `at` as milliseconds since the first use in this process (a compact, atomic-friendly
+/// instant; never 0, which means "none").
+fn ms_since_base(at: Instant) -> u64 {
+    at.saturating_duration_since(base()).as_millis() as u64 + 1
 }
 
 fn base() -> Instant {
@@ -47,8 +54,11 @@ fn base() -> Instant {
 #[derive(Debug)]
 pub struct GuardedStream {
     inner: Stream,
-    /// Milliseconds (see `now_ms`) after which reads fail; 0 = no deadline.
+    /// Milliseconds (see `ms_since_base`) after which reads fail; 0 = no deadline.
     deadline_ms: AtomicU64,
+    /// While nothing of the next request has been read: the millisecond after which the
+    /// idle connection ends (reads see end of stream); 0 = not idle.
+    idle_until_ms: AtomicU64,
     timer: Option<(u64, Pin<Box<Sleep>>)>,
     /// A Pingora error response being replaced: our bytes, and how many are written.
     replacing: Option<(Vec<u8>, usize)>,
@@ -56,25 +66,31 @@ pub struct GuardedStream {
 
 impl GuardedStream {
     pub fn new(inner: Stream, header_timeout: Duration) -> GuardedStream {
-        let s = GuardedStream {
+        let deadline = ms_since_base(Instant::now()) + header_timeout.as_millis() as u64;
+        GuardedStream {
             inner,
-            deadline_ms: AtomicU64::new(0),
+            deadline_ms: AtomicU64::new(deadline),
+            idle_until_ms: AtomicU64::new(0),
             timer: None,
             replacing: None,
-        };
-        s.arm(header_timeout);
-        s
+        }
     }
 
-    /// Reads must complete within `within` from now.
-    pub fn arm(&self, within: Duration) {
-        self.deadline_ms
-            .store(now_ms() + within.as_millis() as u64, Ordering::Relaxed);
+    /// A response ended at `now`: the connection may idle for `keepalive`, then ends; a
+    /// request begun by then must have sent its headers `header_timeout` after that.
+    pub fn arm_idle(&self, now: Instant, keepalive: Duration, header_timeout: Duration) {
+        let idle_until = ms_since_base(now) + keepalive.as_millis() as u64;
+        self.idle_until_ms.store(idle_until, Ordering::Relaxed);
+        self.deadline_ms.store(
+            idle_until + header_timeout.as_millis() as u64,
+            Ordering::Relaxed,
+        );
     }
 
     /// No deadline (the request's headers are in).
     pub fn disarm(&self) {
         self.deadline_ms.store(0, Ordering::Relaxed);
+        self.idle_until_ms.store(0, Ordering::Relaxed);
     }
 
     /// The guard of a session's stream, if it has one.
@@ -90,29 +106,45 @@ impl AsyncRead for GuardedStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let deadline = self.deadline_ms.load(Ordering::Relaxed);
-        if deadline != 0 {
-            // One timer per connection, moved (not re-created) when the deadline changes;
-            // no clock read here unless the deadline moved.
-            let when =
-                || tokio::time::Instant::from_std(base() + Duration::from_millis(deadline - 1));
-            match self.timer.as_mut() {
-                Some((at, sleep)) if *at != deadline => {
-                    sleep.as_mut().reset(when());
-                    *at = deadline;
-                }
-                Some(_) => {}
-                None => self.timer = Some((deadline, Box::pin(tokio::time::sleep_until(when())))),
+        if deadline == 0 {
+            return Pin::new(&mut self.inner).poll_read(cx, buf);
+        }
+        let idle_until = self.idle_until_ms.load(Ordering::Relaxed);
+        let wake_at = if idle_until != 0 {
+            idle_until
+        } else {
+            deadline
+        };
+        // One timer per connection, moved (not re-created) when the deadline changes; no
+        // clock read here.
+        let when = tokio::time::Instant::from_std(base() + Duration::from_millis(wake_at - 1));
+        match self.timer.as_mut() {
+            Some((at, sleep)) if *at != wake_at => {
+                sleep.as_mut().reset(when);
+                *at = wake_at;
             }
-            if let Some((_, sleep)) = self.timer.as_mut() {
-                if sleep.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "request headers not received in time",
-                    )));
+            Some(_) => {}
+            None => self.timer = Some((wake_at, Box::pin(tokio::time::sleep_until(when)))),
+        }
+        if let Some((_, sleep)) = self.timer.as_mut() {
+            if sleep.as_mut().poll(cx).is_ready() {
+                if idle_until != 0 {
+                    // Idle past keepalive_timeout: the connection ends quietly.
+                    return Poll::Ready(Ok(()));
                 }
+                return Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "request headers not received in time",
+                )));
             }
         }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        let filled = buf.filled().len();
+        let read = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if idle_until != 0 && buf.filled().len() > filled {
+            // The next request has begun: its headers are held to the deadline.
+            self.idle_until_ms.store(0, Ordering::Relaxed);
+        }
+        read
     }
 }
 
@@ -326,6 +358,31 @@ mod tests {
             "the deadline must cut the trickle short, read {got} bytes"
         );
         writer.abort();
+    }
+
+    #[tokio::test]
+    async fn an_idle_stream_ends_quietly_after_the_keepalive_time() {
+        let (_client, mut guarded) = pair().await;
+        guarded.disarm();
+        let ms = Duration::from_millis;
+        guarded.arm_idle(Instant::now(), ms(100), ms(5_000));
+        let mut buf = [0u8; 16];
+        // End of stream, not an error: Pingora closes the connection as a client leaving.
+        assert_eq!(guarded.read(&mut buf).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_request_begun_while_idle_is_held_to_the_header_deadline() {
+        let (mut client, mut guarded) = pair().await;
+        guarded.disarm();
+        let ms = Duration::from_millis;
+        guarded.arm_idle(Instant::now(), ms(100), ms(200));
+        client.write_all(b"GET / HT").await.unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(guarded.read(&mut buf).await.unwrap(), 8);
+        // Past the idle time the begun request is not cut as idle; at the deadline it fails.
+        let err = guarded.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
     }
 
     #[tokio::test]

@@ -23,18 +23,25 @@ use std::time::Instant;
 /// The request's headers are in: lift the connection's header deadline, bound pauses in the
 /// body, answer pipelined requests in order, and set how long the connection may idle.
 pub fn early_request_filter(session: &mut Session, ctx: &mut RequestCtx) {
-    if let Some(guard) = GuardedStream::of(session.stream()) {
+    let guard = GuardedStream::of(session.stream());
+    if let Some(guard) = guard {
         guard.disarm();
     }
+    let guarded = guard.is_some();
     let limits = &ctx.snapshot.config.server.limits;
     // Requests pipelined behind this one are answered in order on this connection (RFC 9112
     // §9.3.2), each going through the whole chain, instead of being dropped with a close.
     session.set_pipelining_enabled(true);
     session.set_read_timeout(Some(limits.body_timeout));
     // Only where the client asked to keep the connection (HTTP/1.1 by default, HTTP/1.0
-    // with `Connection: keep-alive`): setting a timeout would turn keep-alive on.
+    // with `Connection: keep-alive`): setting a timeout would turn keep-alive on. The guard
+    // ends an idle guarded connection (0: no timer of Pingora's on every request's read).
     if session.get_keepalive().is_some() {
-        session.set_keepalive(Some(limits.keepalive_timeout.as_secs().max(1)));
+        let pingora_timeout = match guarded {
+            true => 0,
+            false => limits.keepalive_timeout.as_secs().max(1),
+        };
+        session.set_keepalive(Some(pingora_timeout));
     }
 }
 
@@ -138,7 +145,7 @@ fn route_request(session: &Session, ctx: &mut RequestCtx) -> Result<usize, Rejec
     let req = session.req_header();
     ctx.request_id = match req.headers.get(request_id::NAME) {
         Some(v) if request_id::is_acceptable(v.as_bytes()) => v.clone(),
-        _ => HeaderValue::from_str(&request_id::generate()).expect("generated ids are ASCII hex"),
+        _ => request_id::generate_value(),
     };
     // Only a chunked request can hide a second framing header (see check_message).
     let raw_head = req

@@ -24,6 +24,7 @@ use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::proxy::{FailToProxy, Session};
 use pingora::{Error, Result};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// A proxied response: the request id, the `RateLimit` headers (per the route's
 /// `rate_limit_headers`), and the dry-run limits that would have rejected it.
@@ -166,13 +167,14 @@ pub fn logging(
         None => &ctx.snapshot.unrouted,
     };
     metrics.request(status);
+    let now = Instant::now();
     metrics
         .duration
-        .observe(ctx.started.elapsed().as_secs_f64());
-    // The connection may carry another request: its headers get a fresh deadline.
+        .observe(now.saturating_duration_since(ctx.started).as_secs_f64());
+    // The connection may carry another request: it may idle, then its headers get a deadline.
     if let Some(guard) = GuardedStream::of(session.stream()) {
         let limits = &ctx.snapshot.config.server.limits;
-        guard.arm(limits.keepalive_timeout + limits.header_timeout);
+        guard.arm_idle(now, limits.keepalive_timeout, limits.header_timeout);
     }
     if access_log.wants(ctx.snapshot.config.access_log.mode) {
         access_log.log(access_entry(session, ctx, status));
