@@ -117,3 +117,32 @@ fn the_upstreams_certificate_is_verified_unless_that_is_turned_off_by_name() {
     assert_eq!(answer.status, 200);
     assert_eq!(answer.message, b"hello");
 }
+
+#[test]
+fn without_tls_sni_the_server_is_verified_by_the_host_it_is_configured_by() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new();
+    let ca_file = ca.write_ca(dir.path());
+    let named = ca.issue(dir.path(), "named", "named service", &["localhost"]);
+    let other = ca.issue(dir.path(), "other", "other service", &["grpc.test"]);
+    ca.issue(dir.path(), "gateway", "the gateway", &["gateway.test"]);
+    let by_name = |port: u16| {
+        config(port, dir.path(), &ca_file.display().to_string(), "").replace(
+            &format!("servers = [\"127.0.0.1:{port}\"]\ntls = true\ntls_sni = \"grpc.test\""),
+            &format!("servers = [\"localhost:{port}\"]\ntls = true"),
+        )
+    };
+    // The certificate names the configured host: verified, answered.
+    let grpc = GrpcServer::start(&named.cert, &named.key, None);
+    let config = by_name(grpc.port);
+    assert!(!config.contains("tls_sni"));
+    let gw = Gateway::start_with("h2c = true", &config);
+    let answer = call(gw.port, "/echo.Echo/Say", b"hello", &[("x-api-key", KEY)]);
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.message, b"hello");
+    // It names another host: the same setup is refused.
+    let grpc = GrpcServer::start(&other.cert, &other.key, None);
+    let gw = Gateway::start_with("h2c = true", &by_name(grpc.port));
+    let refused = call(gw.port, "/echo.Echo/Say", b"hello", &[("x-api-key", KEY)]);
+    assert_eq!(refused.status, 502);
+}

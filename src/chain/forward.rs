@@ -25,7 +25,7 @@ pub const CONTROLLED_HEADERS: [&str; 4] = [
 /// (and allocation-free) unless a name has an underscore.
 pub fn underscore_aliases<'a>(names: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
     names
-        .filter(|name| name.contains('_'))
+        .filter(|name| name.as_bytes().contains(&b'_'))
         .filter(|name| {
             CONTROLLED_HEADERS.iter().any(|controlled| {
                 name.len() == controlled.len()

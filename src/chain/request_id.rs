@@ -20,6 +20,15 @@ pub fn is_acceptable(value: &[u8]) -> bool {
 /// A new 32-hex-digit id: a random per-process prefix, then a counter scrambled by a
 /// bijective mix, so ids are unique within a process and unlikely to collide across them.
 pub fn generate() -> String {
+    String::from_utf8(generate_digits().to_vec()).expect("hex digits are ASCII")
+}
+
+/// A new id (see [`generate`]) as a header value, copied once.
+pub fn generate_value() -> http::HeaderValue {
+    http::HeaderValue::from_bytes(&generate_digits()).expect("hex digits are a valid value")
+}
+
+fn generate_digits() -> [u8; 32] {
     static PREFIX: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let prefix = *PREFIX.get_or_init(|| {
@@ -31,7 +40,7 @@ pub fn generate() -> String {
     let mut out = [0u8; 32];
     hex(prefix, &mut out[..16]);
     hex(splitmix64(n ^ prefix), &mut out[16..]);
-    String::from_utf8(out.to_vec()).expect("hex digits are ASCII")
+    out
 }
 
 /// `value` as 16 lower-case hex digits into `out`.
@@ -62,6 +71,9 @@ mod tests {
         assert!(ids
             .iter()
             .all(|id| id.len() == 32 && is_acceptable(id.as_bytes())));
+        let value = generate_value();
+        assert!(value.len() == 32 && is_acceptable(value.as_bytes()));
+        assert!(!ids.contains(value.to_str().unwrap()));
     }
 
     #[test]

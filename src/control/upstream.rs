@@ -63,10 +63,20 @@ pub struct Pool {
     pub tls: Option<PeerTls>,
 }
 
-/// The selected server: its address and the host it came from.
+/// The selected server: its address and, in a TLS pool, the host it came from.
 pub struct Selected {
     pub addr: SocketAddr,
-    pub host: Arc<str>,
+    pub host: Option<Arc<str>>,
+}
+
+impl Selected {
+    /// The name the server is verified by: its configured host, else its address.
+    pub fn name(&self) -> String {
+        match &self.host {
+            Some(host) => host.to_string(),
+            None => self.addr.ip().to_string(),
+        }
+    }
 }
 
 /// Resolves every server of a pool (Pingora's service discovery).
@@ -75,15 +85,22 @@ struct Discovery {
     resolver: NameResolver,
     /// The answer found while building the pool, handed out by the first discovery.
     initial: Mutex<Option<BTreeSet<Backend>>>,
+    /// The pool speaks TLS: backends keep their host.
+    tls: bool,
 }
 
-fn backend(addr: SocketAddr, host: &str) -> Backend {
+/// A backend at `addr`; over TLS it carries the `host` it was resolved from (its SNI and
+/// verified name). Plain ones carry nothing: the load balancer clones the selected backend
+/// on every request, extensions included.
+fn backend(addr: SocketAddr, host: &str, tls: bool) -> Backend {
     let mut b = Backend {
         addr: pingora::protocols::l4::socket::SocketAddr::Inet(addr),
         weight: 1,
         ext: Default::default(),
     };
-    b.ext.insert(Host(Arc::from(host)));
+    if tls {
+        b.ext.insert(Host(Arc::from(host)));
+    }
     b
 }
 
@@ -96,7 +113,11 @@ impl ServiceDiscovery for Discovery {
         let mut found = BTreeSet::new();
         for server in &self.servers {
             match self.resolver.lookup(&server.host, server.port).await {
-                Ok(addrs) => found.extend(addrs.into_iter().map(|a| backend(a, &server.host))),
+                Ok(addrs) => found.extend(
+                    addrs
+                        .into_iter()
+                        .map(|a| backend(a, &server.host, self.tls)),
+                ),
                 Err(e) => {
                     // Keep the pool as it is rather than empty it on a failed lookup.
                     log::warn!(
@@ -138,7 +159,11 @@ impl Pool {
             let addrs = resolver
                 .lookup_blocking(&server.host, server.port)
                 .map_err(|m| problem(path, m))?;
-            initial.extend(addrs.into_iter().map(|a| backend(a, &server.host)));
+            initial.extend(
+                addrs
+                    .into_iter()
+                    .map(|a| backend(a, &server.host, config.tls.is_some())),
+            );
             servers.push(server);
         }
         let has_names = servers.iter().any(Server::is_name);
@@ -146,6 +171,7 @@ impl Pool {
             servers,
             resolver: resolver.clone(),
             initial: Mutex::new(Some(initial)),
+            tls: config.tls.is_some(),
         };
         let mut lb = LoadBalancer::<RoundRobin>::from_backends(Backends::new(Box::new(discovery)));
         // The first discovery hands out what was just resolved: no I/O, no runtime needed.
@@ -179,10 +205,7 @@ impl Pool {
         let n = self.len().max(1);
         let b = self.lb.select(b"", n)?;
         let addr = *b.addr.as_inet()?;
-        let host = b
-            .ext
-            .get::<Host>()
-            .map_or_else(|| Arc::from(addr.ip().to_string()), |h| Arc::clone(&h.0));
+        let host = b.ext.get::<Host>().map(|h| Arc::clone(&h.0));
         Some(Selected { addr, host })
     }
 

@@ -40,7 +40,7 @@ pub fn upstream_peer(ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
     let pool = &route.pool;
     let mut peer = match &pool.tls {
         Some(tls) => {
-            let sni = tls.sni.clone().unwrap_or_else(|| server.host.to_string());
+            let sni = tls.sni.clone().unwrap_or_else(|| server.name());
             let mut peer = HttpPeer::new(server.addr, true, sni);
             peer.options.verify_cert = tls.verify;
             peer.options.verify_hostname = tls.verify;
