@@ -23,11 +23,7 @@ use std::time::Instant;
 /// The request's headers are in: lift the connection's header deadline, bound pauses in the
 /// body, answer pipelined requests in order, and set how long the connection may idle.
 pub fn early_request_filter(session: &mut Session, ctx: &mut RequestCtx) {
-    let guard = GuardedStream::of(session.stream());
-    if let Some(guard) = guard {
-        guard.disarm();
-    }
-    let guarded = guard.is_some();
+    let guarded = GuardedStream::of(session.stream()).map(GuardedStream::disarm);
     let limits = &ctx.snapshot.config.server.limits;
     // Requests pipelined behind this one are answered in order on this connection (RFC 9112
     // §9.3.2), each going through the whole chain, instead of being dropped with a close.
@@ -38,8 +34,8 @@ pub fn early_request_filter(session: &mut Session, ctx: &mut RequestCtx) {
     // ends an idle guarded connection (0: no timer of Pingora's on every request's read).
     if session.get_keepalive().is_some() {
         let pingora_timeout = match guarded {
-            true => 0,
-            false => limits.keepalive_timeout.as_secs().max(1),
+            Some(()) => 0,
+            None => limits.keepalive_timeout.as_secs().max(1),
         };
         session.set_keepalive(Some(pingora_timeout));
     }
