@@ -131,21 +131,30 @@ fn keyed(c: &mut Criterion) {
     c.bench_function("keys/parse a form body", |b| {
         b.iter(|| {
             BodyFields::parse(
-                Some(b"application/x-www-form-urlencoded"),
+                &[b"application/x-www-form-urlencoded"],
                 black_box(&form[..]),
             )
         })
     });
-    let body = BodyFields::parse(Some(b"application/x-www-form-urlencoded"), form);
+    let body = BodyFields::parse(&[b"application/x-www-form-urlencoded"], form);
     let inputs = KeyInputs {
         ip: Some(0x7f00_0001),
         client: None,
         route: "login",
         headers: &headers,
+        query: None,
         body: Some(&body),
     };
-    let account = [KeyPart::Body("username".into())];
-    let pair = [KeyPart::Ip, KeyPart::Body("username".into())];
+    let account = [KeyPart::parse("body:username").expect("a key part")];
+    let pair = [KeyPart::Ip, account[0].clone()];
+    let unicode = BodyFields::from_pairs([("username", "Jos\u{e9}.Ｇarcía@example.com")]);
+    let unicode_inputs = KeyInputs {
+        body: Some(&unicode),
+        ..inputs
+    };
+    c.bench_function("keys/partition body:username (non-ASCII)", |b| {
+        b.iter(|| hasher.partition(black_box(&account), Missing::Reject, &unicode_inputs))
+    });
     c.bench_function("keys/partition body:username", |b| {
         b.iter(|| hasher.partition(black_box(&account), Missing::Reject, &inputs))
     });

@@ -101,7 +101,7 @@ async fn run(
                 let headers = http::HeaderMap::new();
                 let account = format!("user-{}@example.com", t % 64);
                 let body = BodyFields::from_pairs([("username", account.as_str())]);
-                let parts = [KeyPart::Body("username".into())];
+                let parts = [KeyPart::parse("body:username").expect("a key part")];
                 while Instant::now() < deadline {
                     let mut partitions = Vec::new();
                     if keyed {
@@ -110,6 +110,7 @@ async fn run(
                             client: None,
                             route: &route,
                             headers: &headers,
+                            query: None,
                             body: Some(&body),
                         };
                         let key = hasher

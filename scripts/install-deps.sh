@@ -6,6 +6,7 @@
 #   haproxy      — the load balancer of the cluster topology test (scripts/cluster.sh)
 #   curl         — the TLS and HTTP/2 tests' client (with HTTP/2 support)
 #   openssl      — the TLS tests' `openssl s_client`
+#   python3      — the framework-reading test upstream (tests/upstreams/frameworks.py)
 # Uses apt-get when root (or via passwordless sudo); otherwise says what to install.
 set -euo pipefail
 
@@ -17,6 +18,7 @@ command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
 
 if ! command -v cargo >/dev/null 2>&1; then
   echo "error: cargo not found: install Rust first (https://rustup.rs), then re-run." >&2

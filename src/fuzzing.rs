@@ -179,19 +179,210 @@ pub fn request_path(data: &[u8]) {
 }
 
 /// Body-field parsing never panics, whatever the bytes and content type; a field it returns
-/// was in the body (as sent, or percent-decoded).
+/// was in the body (as sent, or percent-decoded), and folding it never panics either.
 pub fn body_fields(data: &[u8]) {
-    use crate::chain::body::{BodyFields, Field};
+    use crate::chain::body::{query_names, BodyFields, Field};
+    use crate::chain::fold;
     let (json, form) = (
         b"application/json".as_slice(),
         b"application/x-www-form-urlencoded",
     );
-    for content_type in [json, form.as_slice()] {
-        let fields = BodyFields::parse(Some(content_type), data);
+    for content_type in [json, form.as_slice(), b"text/plain"] {
+        let fields = BodyFields::parse(&[content_type], data);
         for name in ["username", "a", ""] {
-            if let Field::Value(v) = fields.field(name) {
+            if let Field::Value(v) = fields.field(name, &fold::name(name)) {
                 assert!(v.len() <= data.len() * 4 + 4);
+                let _ = fold::value(v.as_bytes());
             }
+        }
+    }
+    let _ = fold::value(data);
+    query_names(data).for_each(drop);
+}
+
+/// One reading or a refusal: for a request whose keyed limit reads a body field, whenever the
+/// gateway counts it under some value, every modelled framework reading of that field gives
+/// nothing or a value that counts the same. `data`: a content-type selector byte, the query
+/// string, `\n`, the body.
+pub fn one_reading(data: &[u8]) {
+    use crate::chain::body::BodyFields;
+    use crate::chain::keys::{KeyHasher, KeyInputs, KeyPart, Missing};
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    let (query, body) = match rest.iter().position(|&b| b == b'\n') {
+        Some(at) => (&rest[..at], &rest[at + 1..]),
+        None => (&b""[..], rest),
+    };
+    let Ok(query) = std::str::from_utf8(query) else {
+        return;
+    };
+    let content_type: Option<&[u8]> = match selector % 4 {
+        0 => Some(b"application/json"),
+        1 => Some(b"application/x-www-form-urlencoded"),
+        2 => Some(b"text/plain"),
+        _ => None,
+    };
+    let hasher = KeyHasher::new(b"one reading");
+    let headers = http::HeaderMap::new();
+    let fields = BodyFields::parse(content_type.as_slice(), body);
+    for field in ["username", "user_name"] {
+        let parts = [KeyPart::parse(&format!("body:{field}")).expect("a valid part")];
+        let key_of = |fields: &BodyFields, query: Option<&str>| {
+            let inputs = KeyInputs {
+                ip: None,
+                client: None,
+                route: "login",
+                headers: &headers,
+                query,
+                body: Some(fields),
+            };
+            hasher.partition(&parts, Missing::Reject, &inputs).ok()
+        };
+        let Some(counted) = key_of(&fields, (!query.is_empty()).then_some(query)) else {
+            continue;
+        };
+        for (reader, value) in readings::all(content_type, query, body, field) {
+            let Some(value) = value else { continue };
+            let theirs = key_of(&BodyFields::from_pairs([(field, value.as_str())]), None);
+            assert!(
+                theirs.is_none() || theirs.as_ref() == Some(&counted),
+                "{reader} reads {field} as {value:?}, which the gateway counts elsewhere"
+            );
+        }
+    }
+}
+
+/// How common frameworks read one field of a request (documented behaviour, modelled).
+mod readings {
+    use serde::de::{Deserializer, MapAccess, Visitor};
+
+    type Pairs = Vec<(String, String)>;
+
+    /// (framework, the value it reads, if any).
+    pub fn all(
+        content_type: Option<&[u8]>,
+        query: &str,
+        body: &[u8],
+        field: &str,
+    ) -> Vec<(&'static str, Option<String>)> {
+        let form_typed = content_type == Some(b"application/x-www-form-urlencoded");
+        let json_typed = content_type == Some(b"application/json");
+        let amp = form(body, false);
+        let semi = form(body, true);
+        let query_pairs = form(query.as_bytes(), true);
+        let exact = |k: &str| k == field;
+        let mut out = vec![
+            // encoding/json decodes the first value whatever the type; exact or folded keys.
+            (
+                "go",
+                go(body).and_then(|p| last(&p, |k| go_fold(k) == field)),
+            ),
+            // Servlet getParameter / Flask request.values: the query, then a form body.
+            (
+                "query-first",
+                first(&query_pairs, exact)
+                    .or_else(|| form_typed.then(|| first(&amp, exact)).flatten()),
+            ),
+        ];
+        if form_typed {
+            out.extend([
+                ("first", first(&amp, exact)),
+                ("django", last(&amp, exact)),
+                (
+                    "aspnet-form",
+                    last(&amp, |k| k.to_uppercase() == field.to_uppercase()),
+                ),
+                ("php", last(&amp, |k| php_name(k) == field)),
+                ("semicolons", last(&semi, exact)),
+            ]);
+        }
+        if json_typed {
+            let pairs = json(body);
+            out.extend([
+                ("python-json", pairs.as_ref().and_then(|p| last(p, exact))),
+                ("first-json", pairs.as_ref().and_then(|p| first(p, exact))),
+                (
+                    "system-text-json",
+                    pairs
+                        .as_ref()
+                        .and_then(|p| last(p, |k| k.to_uppercase() == field.to_uppercase())),
+                ),
+            ]);
+        }
+        out
+    }
+
+    fn form(bytes: &[u8], semicolons: bool) -> Pairs {
+        bytes
+            .split(|&b| b == b'&' || (semicolons && b == b';'))
+            .flat_map(url::form_urlencoded::parse)
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect()
+    }
+
+    fn first(pairs: &Pairs, matches: impl Fn(&str) -> bool) -> Option<String> {
+        pairs
+            .iter()
+            .find(|(k, _)| matches(k))
+            .map(|(_, v)| v.clone())
+    }
+
+    fn last(pairs: &Pairs, matches: impl Fn(&str) -> bool) -> Option<String> {
+        pairs
+            .iter()
+            .rev()
+            .find(|(k, _)| matches(k))
+            .map(|(_, v)| v.clone())
+    }
+
+    fn go_fold(key: &str) -> String {
+        key.chars()
+            .map(|c| match c {
+                '\u{17f}' => 's',
+                '\u{212a}' => 'k',
+                c => c.to_ascii_lowercase(),
+            })
+            .collect()
+    }
+
+    fn php_name(key: &str) -> String {
+        key.trim_start_matches(' ')
+            .chars()
+            .map(|c| if matches!(c, ' ' | '.' | '[') { '_' } else { c })
+            .collect()
+    }
+
+    /// The whole body as one JSON object's string entries.
+    fn json(body: &[u8]) -> Option<Pairs> {
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let pairs = de.deserialize_map(Entries).ok()?;
+        de.end().ok().map(|()| pairs)
+    }
+
+    /// The first JSON value of the body, trailing bytes ignored (a stream decoder).
+    fn go(body: &[u8]) -> Option<Pairs> {
+        let mut de = serde_json::Deserializer::from_slice(body);
+        de.deserialize_map(Entries).ok()
+    }
+
+    struct Entries;
+
+    impl<'de> Visitor<'de> for Entries {
+        type Value = Pairs;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Pairs, A::Error> {
+            let mut out = Vec::new();
+            while let Some((k, v)) = map.next_entry::<String, serde_json::Value>()? {
+                if let serde_json::Value::String(v) = v {
+                    out.push((k, v));
+                }
+            }
+            Ok(out)
         }
     }
 }

@@ -32,6 +32,7 @@ fn the_committed_corpus_replays_cleanly() {
     assert!(replay("headers", fuzzing::header_rendering) >= 1);
     assert!(replay("request_path", fuzzing::request_path) >= 5);
     assert!(replay("body_fields", fuzzing::body_fields) >= 3);
+    assert!(replay("one_reading", fuzzing::one_reading) >= 6);
 }
 
 /// Bytes that look like the inputs: mostly printable, with the separators that matter.
@@ -55,6 +56,88 @@ fn path_bytes() -> impl Strategy<Value = Vec<u8>> {
         b"%6f", b"%4", b"%zz", b"%c3%a9", b";", b"\\", b"a", b"B", b"~", b"-", b"\x00",
     ];
     prop::collection::vec(prop::sample::select(pieces), 0..20).prop_map(|v| v.concat())
+}
+
+/// Login requests for `fuzzing::one_reading`: a content-type selector, a query, `\n`, a
+/// body; made of spellings of the field's name, values that fold alike or not, separators,
+/// escapes and JSON syntax.
+fn login_request() -> impl Strategy<Value = Vec<u8>> {
+    let names: Vec<&[u8]> = vec![
+        b"username",
+        b"USERNAME",
+        b"UserName",
+        b"u\xc5\xbfername",
+        b"user%6Eame",
+        b"user_name",
+        b"user.name",
+        b"user name",
+        b" user_name",
+        b"user[name",
+        b"\xef\xbd\x95sername",
+        b"password",
+        b"usernam",
+    ];
+    let values: Vec<&[u8]> = vec![
+        b"victim",
+        b"VICTIM",
+        b"decoy",
+        b"\xef\xbd\x96ictim",
+        b"%1Cvictim",
+        b"vic%20tim",
+        b"",
+        b"a;username=victim",
+        b"x%26username%3Dv",
+    ];
+    let joints: Vec<&[u8]> = vec![b"=", b"&", b";", b"\":\"", b"\",\"", b"{\"", b"\"}", b"\n"];
+    let piece = prop_oneof![
+        prop::sample::select(names),
+        prop::sample::select(values),
+        prop::sample::select(joints),
+    ];
+    let structured =
+        (0u8..4, prop::collection::vec(piece, 0..16)).prop_map(|(selector, pieces)| {
+            let mut data = vec![selector];
+            data.extend(pieces.concat());
+            data
+        });
+    // JSON and form bodies of name/value pairs, and a query of pairs.
+    let name = prop::sample::select(vec![
+        "username",
+        "USERNAME",
+        "uſername",
+        "user_name",
+        "user.name",
+        "ｕsername",
+        "password",
+    ]);
+    let value = prop::sample::select(vec![
+        "victim",
+        "VICTIM",
+        "decoy",
+        "ｖictim",
+        " victim\u{1c}",
+    ]);
+    let pairs = prop::collection::vec((name, value), 0..4);
+    let bodies =
+        (0u8..4, pairs.clone(), pairs, any::<bool>()).prop_map(|(selector, query, body, json)| {
+            let mut data = vec![if json { 0 } else { 1 + selector % 3 }];
+            let q: Vec<String> = query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            data.extend(q.join("&").bytes());
+            data.push(b'\n');
+            let b: Vec<String> = if json {
+                body.iter().map(|(k, v)| format!("{k:?}:{v:?}")).collect()
+            } else {
+                body.iter().map(|(k, v)| format!("{k}={v}")).collect()
+            };
+            let text = if json {
+                format!("{{{}}}", b.join(","))
+            } else {
+                b.join("&")
+            };
+            data.extend(text.bytes());
+            data
+        });
+    prop_oneof![structured, bodies]
 }
 
 /// TOML-ish text: fragments of valid configs shuffled and cut.
@@ -116,6 +199,11 @@ proptest! {
     #[test]
     fn body_fields_never_panic(data in bytes()) {
         fuzzing::body_fields(&data);
+    }
+
+    #[test]
+    fn what_two_framework_readings_could_disagree_on_is_refused(data in login_request()) {
+        fuzzing::one_reading(&data);
     }
 
     #[test]

@@ -3,26 +3,57 @@
 //! `application/x-www-form-urlencoded`. The body itself reaches the upstream unchanged; this
 //! only reads a copy.
 //!
-//! A field given twice is *repeated*, not one of its values: frameworks disagree on which one
-//! wins (first, last, a list), so a key read from either could count the wrong account.
+//! **One reading or none.** A key read from a field is only sound if the upstream reads the
+//! same field, so whatever common frameworks could read another way makes the field
+//! *ambiguous* (the request is refused) instead of giving a value:
+//!
+//! - the field given twice: frameworks disagree on which one wins (first, last, a list);
+//! - another name that folds to the field's (`USERNAME`, `uſername`, `user.name` for
+//!   `user_name`): Go's `encoding/json` and ASP.NET match JSON keys ignoring case and take
+//!   the last match, ASP.NET's form binding ignores case, PHP renames `.` and ` ` to `_`;
+//! - a name hidden behind `;` (`a=1;username=x`): older Python parsers split on `;` too;
+//! - more than one `Content-Type`, a list of media types in one, or a charset other than
+//!   UTF-8: the upstream may parse the body as another type or decode it otherwise;
+//! - a body declared JSON that is not valid JSON (lenient parsers read a prefix), or a form
+//!   body that is also a JSON object (Go handlers decode JSON whatever the type says);
+//! - a multipart body, whose fields Django, Flask and Spring read but this reader does not.
+//!
+//! A body of another type (or none) that is a JSON object is read as JSON, as a handler that
+//! ignores the type would read it. The query string is checked too ([`query_names`]): Servlet's
+//! `getParameter` (Spring Security's form login) and Flask's `request.values` read it first.
 
+use crate::chain::fold;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use std::fmt;
 
 /// What a body says about one field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Field<'a> {
     Absent,
     Value(&'a str),
     /// Given more than once.
     Repeated,
+    /// Common frameworks could read the field otherwise: why.
+    Ambiguous(String),
 }
 
 /// The fields of a body, in order: a string value, a value of another type (`None`), or
-/// repeated.
+/// repeated; with each name's folded form.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BodyFields {
-    fields: Vec<(String, Seen)>,
+    fields: Vec<Entry>,
+    /// Folded names a reading splitting on `;` reads otherwise: hidden behind one, or whose
+    /// value one would cut.
+    split: Vec<String>,
+    /// Why the body has no single reading, if it has none.
+    unreadable: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    name: String,
+    folded: String,
+    seen: Seen,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,61 +63,184 @@ enum Seen {
 }
 
 impl BodyFields {
-    /// The fields of `body` sent as `content_type`; empty for any other type or a body that
-    /// does not parse.
-    pub fn parse(content_type: Option<&[u8]>, body: &[u8]) -> BodyFields {
-        let Some(mime) = content_type.map(media_type) else {
-            return BodyFields::default();
+    /// The fields of `body`, sent with these `Content-Type` values (every one the request
+    /// has). Empty for a body of a type that has no fields; unreadable (every field
+    /// ambiguous) where the body has no single reading.
+    pub fn parse(content_types: &[&[u8]], body: &[u8]) -> BodyFields {
+        let content_type = match content_types {
+            [] => None,
+            [one] => Some(*one),
+            _ => return BodyFields::unreadable("the request has more than one Content-Type"),
         };
-        if mime == "application/x-www-form-urlencoded" {
-            BodyFields::collect(url::form_urlencoded::parse(body).map(|(k, v)| (k, Some(v))))
-        } else if mime == "application/json" || mime.ends_with("+json") {
-            let mut de = serde_json::Deserializer::from_slice(body);
-            de.deserialize_map(TopLevel)
-                .ok()
-                .map(|pairs| BodyFields::collect(pairs.into_iter()))
-                .unwrap_or_default()
-        } else {
-            BodyFields::default()
+        let media = match content_type.map(MediaType::parse).transpose() {
+            Ok(media) => media,
+            Err(why) => return BodyFields::unreadable(why),
+        };
+        let essence = media.as_ref().map_or("", |m| m.essence.as_str());
+        if essence == "application/x-www-form-urlencoded" {
+            if json_object(body).is_some() {
+                return BodyFields::unreadable(
+                    "a form body that is also a JSON object (some handlers decode JSON whatever \
+                     the Content-Type says)",
+                );
+            }
+            return BodyFields::form(body);
+        }
+        if essence == "application/json" || essence.ends_with("+json") {
+            return match json_object(body) {
+                Some(Ok(pairs)) => BodyFields::collect(pairs.into_iter(), Vec::new()),
+                None if body.trim_ascii().is_empty() || is_json_value(body) => {
+                    BodyFields::default()
+                }
+                _ => BodyFields::unreadable("the body is not valid JSON"),
+            };
+        }
+        if essence.starts_with("multipart/") {
+            return BodyFields::unreadable(
+                "a multipart body (its fields are not read here; send JSON or a form)",
+            );
+        }
+        // Another type, or none: read as a handler that decodes JSON regardless would.
+        match json_object(body) {
+            Some(Ok(pairs)) => BodyFields::collect(pairs.into_iter(), Vec::new()),
+            _ => BodyFields::default(),
         }
     }
 
     /// Fields from name/value pairs (tests and tools).
     pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> BodyFields {
-        BodyFields::collect(pairs.into_iter().map(|(k, v)| (k, Some(v))))
+        BodyFields::collect(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), Some(v.to_owned()))),
+            Vec::new(),
+        )
     }
 
-    fn collect<K: Into<String>, V: Into<String>>(
-        pairs: impl Iterator<Item = (K, Option<V>)>,
-    ) -> BodyFields {
-        let mut fields: Vec<(String, Seen)> = Vec::new();
-        for (k, v) in pairs {
-            let k = k.into();
-            match fields.iter_mut().find(|(name, _)| *name == k) {
-                Some((_, seen)) => *seen = Seen::Repeated,
-                None => fields.push((k, Seen::Once(v.map(Into::into)))),
+    fn unreadable(why: &'static str) -> BodyFields {
+        BodyFields {
+            unreadable: Some(why),
+            ..BodyFields::default()
+        }
+    }
+
+    fn form(body: &[u8]) -> BodyFields {
+        let pairs =
+            url::form_urlencoded::parse(body).map(|(k, v)| (k.into_owned(), Some(v.into_owned())));
+        BodyFields::collect(pairs, split_names(body))
+    }
+
+    fn collect(pairs: impl Iterator<Item = (String, Option<String>)>, split: Vec<String>) -> Self {
+        let mut fields: Vec<Entry> = Vec::new();
+        for (name, value) in pairs {
+            match fields.iter_mut().find(|e| e.name == name) {
+                Some(entry) => entry.seen = Seen::Repeated,
+                None => fields.push(Entry {
+                    folded: fold::name(&name),
+                    name,
+                    seen: Seen::Once(value),
+                }),
             }
         }
-        BodyFields { fields }
+        BodyFields {
+            fields,
+            split,
+            unreadable: None,
+        }
     }
 
-    pub fn field(&self, name: &str) -> Field<'_> {
-        match self.fields.iter().find(|(k, _)| k == name) {
-            Some((_, Seen::Once(Some(v)))) => Field::Value(v),
-            Some((_, Seen::Repeated)) => Field::Repeated,
-            _ => Field::Absent,
+    /// The field `name`, whose folded form ([`fold::name`]) is `folded`.
+    pub fn field(&self, name: &str, folded: &str) -> Field<'_> {
+        if let Some(why) = self.unreadable {
+            return Field::Ambiguous(why.to_owned());
         }
+        let mut found = Field::Absent;
+        for entry in &self.fields {
+            if entry.name == name {
+                found = match &entry.seen {
+                    Seen::Once(Some(v)) => Field::Value(v),
+                    Seen::Once(None) => Field::Absent,
+                    Seen::Repeated => Field::Repeated,
+                };
+            } else if entry.folded == folded {
+                return Field::Ambiguous(format!(
+                    "the body has another field that some frameworks read as {name:?}"
+                ));
+            }
+        }
+        if self.split.iter().any(|h| h == folded) {
+            return Field::Ambiguous(format!(
+                "a ';' in the body could cut or hide the field {name:?} (some parsers split on it)"
+            ));
+        }
+        found
     }
 }
 
-/// `Application/JSON; charset=utf-8` → `application/json`.
-fn media_type(value: &[u8]) -> String {
-    let text = String::from_utf8_lossy(value);
-    text.split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase()
+/// The folded names of a query string or form, split on `&` and `;` alike (the strictest of
+/// the readings), percent-decoded.
+pub fn query_names(query: &[u8]) -> impl Iterator<Item = String> + '_ {
+    query
+        .split(|b| *b == b'&' || *b == b';')
+        .filter(|piece| !piece.is_empty())
+        .filter_map(|piece| url::form_urlencoded::parse(piece).next())
+        .map(|(name, _)| fold::name(&name))
+}
+
+/// The names of every `&`-separated pair of a form holding a raw `;`: a reader splitting on
+/// it too cuts that pair's value and finds the names behind it.
+fn split_names(body: &[u8]) -> Vec<String> {
+    if !body.contains(&b';') {
+        return Vec::new();
+    }
+    body.split(|b| *b == b'&')
+        .filter(|pair| pair.contains(&b';'))
+        .flat_map(|pair| query_names(pair).collect::<Vec<_>>())
+        .collect()
+}
+
+/// A `Content-Type` value: its essence (`type/subtype`, lower case) once the charset, if
+/// any, is UTF-8.
+struct MediaType {
+    essence: String,
+}
+
+impl MediaType {
+    fn parse(value: &[u8]) -> Result<MediaType, &'static str> {
+        let text = std::str::from_utf8(value).map_err(|_| "a Content-Type that is not text")?;
+        if text.contains(',') {
+            return Err("a list of media types in Content-Type");
+        }
+        let mut parts = text.split(';');
+        let essence = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        for param in parts {
+            let (key, value) = param.split_once('=').unwrap_or((param, ""));
+            if key.trim().eq_ignore_ascii_case("charset") {
+                let charset = value.trim().trim_matches('"');
+                if !charset.eq_ignore_ascii_case("utf-8") && !charset.eq_ignore_ascii_case("utf8") {
+                    return Err("a charset other than UTF-8 (the upstream would decode otherwise)");
+                }
+            }
+        }
+        Ok(MediaType { essence })
+    }
+}
+
+/// The top-level entries of `body` if it is a JSON object (`Some(Err)`: it starts like one
+/// but is not valid JSON); `None` when it does not start with `{`.
+#[allow(clippy::type_complexity)]
+fn json_object(body: &[u8]) -> Option<Result<Vec<(String, Option<String>)>, ()>> {
+    if body.trim_ascii_start().first() != Some(&b'{') {
+        return None;
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let pairs = de.deserialize_map(TopLevel).map_err(|_| ());
+    Some(pairs.and_then(|p| de.end().map(|()| p).map_err(|_| ())))
+}
+
+/// Whether `body` is one valid JSON value (an array, a string...: no fields, but readable).
+fn is_json_value(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
 }
 
 /// A JSON object's top-level entries, strings kept, other values as `None`, duplicates kept
@@ -117,44 +271,131 @@ impl<'de> Visitor<'de> for TopLevel {
 mod tests {
     use super::*;
 
-    #[test]
-    fn json_and_form_bodies_give_their_string_fields() {
-        let json = BodyFields::parse(
-            Some(b"Application/JSON; charset=utf-8"),
-            br#"{"username": "ada", "password": "x", "remember": true, "nested": {"username": "eve"}}"#,
-        );
-        assert_eq!(json.field("username"), Field::Value("ada"));
-        assert_eq!(json.field("remember"), Field::Absent, "not a string");
-        assert_eq!(json.field("missing"), Field::Absent);
-        let form = BodyFields::parse(
-            Some(b"application/x-www-form-urlencoded"),
-            b"username=ada%40example.com&password=x+y",
-        );
-        assert_eq!(form.field("username"), Field::Value("ada@example.com"));
-        assert_eq!(form.field("password"), Field::Value("x y"));
-        let problem = BodyFields::parse(Some(b"application/problem+json"), br#"{"username":"a"}"#);
-        assert_eq!(problem.field("username"), Field::Value("a"));
+    const JSON: &[u8] = b"application/json";
+    const FORM: &[u8] = b"application/x-www-form-urlencoded";
+
+    /// How `username` reads: `value:…`, `absent`, `repeated` or `ambiguous`.
+    fn username(content_types: &[&[u8]], body: &[u8]) -> String {
+        read(&BodyFields::parse(content_types, body), "username")
+    }
+
+    fn read(fields: &BodyFields, name: &str) -> String {
+        match fields.field(name, &fold::name(name)) {
+            Field::Value(v) => format!("value:{v}"),
+            Field::Absent => "absent".into(),
+            Field::Repeated => "repeated".into(),
+            Field::Ambiguous(_) => "ambiguous".into(),
+        }
     }
 
     #[test]
-    fn repeated_fields_and_unreadable_bodies_are_not_values() {
-        let form = BodyFields::parse(
-            Some(b"application/x-www-form-urlencoded"),
-            b"username=victim&username=other",
+    fn json_and_form_bodies_give_their_string_fields() {
+        let json = br#"{"username": "ada", "password": "x", "remember": true, "nested": {"username": "eve"}}"#;
+        let fields = BodyFields::parse(&[b"Application/JSON; charset=utf-8"], json);
+        assert_eq!(read(&fields, "username"), "value:ada");
+        assert_eq!(read(&fields, "remember"), "absent", "not a string");
+        assert_eq!(read(&fields, "missing"), "absent");
+        let form = BodyFields::parse(&[FORM], b"username=ada%40example.com&password=x+y");
+        assert_eq!(read(&form, "username"), "value:ada@example.com");
+        assert_eq!(read(&form, "password"), "value:x y");
+        assert_eq!(
+            username(&[b"application/problem+json"], br#"{"username":"a"}"#),
+            "value:a"
         );
-        assert_eq!(form.field("username"), Field::Repeated);
-        let json = BodyFields::parse(
-            Some(b"application/json"),
-            br#"{"username": "victim", "username": "other"}"#,
+    }
+
+    #[test]
+    fn repeated_fields_and_bodies_without_fields_are_not_values() {
+        assert_eq!(
+            username(&[FORM], b"username=victim&username=other"),
+            "repeated"
         );
-        assert_eq!(json.field("username"), Field::Repeated);
+        assert_eq!(
+            username(&[JSON], br#"{"username": "victim", "username": "other"}"#),
+            "repeated"
+        );
         for (ct, body) in [
-            (Some(&b"application/json"[..]), &b"{not json"[..]),
-            (Some(b"application/json"), b"[\"username\"]"),
-            (Some(b"text/plain"), b"username=ada"),
-            (None, b"username=ada"),
+            (&[JSON][..], &b"[\"username\"]"[..]),
+            (&[JSON], b"\"text\""),
+            (&[b"text/plain"], b"username=ada"),
+            (&[], b"username=ada"),
+            (&[FORM], b""),
         ] {
-            assert_eq!(BodyFields::parse(ct, body).field("username"), Field::Absent);
+            assert_eq!(username(ct, body), "absent", "{body:?}");
         }
+    }
+
+    #[test]
+    fn names_that_frameworks_fold_together_make_the_field_ambiguous() {
+        for body in [
+            &br#"{"username":"decoy7","USERNAME":"victim"}"#[..],
+            br#"{"USERNAME":"victim"}"#,
+            "{\"u\u{17f}ername\":\"victim\",\"username\":\"decoy\"}".as_bytes(),
+            "{\"ｕｓｅｒｎａｍｅ\":\"victim\"}".as_bytes(),
+        ] {
+            assert_eq!(username(&[JSON], body), "ambiguous", "{body:?}");
+        }
+        assert_eq!(
+            username(&[FORM], b"username=decoy&UserName=victim"),
+            "ambiguous"
+        );
+        let fields = BodyFields::parse(&[FORM], b"user.name=victim&user_name=decoy");
+        assert_eq!(read(&fields, "user_name"), "ambiguous", "PHP");
+        // Unrelated names are fine.
+        assert_eq!(
+            username(&[JSON], br#"{"username":"ada","username2":"x"}"#),
+            "value:ada"
+        );
+    }
+
+    #[test]
+    fn bodies_with_two_readings_are_ambiguous() {
+        let both = br#"{"username":"decoy","a":"&username=victim&b="}"#;
+        for (ct, body) in [
+            (&[JSON, FORM][..], &both[..]),
+            (
+                &[b"application/json, application/x-www-form-urlencoded"],
+                both,
+            ),
+            (
+                &[b"application/json; charset=utf-16"],
+                br#"{"username":"a"}"#,
+            ),
+            (
+                &[b"application/x-www-form-urlencoded; charset=\"iso-8859-1\""],
+                b"username=a",
+            ),
+            (&[FORM], both),
+            (&[JSON], br#"{"username":"victim"} trailing"#),
+            (&[JSON], br#"{"username":"victim""#),
+            (&[JSON], b"\xef\xbb\xbf{\"username\":\"a\"}"),
+            (&[b"multipart/form-data; boundary=x"], b"--x\r\n"),
+            (&[FORM], b"username=decoy;username=victim"),
+            (&[FORM], b"a=1;USERNAME=victim&username=decoy"),
+            (&[FORM], b"username=victim;x"),
+        ] {
+            assert_eq!(username(ct, body), "ambiguous", "{ct:?} {body:?}");
+        }
+        assert_eq!(
+            username(
+                &[b"application/json; charset=\"UTF-8\""],
+                br#"{"username":"a"}"#
+            ),
+            "value:a"
+        );
+    }
+
+    #[test]
+    fn a_json_object_of_another_type_is_read_as_json() {
+        let body = br#"{"username":"victim"}"#;
+        assert_eq!(username(&[b"text/plain"], body), "value:victim");
+        assert_eq!(username(&[], body), "value:victim");
+        assert_eq!(username(&[b"text/plain"], b"{not json"), "absent");
+    }
+
+    #[test]
+    fn query_names_split_on_both_separators_and_fold() {
+        let names: Vec<String> = query_names(b"a=1&USER%4EAME=x;user.name=y&&b").collect();
+        assert_eq!(names, ["a", "username", "user_name", "b"]);
     }
 }

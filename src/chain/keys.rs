@@ -2,13 +2,23 @@
 //! authenticated client, a header, a field of the body, or the route itself (one count for
 //! everybody) — combined (`["ip", "body:username"]` is per address *and* account).
 //!
-//! Raw input never names state: each part is normalised (trimmed; text lower-cased, so that
-//! `Ada@Example.com` and `ada@example.com` are one account — which can only make a limit
-//! stricter), and the parts go through a keyed hash (HMAC-SHA-256 with `store.key_hash_secret`,
-//! shared by every instance so that all of them name the same state). A 100 KB value is a
-//! 32-character partition like any other, and store keys reveal nothing about the values.
+//! Raw input never names state: each part is folded to the strictest reading common
+//! frameworks share (`chain::fold`: NFKC, case folding, trimmed — `Ada@Example.com`,
+//! `ＡＤＡ@example.com` and ` ada@example.com\u{1f}` are one account, which can only make a limit
+//! stricter), and the parts go through a keyed hash (HMAC-SHA-256 with
+//! `server.key_hash_secret`, shared by every instance so that all of them name the same
+//! state). A 100 KB value is a 32-character partition like any other, and store keys reveal
+//! nothing about the values.
+//!
+//! A part the upstream could read otherwise is refused rather than counted (the request gets
+//! a 400): a header given twice, holding a list (`acme, r7`: RFC 9110 makes it the same as two
+//! lines), or spelled with `_` for `-` beside or instead of the real one (CGI/WSGI servers read
+//! `X_Tenant_Id` as `X-Tenant-Id`); a body field the body gives ambiguously (`chain::body`), or
+//! named in the query string too (Servlet's `getParameter` and Flask's `request.values` read
+//! the query first).
 
-use crate::chain::body::{BodyFields, Field};
+use crate::chain::body::{query_names, BodyFields, Field};
+use crate::chain::fold;
 use hmac::{Hmac, Mac};
 use http::HeaderMap;
 use sha2::Sha256;
@@ -27,7 +37,24 @@ pub enum KeyPart {
     /// A request header (lower-case name); more than one value is refused.
     Header(http::HeaderName),
     /// A top-level string field of a JSON or form-urlencoded body.
-    Body(Arc<str>),
+    Body(BodyField),
+}
+
+/// A body field a key reads: its name, and the name folded (`chain::fold::name`) to find the
+/// names frameworks would read as this one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BodyField {
+    pub name: Arc<str>,
+    folded: Arc<str>,
+}
+
+impl BodyField {
+    pub fn new(name: &str) -> BodyField {
+        BodyField {
+            name: name.into(),
+            folded: fold::name(name).into(),
+        }
+    }
 }
 
 impl KeyPart {
@@ -52,7 +79,7 @@ impl KeyPart {
                         .bytes()
                         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')) =>
             {
-                Ok(KeyPart::Body(field.into()))
+                Ok(KeyPart::Body(BodyField::new(field)))
             }
             Some(("body", field)) => Err(format!(
                 "{field:?}: a body field name is 1 to 64 characters of A-Z a-z 0-9 _ - ."
@@ -69,7 +96,7 @@ impl KeyPart {
             KeyPart::Client => "client".into(),
             KeyPart::Route => "route".into(),
             KeyPart::Header(h) => format!("header:{h}"),
-            KeyPart::Body(f) => format!("body:{f}"),
+            KeyPart::Body(f) => format!("body:{}", f.name),
         }
     }
 }
@@ -102,6 +129,8 @@ pub struct KeyInputs<'a> {
     pub client: Option<&'a str>,
     pub route: &'a str,
     pub headers: &'a HeaderMap,
+    /// The request target's query string, if any (as sent).
+    pub query: Option<&'a str>,
     /// The body's fields, when the route reads them and the body could be read.
     pub body: Option<&'a BodyFields>,
 }
@@ -111,7 +140,8 @@ pub struct KeyInputs<'a> {
 pub enum KeyError {
     /// The request lacks this part (no such header, field, or readable body; no client).
     Missing(String),
-    /// A header given more than once: which one counts would be the client's choice.
+    /// A part the upstream could read otherwise (a header given twice, a field named twice):
+    /// which one counts would be the client's choice.
     Ambiguous(String),
 }
 
@@ -168,7 +198,7 @@ impl KeyHasher {
     }
 }
 
-/// The normalised bytes of one part.
+/// The folded bytes of one part.
 fn value(part: &KeyPart, inputs: &KeyInputs<'_>) -> Result<Vec<u8>, KeyError> {
     match part {
         KeyPart::Ip => inputs
@@ -180,42 +210,73 @@ fn value(part: &KeyPart, inputs: &KeyInputs<'_>) -> Result<Vec<u8>, KeyError> {
             .map(|c| c.as_bytes().to_vec())
             .ok_or_else(|| KeyError::Missing("an authenticated client".into())),
         KeyPart::Route => Ok(inputs.route.as_bytes().to_vec()),
-        KeyPart::Header(name) => {
-            let mut values = inputs.headers.get_all(name).iter();
-            let first = values
-                .next()
-                .ok_or_else(|| KeyError::Missing(format!("the {name} header")))?;
-            if values.next().is_some() {
-                return Err(KeyError::Ambiguous(format!(
-                    "the {name} header is given more than once"
-                )));
-            }
-            normalise(first.as_bytes())
-                .ok_or_else(|| KeyError::Missing(format!("the {name} header")))
-        }
-        KeyPart::Body(field) => {
-            let missing = || KeyError::Missing(format!("the body field {field:?}"));
-            match inputs.body.map_or(Field::Absent, |b| b.field(field)) {
-                Field::Value(v) => normalise(v.as_bytes()).ok_or_else(missing),
-                Field::Absent => Err(missing()),
-                Field::Repeated => Err(KeyError::Ambiguous(format!(
-                    "the body field {field:?} is given more than once"
-                ))),
-            }
-        }
+        KeyPart::Header(name) => header(inputs.headers, name),
+        KeyPart::Body(field) => body_field(inputs, field),
     }
 }
 
-/// Trimmed and lower-cased (Unicode, when the bytes are UTF-8); `None` when empty.
-fn normalise(raw: &[u8]) -> Option<Vec<u8>> {
-    let trimmed = raw.trim_ascii();
-    if trimmed.is_empty() {
-        return None;
+fn header(headers: &HeaderMap, name: &http::HeaderName) -> Result<Vec<u8>, KeyError> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(KeyError::Ambiguous(format!(
+            "the {name} header is given more than once"
+        )));
     }
-    Some(match std::str::from_utf8(trimmed) {
-        Ok(text) => text.trim().to_lowercase().into_bytes(),
-        Err(_) => trimmed.to_ascii_lowercase(),
+    if has_underscore_alias(headers, name) {
+        return Err(KeyError::Ambiguous(format!(
+            "the request has a header that CGI-style servers read as {name} (\"_\" for \"-\")"
+        )));
+    }
+    let first = first.ok_or_else(|| KeyError::Missing(format!("the {name} header")))?;
+    if first.as_bytes().contains(&b',') {
+        return Err(KeyError::Ambiguous(format!(
+            "the {name} header holds a list (a comma), which frameworks split and pick from differently"
+        )));
+    }
+    fold::value(first.as_bytes())
+        .map(String::into_bytes)
+        .ok_or_else(|| KeyError::Missing(format!("the {name} header")))
+}
+
+/// Whether another header name reads as `name` once `_` is taken for `-`.
+fn has_underscore_alias(headers: &HeaderMap, name: &http::HeaderName) -> bool {
+    let name = name.as_str().as_bytes();
+    headers.keys().any(|other| {
+        let other = other.as_str().as_bytes();
+        other.len() == name.len()
+            && other != name
+            && other
+                .iter()
+                .zip(name)
+                .all(|(a, b)| a == b || (*a == b'_' && *b == b'-'))
     })
+}
+
+fn body_field(inputs: &KeyInputs<'_>, field: &BodyField) -> Result<Vec<u8>, KeyError> {
+    let name = &field.name;
+    if let Some(query) = inputs.query {
+        if query_names(query.as_bytes()).any(|n| *n == *field.folded) {
+            return Err(KeyError::Ambiguous(format!(
+                "the query string names the body field {name:?} too (some frameworks read the \
+                 query first)"
+            )));
+        }
+    }
+    let missing = || KeyError::Missing(format!("the body field {name:?}"));
+    match inputs
+        .body
+        .map_or(Field::Absent, |b| b.field(name, &field.folded))
+    {
+        Field::Value(v) => fold::value(v.as_bytes())
+            .map(String::into_bytes)
+            .ok_or_else(missing),
+        Field::Absent => Err(missing()),
+        Field::Repeated => Err(KeyError::Ambiguous(format!(
+            "the body field {name:?} is given more than once"
+        ))),
+        Field::Ambiguous(why) => Err(KeyError::Ambiguous(why)),
+    }
 }
 
 #[cfg(test)]
@@ -229,6 +290,7 @@ mod tests {
             client: None,
             route: "login",
             headers,
+            query: None,
             body,
         }
     }
@@ -262,7 +324,7 @@ mod tests {
         let h = KeyHasher::new(b"secret");
         let headers = HeaderMap::new();
         let body = BodyFields::from_pairs([("username", "Ada@Example.com ")]);
-        let parts = [KeyPart::Body("username".into())];
+        let parts = [KeyPart::Body(BodyField::new("username"))];
         let a = h
             .partition(&parts, Missing::Reject, &inputs(&headers, Some(&body)))
             .unwrap();
@@ -300,7 +362,7 @@ mod tests {
             h.partition(&ip_only, Missing::Reject, &i).unwrap(),
             h.partition(&ip_and_tenant, Missing::Reject, &i).unwrap()
         );
-        let account = [KeyPart::Body("username".into())];
+        let account = [KeyPart::Body(BodyField::new("username"))];
         assert!(matches!(
             h.partition(&account, Missing::Reject, &i),
             Err(KeyError::Missing(_))
@@ -317,5 +379,66 @@ mod tests {
             h.partition(&ip_and_tenant, Missing::Shared, &inputs(&headers, None)),
             Err(KeyError::Ambiguous(_))
         ));
+    }
+
+    #[test]
+    fn headers_with_another_reading_are_ambiguous() {
+        let h = KeyHasher::new(b"s");
+        let tenant = [KeyPart::Header("x-tenant-id".parse().unwrap())];
+        let decide = |pairs: &[(&str, &str)]| {
+            let mut headers = HeaderMap::new();
+            for (k, v) in pairs {
+                headers.append(
+                    http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            h.partition(&tenant, Missing::Skip, &inputs(&headers, None))
+        };
+        let acme = decide(&[("x-tenant-id", "acme")]).unwrap();
+        assert_eq!(decide(&[("x-tenant-id", " ACME ")]), Ok(acme.clone()));
+        assert_eq!(decide(&[("x-tenant-id", "ａｃｍｅ")]), Ok(acme));
+        for bad in [
+            &[("x-tenant-id", "acme, r7")][..],
+            &[("x-tenant-id", "acme"), ("x-tenant-id", "r7")],
+            &[("x-tenant-id", "acme"), ("x_tenant_id", "r7")],
+            &[("x_tenant-id", "r7")],
+        ] {
+            assert!(
+                matches!(decide(bad), Err(KeyError::Ambiguous(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(decide(&[]), Err(KeyError::Missing(_))));
+        assert!(decide(&[("x-tenant-id", "acme"), ("x-tenant-idx", "r7")]).is_ok());
+    }
+
+    #[test]
+    fn a_body_field_named_in_the_query_too_is_ambiguous() {
+        let h = KeyHasher::new(b"s");
+        let account = [KeyPart::Body(BodyField::new("username"))];
+        let headers = HeaderMap::new();
+        let body = BodyFields::from_pairs([("username", "decoy")]);
+        let with_query = |query: &'static str| KeyInputs {
+            query: Some(query),
+            ..inputs(&headers, Some(&body))
+        };
+        for query in [
+            "username=victim",
+            "a=1&USERNAME=victim",
+            "a=1;user%6Eame=v",
+            "username",
+        ] {
+            assert!(
+                matches!(
+                    h.partition(&account, Missing::Skip, &with_query(query)),
+                    Err(KeyError::Ambiguous(_))
+                ),
+                "{query}"
+            );
+        }
+        assert!(h
+            .partition(&account, Missing::Skip, &with_query("next=/home&user=1"))
+            .is_ok());
     }
 }

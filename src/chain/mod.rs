@@ -24,6 +24,7 @@
 pub mod admission;
 pub mod auth;
 pub mod body;
+pub mod fold;
 pub mod forward;
 pub mod headers;
 pub mod identity;

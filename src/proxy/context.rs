@@ -38,6 +38,9 @@ pub struct RequestCtx {
     /// The normalised path the request was routed by, when it differs from the one received:
     /// the upstream gets this one.
     pub forward_path: Option<String>,
+    /// The gateway answered `Expect: 100-continue` itself (it read the body for a keyed
+    /// limit): the upstream is not asked for another `100`.
+    pub continued: bool,
 }
 
 impl RequestCtx {
@@ -56,6 +59,7 @@ impl RequestCtx {
             upstream_addr: None,
             body_bytes: 0,
             forward_path: None,
+            continued: false,
         }
     }
 

@@ -63,20 +63,27 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
         ctx.client = Some(client);
     }
     let body = if route.config.reads_body() {
-        read_key_body(session, route.config.body_key_bytes)
+        read_key_body(session, ctx, route.config.body_key_bytes)
             .await?
             .map(|bytes| {
-                let content_type = session.req_header().headers.get(CONTENT_TYPE);
-                BodyFields::parse(content_type.map(HeaderValue::as_bytes), &bytes)
+                let headers = &session.req_header().headers;
+                let types: Vec<&[u8]> = headers
+                    .get_all(CONTENT_TYPE)
+                    .iter()
+                    .map(HeaderValue::as_bytes)
+                    .collect();
+                BodyFields::parse(&types, &bytes)
             })
     } else {
         None
     };
+    let req = session.req_header();
     let inputs = KeyInputs {
         ip,
         client: ctx.client.as_ref().map(|c| &*c.id),
         route: &route.rules.name,
-        headers: &session.req_header().headers,
+        headers: &req.headers,
+        query: req.uri.query(),
         body: body.as_ref(),
     };
     let traced = ctx.trace.as_ref().is_some_and(|t| t.sampled);
@@ -183,8 +190,12 @@ fn client_key(session: &Session, ctx: &RequestCtx) -> Option<u128> {
 /// announced by `Content-Length` and at most `max` bytes (`body_key_bytes`, at most 64 KiB).
 /// It is read into Pingora's retry buffer, which is sent to the upstream first: the body
 /// arrives there byte for byte. A chunked or larger body is not read (`None`: the fields are
-/// missing).
-async fn read_key_body(session: &mut Session, max: u64) -> Result<Option<Bytes>, Reject> {
+/// missing). A client waiting for `100 Continue` before it sends the body gets it here.
+async fn read_key_body(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    max: u64,
+) -> Result<Option<Bytes>, Reject> {
     let announced = session
         .req_header()
         .headers
@@ -198,6 +209,13 @@ async fn read_key_body(session: &mut Session, max: u64) -> Result<Option<Bytes>,
         return Ok(Some(Bytes::new()));
     }
     session.enable_retry_buffering();
+    if expects_continue(session.req_header()) {
+        session
+            .write_continue_response()
+            .await
+            .map_err(|_| Reject::BadMessage("the request body could not be read"))?;
+        ctx.continued = true;
+    }
     let mut body = BytesMut::with_capacity(length as usize);
     while (body.len() as u64) < length {
         match session.read_request_body().await {
@@ -207,6 +225,15 @@ async fn read_key_body(session: &mut Session, max: u64) -> Result<Option<Bytes>,
         }
     }
     Ok(Some(body.freeze()))
+}
+
+/// `Expect: 100-continue` (the only expectation there is, RFC 9110 §10.1.1).
+fn expects_continue(req: &pingora::http::RequestHeader) -> bool {
+    req.headers.get(http::header::EXPECT).is_some_and(|v| {
+        v.as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"100-continue")
+    })
 }
 
 /// Counts the body as it streams: a chunked body larger than the route allows is cut off

@@ -132,6 +132,10 @@ pub fn upstream_request_filter(
         upstream_request.remove_header(&alias);
     }
     upstream_request.remove_header(&CLIENT_ID);
+    if ctx.continued {
+        // The client had its `100` from the gateway, which holds the body already.
+        upstream_request.remove_header(&http::header::EXPECT);
+    }
     if let Some(client) = &ctx.client {
         upstream_request.insert_header(CLIENT_ID_HEADER, &*client.id)?;
     }

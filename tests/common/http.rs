@@ -126,7 +126,7 @@ pub fn get_with(port: u16, path: &str, headers: &[(&str, &str)]) -> Response {
 
 /// One response from the start of `buf`, and how many bytes it took (everything, when its
 /// length is only known by the close).
-fn parse(buf: &[u8]) -> std::io::Result<(Response, usize)> {
+pub fn parse(buf: &[u8]) -> std::io::Result<(Response, usize)> {
     let bad = |msg: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, msg.to_owned());
     let head_end = find(buf, b"\r\n\r\n").ok_or_else(|| bad("no end of headers"))?;
     let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| bad("non-UTF-8 head"))?;

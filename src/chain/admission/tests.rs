@@ -51,6 +51,7 @@ impl Admission {
             client: Some(&client.id),
             route: &rules.name,
             headers: &headers,
+            query: None,
             body: None,
         };
         self.check_limits(rules, store, Some(client), &inputs, slot_id, record)
@@ -285,6 +286,7 @@ async fn attempt(
         client: client.map(|c| &*c.id),
         route: &r.name,
         headers: &headers,
+        query: None,
         body: Some(body),
     };
     let mut a = Admission::default();
@@ -375,7 +377,7 @@ async fn a_missing_key_part_is_refused_skipped_or_shared_as_configured() {
         "every request without the field shares one count"
     );
     let twice = BodyFields::parse(
-        Some(b"application/x-www-form-urlencoded"),
+        &[b"application/x-www-form-urlencoded"],
         b"username=ada&username=bob",
     );
     let (ambiguous, _) = attempt(&skip, &store, None, 1, &twice).await;
