@@ -446,3 +446,89 @@ key = ["ip"]
         last.header("ratelimit")
     );
 }
+
+#[test]
+fn a_client_expecting_100_continue_gets_it_before_it_sends_the_login() {
+    use std::io::{Read, Write};
+    let up = Upstream::start("a");
+    let gw = Gateway::start_with(&server_extra(), &config("", &up, 1000, LOGIN));
+    let body = r#"{"username": "ada", "password": "x"}"#;
+    let head = format!(
+        "POST /echo/login HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", gw.port)).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    // Nothing of the body is sent until the interim answer arrives (bounded by the timeout).
+    let mut interim = Vec::new();
+    while !interim.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8];
+        let n = stream
+            .read(&mut byte)
+            .expect("an interim 100 before the body is sent");
+        assert_eq!(n, 1, "closed after {:?}", String::from_utf8_lossy(&interim));
+        interim.push(byte[0]);
+    }
+    assert!(
+        interim.starts_with(b"HTTP/1.1 100"),
+        "{:?}",
+        String::from_utf8_lossy(&interim)
+    );
+    stream.write_all(body.as_bytes()).unwrap();
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).unwrap();
+    let (resp, _) = http::parse(&rest).unwrap();
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert_eq!(resp.json()["body"], body);
+    // The upstream was not asked for a second 100: the gateway holds the body already.
+    let headers = resp.json()["headers"].to_string().to_ascii_lowercase();
+    assert!(!headers.contains("100-continue"), "{headers}");
+    // curl, which waits for the 100 (here up to 30 s) before it sends the body.
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sv",
+            "--expect100-timeout",
+            "30",
+            "-H",
+            "Expect: 100-continue",
+        ])
+        .args(["-H", "Content-Type: application/json", "--data", body])
+        .arg(format!("http://127.0.0.1:{}/echo/login", gw.port))
+        .output()
+        .expect("run curl");
+    let verbose = String::from_utf8_lossy(&out.stderr);
+    assert!(verbose.contains("< HTTP/1.1 100 Continue"), "{verbose}");
+    assert!(verbose.contains("< HTTP/1.1 200"), "{verbose}");
+}
+
+#[test]
+fn a_flood_of_usernames_is_held_to_max_tracked_keys_and_frees_nobody() {
+    let up = Upstream::start("a");
+    let extra = format!("{}\nmax_tracked_keys = 200", server_extra());
+    let gw = Gateway::start_with(&extra, &config("", &up, 1000, LOGIN));
+    let victim = Ipv4Addr::new(127, 0, 7, 1);
+    let statuses: Vec<u16> = (0..4)
+        .map(|_| json_login(gw.port, victim, "victim").status)
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 429], "3 per address and account");
+    // 3 000 distinct accounts from many addresses.
+    for i in 0..3000u32 {
+        let source = Ipv4Addr::new(127, 1, (i / 250) as u8, (i % 250) as u8 + 1);
+        json_login(gw.port, source, &format!("user-{i}"));
+    }
+    let tracked = gw.metric("turnstile_tracked_entries", &[("table", "store:memory")]);
+    // The cap, plus at most one overflow entry per shard and route (64 shards at most here).
+    assert!(tracked <= 200.0 + 64.0, "{tracked} entries tracked");
+    assert!(
+        tracked >= 100.0,
+        "{tracked}: the flood was tracked up to the cap"
+    );
+    assert_eq!(
+        json_login(gw.port, victim, "victim").status,
+        429,
+        "the victim's count survived the flood"
+    );
+}

@@ -178,6 +178,9 @@ impl Snapshot {
             )),
             None => None,
         };
+        let keys = key_ring(&config, slot_ttl_ms)?;
+        // Last, once nothing can fail: a refused reload leaves the running store as it was.
+        store.set_max_tracked_keys(config.server.max_tracked_keys);
         Ok(Snapshot {
             tls,
             router: Router::new(config.routes.iter().map(|r| RouteSpec {
@@ -188,7 +191,7 @@ impl Snapshot {
             routes,
             pools,
             ip_tables,
-            keys: key_ring(&config, slot_ttl_ms)?,
+            keys,
             store,
             unrouted: metrics.route(UNROUTED, None, []),
             metrics: Arc::clone(metrics),

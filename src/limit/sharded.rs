@@ -105,6 +105,17 @@ impl<K: Hash + Eq, V> LockedMany<'_, K, V> {
             .map(|(_, v)| v)
     }
 
+    /// Entries in the shard of the `i`-th key given.
+    pub fn shard_len(&self, i: usize) -> usize {
+        let (slot, _) = self.table(i);
+        self.guards[slot].1.len()
+    }
+
+    /// The shard index of the `i`-th key given.
+    pub fn shard_of(&self, i: usize) -> usize {
+        self.positions[i].0
+    }
+
     /// Inserts or replaces the value of `key`, the `i`-th key given.
     pub fn insert(&mut self, i: usize, key: K, value: V) {
         let (slot, hash) = self.table(i);

@@ -32,6 +32,8 @@ pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
 pub const HEALTH_HOST: &str = "localhost";
 pub const MAX_TRACKED_IPS: usize = 100_000;
+/// Keyed-limit keys an in-process store tracks.
+pub const MAX_TRACKED_KEYS: usize = crate::limit::store::memory::DEFAULT_MAX_KEYED;
 pub const STORE_PREFIX: &str = "turnstile";
 pub const STORE_TIMEOUT: Duration = Duration::from_millis(20);
 pub const ON_STORE_ERROR: FailureMode = FailureMode::FailOpen;

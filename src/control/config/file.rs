@@ -105,6 +105,8 @@ pub struct ServerFile {
     pub ip_limit: Option<IpLimitFile>,
     /// Most client addresses one per-IP table tracks.
     pub max_tracked_ips: Option<usize>,
+    /// Most keyed-limit keys the in-process stores track (memory store, local fallback).
+    pub max_tracked_keys: Option<usize>,
     /// Failure mode of routes that do not choose their own.
     pub on_store_error: Option<FailureModeFile>,
     /// Total time to receive a request's headers.

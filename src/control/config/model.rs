@@ -65,6 +65,8 @@ pub struct ServerConfig {
     pub ip_limit: Option<IpLimitConfig>,
     /// Most addresses one per-IP table tracks.
     pub max_tracked_ips: usize,
+    /// Most keyed-limit keys each in-process store (memory store, local fallback) tracks.
+    pub max_tracked_keys: usize,
     /// Failure mode of routes that do not choose their own.
     pub on_store_error: FailureMode,
     pub limits: RequestLimits,

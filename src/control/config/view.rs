@@ -40,6 +40,7 @@ pub fn render(config: &Config) -> Value {
             "ipv6_prefix": s.grouping.ipv6_prefix,
             "ip_limit": s.ip_limit.as_ref().map(ip_limit),
             "max_tracked_ips": s.max_tracked_ips,
+            "max_tracked_keys": s.max_tracked_keys,
             "on_store_error": s.on_store_error.as_str(),
         },
         "admin": {

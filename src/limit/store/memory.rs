@@ -6,19 +6,32 @@
 //! policy admits the request (a shadow policy never blocks; it is committed only where it
 //! would have admitted). Rate-limit state is keyed by (client, route) and the full policy
 //! definition: a changed definition starts fresh, an unchanged one keeps its counts. Client
-//! ids come from the configuration, so the number of keys is bounded by clients × routes;
-//! idle state is swept. Concurrency counts live in one small table (one lock, taken before a
-//! shard's), incremented on admission and decremented by [`MemoryStore::release`].
+//! ids come from the configuration, so their keys are bounded by clients × routes; idle state
+//! is swept. Concurrency counts live in one small table (one lock, taken before a shard's),
+//! incremented on admission and decremented by [`MemoryStore::release`].
+//!
+//! **Keyed limits' keys are capped** (`server.max_tracked_keys`, split evenly over the
+//! shards), like the per-IP table: their values come from requests (one key per username). A
+//! key is never evicted while its state matters (only the sweep drops state that decides like
+//! none); a new key arriving at a full shard is decided on that shard's *overflow* state
+//! instead (same limit), shared by every key the shard cannot take. So a flood of distinct
+//! keys can neither grow memory nor get anyone a fresh count: it competes with itself, and an
+//! account already being limited stays limited.
 
 use crate::clock::Clock;
 use crate::limit::algorithm::State;
 use crate::limit::sharded::Sharded;
 use crate::limit::store::request::CheckRequest;
+use crate::limit::store::request::Partition;
 use crate::limit::{Decision, Policy, Scope, Verdict};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 type Key = (Arc<str>, Arc<str>);
+
+/// Keyed partitions tracked unless told otherwise (`server.max_tracked_keys`).
+pub const DEFAULT_MAX_KEYED: usize = 100_000;
 
 /// The route segment of a client-wide (all routes) concurrency count.
 const ALL_ROUTES: &str = "*";
@@ -34,6 +47,10 @@ type SlotKey = (Arc<str>, Arc<str>, Arc<str>);
 pub struct MemoryStore<C: Clock> {
     clock: C,
     table: Sharded<Key, Vec<Slot>>,
+    /// Keyed partitions a shard takes before new ones go to its overflow partition.
+    keyed_per_shard: AtomicUsize,
+    /// Shard `i`'s overflow partition name (no keyed partition looks like it).
+    overflow: Box<[Arc<str>]>,
     /// (client, route or "*", policy name) → requests in flight.
     in_flight: Mutex<HashMap<SlotKey, u64>>,
 }
@@ -47,11 +64,30 @@ fn scope_route(policy: &Policy, route: &Arc<str>) -> Arc<str> {
 
 impl<C: Clock> MemoryStore<C> {
     pub fn new(clock: C) -> MemoryStore<C> {
-        MemoryStore {
+        let table = Sharded::new(Sharded::<Key, Vec<Slot>>::default_shards());
+        let overflow = (0..table.shard_count())
+            .map(|i| Arc::from(format!("~overflow:{i}")))
+            .collect();
+        let store = MemoryStore {
             clock,
-            table: Sharded::new(Sharded::<Key, Vec<Slot>>::default_shards()),
+            table,
+            keyed_per_shard: AtomicUsize::new(0),
+            overflow,
             in_flight: Mutex::new(HashMap::new()),
-        }
+        };
+        store.set_max_keyed(DEFAULT_MAX_KEYED);
+        store
+    }
+
+    /// At most about `max` keyed partitions are tracked (split evenly over the shards).
+    pub fn set_max_keyed(&self, max: usize) {
+        let per_shard = max.div_ceil(self.table.shard_count()).max(1);
+        self.keyed_per_shard.store(per_shard, Ordering::Relaxed);
+    }
+
+    /// The most keyed partitions tracked (the cap rounded to whole shards).
+    pub fn max_keyed(&self) -> usize {
+        self.keyed_per_shard.load(Ordering::Relaxed) * self.table.shard_count()
     }
 
     /// Decides one request against its policies (`shadow[i]`: policy `i` never blocks), at
@@ -78,7 +114,7 @@ impl<C: Clock> MemoryStore<C> {
         });
         // The (partition, route) keys this request touches; `owner[i]` is policy i's.
         let mut keys: Vec<Key> = Vec::with_capacity(1);
-        let owner: Vec<usize> = (0..policies.len())
+        let mut owner: Vec<usize> = (0..policies.len())
             .map(|i| {
                 let key = (Arc::clone(req.partition_of(i)), Arc::clone(route));
                 match keys.iter().position(|k| *k == key) {
@@ -90,7 +126,36 @@ impl<C: Clock> MemoryStore<C> {
                 }
             })
             .collect();
+        // Each keyed partition's overflow partition is locked with it, in case its shard is
+        // full: `overflow_of[k]` is key k's, for keyed keys.
+        let keyed: Vec<bool> = (0..keys.len())
+            .map(|k| {
+                let first = owner
+                    .iter()
+                    .position(|o| *o == k)
+                    .expect("every key has a policy");
+                matches!(req.partitions.get(first), Some(Partition::Keyed(_)))
+            })
+            .collect();
+        let mut overflow_of: Vec<Option<usize>> = vec![None; keys.len()];
+        for k in 0..keyed.len() {
+            if keyed[k] {
+                let shard = self.table.shard_index(&keys[k]);
+                keys.push((Arc::clone(&self.overflow[shard]), Arc::clone(route)));
+                overflow_of[k] = Some(keys.len() - 1);
+            }
+        }
         let mut locked = self.table.lock_many(&keys);
+        let per_shard = self.keyed_per_shard.load(Ordering::Relaxed);
+        for (k, overflow) in overflow_of.iter().enumerate() {
+            let Some(overflow) = *overflow else { continue };
+            if locked.get(k, &keys[k]).is_none() && locked.shard_len(k) >= per_shard {
+                owner
+                    .iter_mut()
+                    .filter(|o| **o == k)
+                    .for_each(|o| *o = overflow);
+            }
+        }
         let current = |i: usize, policy: &Policy| -> State {
             if policy.is_concurrency() {
                 let n = in_flight
@@ -188,7 +253,8 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// Gives back what `req` counted at `at` (a request admitted and then not served): the
-    /// undo of [`State::refund`] on each of its rate policies' state, if still held.
+    /// undo of [`State::refund`] on each of its rate policies' state, if still held (what a
+    /// request counted on an overflow partition stays counted).
     pub fn refund(&self, req: &CheckRequest<'_>, at: u64) {
         let keys: Vec<Key> = (0..req.policies.len())
             .map(|i| (Arc::clone(req.partition_of(i)), Arc::clone(req.route)))
@@ -415,5 +481,49 @@ mod tests {
             ask(&s, &c, &r2, &p, &[]).admitted,
             "the refused request held no slot"
         );
+    }
+
+    #[test]
+    fn a_flood_of_keys_neither_grows_the_table_nor_gets_a_fresh_count() {
+        let clock = Arc::new(ManualClock::new(T0));
+        let s = MemoryStore::new(Arc::clone(&clock));
+        s.set_max_keyed(64);
+        let max = s.max_keyed();
+        let (client, route) = (Arc::from("login"), Arc::from("login"));
+        let policies = [Policy::new(
+            "per-account",
+            Algorithm::FixedWindow,
+            2,
+            60_000,
+            2,
+        )];
+        let keyed = |key: &str| -> Verdict {
+            s.check(&CheckRequest {
+                partitions: &[Partition::Keyed(Arc::from(key))],
+                ..CheckRequest::new(&client, &route, &policies, 1)
+            })
+        };
+        // The victim's account is limited before the flood.
+        assert!(keyed("k:victim").admitted && keyed("k:victim").admitted);
+        assert!(!keyed("k:victim").admitted);
+        let flood_admitted = (0..10_000)
+            .filter(|i| keyed(&format!("k:flood-{i}")).admitted)
+            .count();
+        let tracked = s.keys();
+        assert!(
+            tracked <= max + s.table.shard_count(),
+            "{tracked} keys for a cap of {max}"
+        );
+        // Each full shard's newcomers shared its overflow count: far fewer admitted than keys.
+        assert!(
+            flood_admitted <= max * 2 + s.table.shard_count() * 2,
+            "{flood_admitted}"
+        );
+        assert!(!keyed("k:victim").admitted, "still limited");
+        // Once the window has passed, the sweep frees the table and new keys are tracked again.
+        clock.advance(60_000);
+        assert!(s.sweep() > 0);
+        assert!(keyed("k:newcomer").admitted && keyed("k:newcomer").admitted);
+        assert!(!keyed("k:newcomer").admitted);
     }
 }

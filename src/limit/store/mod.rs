@@ -452,6 +452,15 @@ impl Store {
         local + self.fallback.sweep() + self.leases.sweep(MonotonicClock.now_ms())
     }
 
+    /// At most about `max` keyed-limit keys in each in-process store (the memory store, the
+    /// local fallback); applies to the next new key.
+    pub fn set_max_tracked_keys(&self, max: usize) {
+        if let Backend::Memory(m) = &self.backend {
+            m.set_max_keyed(max);
+        }
+        self.fallback.set_max_keyed(max);
+    }
+
     /// Entries held in process: (primary memory store, fallback store, leases).
     pub fn local_entries(&self) -> (usize, usize, usize) {
         let primary = match &self.backend {

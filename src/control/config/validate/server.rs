@@ -37,6 +37,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         ipv6_prefix,
         ip_limit,
         max_tracked_ips,
+        max_tracked_keys,
         on_store_error,
         header_timeout,
         body_timeout,
@@ -121,6 +122,14 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
             }
             Some(n) => n,
             None => defaults::MAX_TRACKED_IPS,
+        },
+        max_tracked_keys: match max_tracked_keys {
+            Some(0) => {
+                problems.push("server.max_tracked_keys", "must be at least 1");
+                defaults::MAX_TRACKED_KEYS
+            }
+            Some(n) => n,
+            None => defaults::MAX_TRACKED_KEYS,
         },
         on_store_error: on_store_error.map_or(defaults::ON_STORE_ERROR, failure_mode),
         limits: RequestLimits {
