@@ -146,3 +146,59 @@ fn without_tls_sni_the_server_is_verified_by_the_host_it_is_configured_by() {
     let refused = call(gw.port, "/echo.Echo/Say", b"hello", &[("x-api-key", KEY)]);
     assert_eq!(refused.status, 502);
 }
+
+/// Two pools to one server, one trusting the test CA and one only the system roots: the
+/// second never rides on a connection the first one's trust accepted (Pingora's pool key
+/// leaves the CA out), and a reload that drops the CA file stops the first one too.
+#[test]
+fn a_pooled_connection_serves_only_pools_whose_trust_accepted_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new();
+    let ca_file = ca.write_ca(dir.path());
+    let server = ca.issue(dir.path(), "grpc", "grpc service", &["localhost"]);
+    let grpc = GrpcServer::start(&server.cert, &server.key, None);
+    let pools = |trusted_ca: &str| {
+        format!(
+            r#"
+[upstreams.trusted]
+servers = ["127.0.0.1:{port}"]
+tls = true
+tls_sni = "localhost"
+{trusted_ca}
+http2 = true
+
+[upstreams.system]
+servers = ["127.0.0.1:{port}"]
+tls = true
+tls_sni = "localhost"
+http2 = true
+
+[[routes]]
+name = "trusted"
+path_prefix = "/echo.Echo"
+upstream = "trusted"
+
+[[routes]]
+name = "system"
+path_prefix = "/other.Echo"
+upstream = "system"
+"#,
+            port = grpc.port
+        )
+    };
+    let with_ca = pools(&format!("tls_ca_file = \"{}\"", ca_file.display()));
+    let gw = Gateway::start_with("h2c = true", &with_ca);
+    let system = |gw: &Gateway| call(gw.port, "/other.Echo/Say", b"x", &[]).status;
+    assert_eq!(system(&gw), 502, "the test CA is not among the system roots");
+    for _ in 0..3 {
+        let answer = call(gw.port, "/echo.Echo/Say", b"hello", &[]);
+        assert_eq!(answer.status, 200);
+        // The trusted pool's connection is open and idle in Pingora's pool now.
+        assert_eq!(system(&gw), 502, "reused the other pool's connection");
+    }
+    // Without the CA file the trusted pool trusts the system roots only: refused too.
+    gw.rewrite(&pools(""));
+    common::wait_until("the reload", || gw.config_version() == 2);
+    assert_eq!(call(gw.port, "/echo.Echo/Say", b"hello", &[]).status, 502);
+    assert_eq!(system(&gw), 502);
+}

@@ -49,6 +49,13 @@ pub struct PeerTls {
     pub verify: bool,
     pub ca: Option<Arc<CaType>>,
     pub client_cert: Option<Arc<CertKey>>,
+    /// Names the trust this pool's connections were made with (a digest of the CA file's
+    /// certificates, the client certificate and key, SNI, verification and HTTP version):
+    /// Pingora's connection pool shares a connection only between peers with the same key,
+    /// and its own key leaves the CA and the HTTP version out. A pool trusting other roots
+    /// never reuses a connection another pool's trust accepted, nor one made before a
+    /// reload changed its own.
+    pub group_key: u64,
 }
 
 pub struct Pool {
@@ -180,7 +187,7 @@ impl Pool {
             lb.set_health_check(Box::new(http_health_check(hc)));
         }
         let tls = match &config.tls {
-            Some(t) => Some(peer_tls(&config.name, t)?),
+            Some(t) => Some(peer_tls(&config.name, t, config.http2)?),
             None => None,
         };
         let gate = config.shedding.map(|settings| {
@@ -273,7 +280,15 @@ fn split_host_port(server: &str) -> Result<(String, u16), String> {
 }
 
 /// The CA and client certificate of a pool's TLS connections, read now.
-fn peer_tls(pool: &str, tls: &UpstreamTls) -> Result<PeerTls, Problem> {
+fn peer_tls(pool: &str, tls: &UpstreamTls, http2: bool) -> Result<PeerTls, Problem> {
+    use sha2::{Digest, Sha256};
+    let mut trust = Sha256::new();
+    trust.update([u8::from(tls.verify), u8::from(http2)]);
+    let mut field = |tag: &[u8], bytes: &[u8]| {
+        trust.update(tag);
+        trust.update((bytes.len() as u64).to_be_bytes());
+        trust.update(bytes);
+    };
     let problem = |field: &str, message: String| Problem {
         path: format!("upstreams.{pool}.{field}"),
         message,
@@ -287,6 +302,7 @@ fn peer_tls(pool: &str, tls: &UpstreamTls) -> Result<PeerTls, Problem> {
                     format!("cannot read {}: {e}", path.display()),
                 )
             })?;
+            field(b"ca", &pem);
             let certs: Vec<WrappedX509> = CertificateDer::pem_slice_iter(&pem)
                 .map(|c| c.map(|c| WrappedX509::new(c.to_vec(), pingora::utils::tls::parse_x509)))
                 .collect::<Result<_, _>>()
@@ -329,15 +345,20 @@ fn peer_tls(pool: &str, tls: &UpstreamTls) -> Result<PeerTls, Problem> {
             if chain.is_empty() {
                 return Err(problem("tls_client_cert", "no certificate in it".into()));
             }
+            field(b"client cert", &pem);
+            field(b"client key", key.secret_der());
             Some(Arc::new(CertKey::new(chain, key.secret_der().to_vec())))
         }
         None => None,
     };
+    field(b"sni", tls.sni.as_deref().unwrap_or("").as_bytes());
+    let digest = trust.finalize();
     Ok(PeerTls {
         sni: tls.sni.clone(),
         verify: tls.verify,
         ca,
         client_cert,
+        group_key: u64::from_be_bytes(digest[..8].try_into().expect("8 bytes")),
     })
 }
 

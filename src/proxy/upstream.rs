@@ -46,6 +46,7 @@ pub fn upstream_peer(ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
             peer.options.verify_hostname = tls.verify;
             peer.options.ca = tls.ca.clone();
             peer.client_cert_key = tls.client_cert.clone();
+            peer.group_key = tls.group_key;
             peer
         }
         None => HttpPeer::new(server.addr, false, String::new()),
