@@ -208,12 +208,14 @@ fn tracing(c: &mut Criterion) {
     use std::time::{Duration, Instant};
     use turnstile::trace::export::{encode, ExportSettings};
     use turnstile::trace::span::Facts;
-    use turnstile::trace::{begin, TraceSettings};
+    use turnstile::trace::{begin, ParentBased, TraceSettings};
     let settings = |ratio: f64| TraceSettings {
         sample_ratio: ratio,
-        parent_based: true,
+        parent_based: ParentBased::Always,
+        max_sampled_per_second: None,
         export: ExportSettings {
             endpoint: "http://127.0.0.1:4318/v1/traces".into(),
+            shown_endpoint: "http://127.0.0.1:4318/v1/traces".into(),
             service_name: "bench".into(),
             queue: 1,
             batch: 1,
@@ -229,10 +231,10 @@ fn tracing(c: &mut Criterion) {
     let none = http::HeaderMap::new();
     let unsampled = settings(0.0);
     c.bench_function("trace/begin, client context (unsampled)", |b| {
-        b.iter(|| begin(&unsampled, black_box(&with_parent)))
+        b.iter(|| begin(&unsampled, black_box(&with_parent), true))
     });
     c.bench_function("trace/begin, new trace (unsampled)", |b| {
-        b.iter(|| begin(&unsampled, black_box(&none)))
+        b.iter(|| begin(&unsampled, black_box(&none), true))
     });
     let facts = Facts {
         method: "GET",
@@ -246,7 +248,7 @@ fn tracing(c: &mut Criterion) {
         upstream_addr: Some("127.0.0.1:9001".into()),
         upstream_pool: Some("orders"),
     };
-    let mut trace = begin(&settings(1.0), &none);
+    let mut trace = begin(&settings(1.0), &none, true);
     let now = Instant::now();
     trace.limits = Some((now, now));
     trace.store = Some((now, now));

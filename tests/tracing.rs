@@ -89,11 +89,11 @@ fn a_clients_trace_is_continued_through_the_limiter_the_store_and_the_upstream()
     let receiver = OtlpReceiver::start();
     let redis = RedisServer::start();
     let up = Upstream::start("orders");
-    let gw = Gateway::start(&config(
-        &up,
-        &redis,
-        &tracing_table(&receiver, "sample_ratio = 0.0"),
-    ));
+    // The client's flag is followed: it comes from a trusted proxy (loopback here).
+    let gw = Gateway::start_with(
+        "trusted_proxies = [\"127.0.0.1/32\"]",
+        &config(&up, &redis, &tracing_table(&receiver, "sample_ratio = 0.0")),
+    );
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let resp = gw.get_with(
         "/echo/orders?secret=hunter2",
@@ -185,7 +185,7 @@ fn unsampled_requests_pass_the_context_on_and_export_nothing() {
     let gw = Gateway::start(&config(
         &up,
         &redis,
-        &tracing_table(&receiver, "sample_ratio = 0.0"),
+        &tracing_table(&receiver, "sample_ratio = 0.0\nparent_based = true"),
     ));
     let quiet = "11111111111111111111111111111111";
     let resp = gw.get_with(
@@ -253,4 +253,55 @@ fn a_collector_that_is_down_costs_spans_not_requests() {
     wait_until("spans to be exported again", || {
         !receiver.spans().is_empty()
     });
+}
+
+/// A client cannot force sampling: its `traceparent` flag is followed only from trusted
+/// proxies by default, and however traces are sampled, at most `max_sampled_per_second` a
+/// second are.
+#[test]
+fn a_client_cannot_force_sampling_and_sampled_traces_are_capped() {
+    let receiver = OtlpReceiver::start();
+    let up = Upstream::start("orders");
+    // One Redis per gateway: the plan's 100 a minute is not what this test counts.
+    let (r1, r2, r3) = (RedisServer::start(), RedisServer::start(), RedisServer::start());
+    // The upstream receives the gateway's decision in the traceparent's flags.
+    let sampled = |gw: &Gateway, n: usize| {
+        // Low trace ids (an all-zero one is invalid): a ratio by id would sample them all.
+        (1..=n)
+            .filter(|i| {
+                let trace = format!("{i:032x}");
+                let resp = gw.get_with(
+                    "/echo/a",
+                    &[("X-Api-Key", KEY), ("traceparent", &parent(&trace, "01"))],
+                );
+                received(&resp, "traceparent")[0].ends_with("-01")
+            })
+            .count()
+    };
+    let untrusted = Gateway::start(&config(
+        &up,
+        &r1,
+        &tracing_table(&receiver, "sample_ratio = 0.01"),
+    ));
+    let n = sampled(&untrusted, 90);
+    // 1 % by trace id: a handful at most, never the 90 the client asked for.
+    assert!(n <= 10, "{n} of 90 flagged requests sampled");
+    let trusted = Gateway::start_with(
+        "trusted_proxies = [\"127.0.0.1/32\"]",
+        &config(&up, &r2, &tracing_table(&receiver, "sample_ratio = 0.01")),
+    );
+    assert_eq!(sampled(&trusted, 20), 20, "a trusted proxy's flag is followed");
+    let capped = Gateway::start(&config(
+        &up,
+        &r3,
+        &tracing_table(&receiver, "sample_ratio = 1.0\nmax_sampled_per_second = 5"),
+    ));
+    let started = std::time::Instant::now();
+    let n = sampled(&capped, 90);
+    let seconds = started.elapsed().as_secs() + 1;
+    assert!(
+        n as u64 <= 5 * (seconds + 1),
+        "{n} sampled in about {seconds} s with a cap of 5 a second"
+    );
+    assert!(n >= 5, "the first second's five are sampled");
 }

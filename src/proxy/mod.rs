@@ -82,7 +82,12 @@ impl ProxyHttp for Gateway {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         if let Some(tracer) = &self.tracer {
-            ctx.trace = Some(tracer.begin(&session.req_header().headers));
+            let trusted = &ctx.snapshot.config.server.trusted_proxies;
+            let trusted_peer = session
+                .client_addr()
+                .and_then(|a| a.as_inet())
+                .is_some_and(|a| trusted.contains(a.ip()));
+            ctx.trace = Some(tracer.begin(&session.req_header().headers, trusted_peer));
         }
         let admitted = match request::admit(session, ctx).await {
             Ok(()) => request::pass_gate(ctx).await,

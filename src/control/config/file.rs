@@ -38,6 +38,14 @@ pub struct ClientsFile {
     pub clients: Vec<ClientFile>,
 }
 
+/// `parent_based = true | false | "trusted"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum ParentBasedFile {
+    Flag(bool),
+    Named(String),
+}
+
 /// `[tracing]`: OpenTelemetry traces over OTLP/HTTP (off unless this table is present).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,8 +57,11 @@ pub struct TracingFile {
     pub service_name: Option<String>,
     /// Share of new traces recorded (0 to 1).
     pub sample_ratio: Option<f64>,
-    /// Follow the client's sampling decision when it sends a `traceparent`.
-    pub parent_based: Option<bool>,
+    /// Whose `traceparent` sampling flag is followed: `true` (everybody's), `false`
+    /// (nobody's), `"trusted"` (peers in `server.trusted_proxies`; the default).
+    pub parent_based: Option<ParentBasedFile>,
+    /// Most traces sampled per second (0: no bound; default 100).
+    pub max_sampled_per_second: Option<u32>,
     /// Most requests' spans waiting for export (beyond, dropped and counted).
     pub queue: Option<usize>,
     /// Most spans per export call.

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 pub struct ExportSettings {
     /// `http://host:port/v1/traces`.
     pub endpoint: String,
+    /// The endpoint as logs show it (credentials redacted).
+    pub shown_endpoint: String,
     pub service_name: String,
     /// Most requests' spans waiting to be sent.
     pub queue: usize,
@@ -95,13 +97,15 @@ fn export_loop(receiver: Receiver<Vec<Span>>, settings: ExportSettings, counters
                     Ok(_) => counters.exported.inc_by(batch.len() as u64),
                     Err(e) => {
                         counters.dropped_export.inc_by(batch.len() as u64);
+                        // The error may quote the URL: never its credentials.
+                        let e = e.to_string().replace(&settings.endpoint, &settings.shown_endpoint);
                         let quiet =
                             last_error_log.is_some_and(|t| t.elapsed() < Duration::from_secs(10));
                         if !quiet {
                             log::warn!(
-                                "exporting {} spans to {} failed: {e} (counted in turnstile_trace_spans_dropped_total; logged at most every 10 s)",
+                                "exporting {} spans to {} failed: {e} (counted in turnstile_trace_spans_total{{result=\"dropped_export\"}}; logged at most every 10 s)",
                                 batch.len(),
-                                settings.endpoint
+                                settings.shown_endpoint
                             );
                             last_error_log = Some(Instant::now());
                         }

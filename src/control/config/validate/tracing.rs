@@ -1,9 +1,10 @@
 //! `[tracing]`: where spans go, how many are kept, how they are batched.
 
 use super::checks::*;
-use crate::control::config::file::TracingFile;
+use crate::control::config::file::{ParentBasedFile, TracingFile};
+use crate::control::config::view::redact_url;
 use crate::ops::trace::export::ExportSettings;
-use crate::ops::trace::TraceSettings;
+use crate::ops::trace::{ParentBased, TraceSettings};
 use std::time::Duration;
 
 const DEFAULT_SERVICE: &str = "turnstile";
@@ -12,6 +13,7 @@ const DEFAULT_QUEUE: usize = 2048;
 const DEFAULT_BATCH: usize = 512;
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+const DEFAULT_MAX_SAMPLED_PER_SECOND: u32 = 100;
 
 /// `None` when the table is absent or `enabled = false`.
 pub(super) fn tracing_config(
@@ -24,6 +26,7 @@ pub(super) fn tracing_config(
         service_name,
         sample_ratio,
         parent_based,
+        max_sampled_per_second,
         queue,
         batch,
         export_interval,
@@ -38,7 +41,8 @@ pub(super) fn tracing_config(
         _ => problems.push(
             "tracing.endpoint",
             format!(
-                "{endpoint:?}: expected an OTLP/HTTP URL like \"http://127.0.0.1:4318/v1/traces\""
+                "{:?}: expected an OTLP/HTTP URL like \"http://127.0.0.1:4318/v1/traces\"",
+                redact_url(&endpoint)
             ),
         ),
     }
@@ -81,10 +85,30 @@ pub(super) fn tracing_config(
         DEFAULT_TIMEOUT,
         problems,
     );
+    let parent_based = match parent_based {
+        None => ParentBased::Trusted,
+        Some(ParentBasedFile::Flag(true)) => ParentBased::Always,
+        Some(ParentBasedFile::Flag(false)) => ParentBased::Never,
+        Some(ParentBasedFile::Named(n)) if n == "trusted" => ParentBased::Trusted,
+        Some(ParentBasedFile::Named(n)) => {
+            problems.push(
+                "tracing.parent_based",
+                format!("{n:?}: expected true, false or \"trusted\""),
+            );
+            ParentBased::Trusted
+        }
+    };
+    let max_sampled_per_second = match max_sampled_per_second {
+        Some(0) => None,
+        Some(n) => Some(n),
+        None => Some(DEFAULT_MAX_SAMPLED_PER_SECOND),
+    };
     enabled.unwrap_or(true).then_some(TraceSettings {
         sample_ratio,
-        parent_based: parent_based.unwrap_or(true),
+        parent_based,
+        max_sampled_per_second,
         export: ExportSettings {
+            shown_endpoint: redact_url(&endpoint),
             endpoint,
             service_name,
             queue,
