@@ -263,7 +263,11 @@ fn a_client_cannot_force_sampling_and_sampled_traces_are_capped() {
     let receiver = OtlpReceiver::start();
     let up = Upstream::start("orders");
     // One Redis per gateway: the plan's 100 a minute is not what this test counts.
-    let (r1, r2, r3) = (RedisServer::start(), RedisServer::start(), RedisServer::start());
+    let (r1, r2, r3) = (
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    );
     // The upstream receives the gateway's decision in the traceparent's flags.
     let sampled = |gw: &Gateway, n: usize| {
         // Low trace ids (an all-zero one is invalid): a ratio by id would sample them all.
@@ -290,7 +294,11 @@ fn a_client_cannot_force_sampling_and_sampled_traces_are_capped() {
         "trusted_proxies = [\"127.0.0.1/32\"]",
         &config(&up, &r2, &tracing_table(&receiver, "sample_ratio = 0.01")),
     );
-    assert_eq!(sampled(&trusted, 20), 20, "a trusted proxy's flag is followed");
+    assert_eq!(
+        sampled(&trusted, 20),
+        20,
+        "a trusted proxy's flag is followed"
+    );
     let capped = Gateway::start(&config(
         &up,
         &r3,
@@ -304,4 +312,25 @@ fn a_client_cannot_force_sampling_and_sampled_traces_are_capped() {
         "{n} sampled in about {seconds} s with a cap of 5 a second"
     );
     assert!(n >= 5, "the first second's five are sampled");
+}
+
+#[test]
+fn the_collectors_password_never_reaches_the_log() {
+    let redis = RedisServer::start();
+    let up = Upstream::start("orders");
+    // Nothing listens there: every export fails and is logged.
+    let dead = common::free_port();
+    let tracing = format!(
+        "[tracing]\nendpoint = \"http://otel:pw-do-not-log-7f3a@127.0.0.1:{dead}/v1/traces\"\nexport_interval = \"50ms\"\nexport_timeout = \"200ms\""
+    );
+    let gw = Gateway::start(&config(&up, &redis, &tracing));
+    assert_eq!(gw.get_with("/echo/a", &[("X-Api-Key", KEY)]).status, 200);
+    wait_until("the failed export to be logged", || {
+        gw.proc.log_text().contains("exporting")
+    });
+    let log = gw.proc.log_text();
+    assert!(!log.contains("pw-do-not-log-7f3a"), "{log}");
+    assert!(log.contains("otel:***@127.0.0.1"), "{log}");
+    let config = gw.admin("/config").text();
+    assert!(!config.contains("pw-do-not-log-7f3a"), "{config}");
 }

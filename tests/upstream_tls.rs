@@ -189,7 +189,11 @@ upstream = "system"
     let with_ca = pools(&format!("tls_ca_file = \"{}\"", ca_file.display()));
     let gw = Gateway::start_with("h2c = true", &with_ca);
     let system = |gw: &Gateway| call(gw.port, "/other.Echo/Say", b"x", &[]).status;
-    assert_eq!(system(&gw), 502, "the test CA is not among the system roots");
+    assert_eq!(
+        system(&gw),
+        502,
+        "the test CA is not among the system roots"
+    );
     for _ in 0..3 {
         let answer = call(gw.port, "/echo.Echo/Say", b"hello", &[]);
         assert_eq!(answer.status, 200);

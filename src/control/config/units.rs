@@ -231,25 +231,89 @@ impl fmt::Debug for Secret {
 /// A secret as written in the file: the value itself, `{ env = "NAME" }` (an environment
 /// variable) or `{ file = "/path" }` (a file's content, without its trailing newline).
 /// Resolved when the file is loaded; a missing variable or unreadable file is a problem at
-/// the secret's TOML path. The value is never shown.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+/// the secret's TOML path. The value is never shown — also not when it is written in some
+/// other shape (`["value"]`, a number): the error says what is expected, never what was
+/// found.
+#[derive(Debug, Clone)]
 pub enum SecretSource {
     Literal(Secret),
     Env(EnvRef),
     File(FileRef),
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone)]
 pub struct EnvRef {
     pub env: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone)]
 pub struct FileRef {
     pub file: std::path::PathBuf,
+}
+
+const SECRET_SHAPE: &str = "a string, { env = \"NAME\" } or { file = \"/path\" }";
+
+impl<'de> Deserialize<'de> for SecretSource {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<SecretSource, D::Error> {
+        de.deserialize_any(SecretVisitor)
+    }
+}
+
+/// Reads only the three accepted shapes; anything else is refused without echoing it.
+struct SecretVisitor;
+
+impl<'de> serde::de::Visitor<'de> for SecretVisitor {
+    type Value = SecretSource;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(SECRET_SHAPE)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SecretSource, E> {
+        Ok(SecretSource::Literal(Secret(v.to_owned())))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<SecretSource, A::Error> {
+        use serde::de::Error;
+        let refuse = || A::Error::custom(format!("expected {SECRET_SHAPE}"));
+        let key: Option<String> = map.next_key()?;
+        let source = match key.as_deref() {
+            Some("env") => SecretSource::Env(EnvRef {
+                env: map.next_value().map_err(|_| refuse())?,
+            }),
+            Some("file") => SecretSource::File(FileRef {
+                file: map.next_value().map_err(|_| refuse())?,
+            }),
+            _ => return Err(refuse()),
+        };
+        if map.next_key::<serde::de::IgnoredAny>()?.is_some() {
+            return Err(refuse());
+        }
+        Ok(source)
+    }
+
+    // Every other shape is refused without its value (serde's default error quotes numbers).
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _: A) -> Result<SecretSource, A::Error> {
+        Err(serde::de::Error::custom(format!(
+            "a list: expected {SECRET_SHAPE}"
+        )))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<SecretSource, E> {
+        Err(E::custom(format!("a number: expected {SECRET_SHAPE}")))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<SecretSource, E> {
+        Err(E::custom(format!("a number: expected {SECRET_SHAPE}")))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<SecretSource, E> {
+        Err(E::custom(format!("a number: expected {SECRET_SHAPE}")))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<SecretSource, E> {
+        Err(E::custom(format!("a boolean: expected {SECRET_SHAPE}")))
+    }
 }
 
 impl SecretSource {
@@ -296,9 +360,10 @@ mod secret_tests {
     }
 
     fn parse(text: &str) -> Result<SecretSource, String> {
+        // The message alone, as the config loader reports it (with a line and column).
         toml::from_str::<T>(text)
             .map(|t| t.s)
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.message().to_owned())
     }
 
     #[test]
@@ -325,6 +390,21 @@ mod secret_tests {
         let gone = parse("s = { file = \"/nonexistent/secret\" }").unwrap();
         assert!(gone.resolve().unwrap_err().contains("/nonexistent/secret"));
         assert!(parse("s = { env = \"A\", extra = 1 }").is_err());
+        // Any other shape is refused, and the error never shows what was written.
+        for odd in [
+            "s = [\"hunter2\"]",
+            "s = { env = [\"hunter2\"] }",
+            "s = { hunter2 = \"x\" }",
+            "s = 12345678",
+            "s = { file = 7, env = \"hunter2\" }",
+        ] {
+            let err = parse(odd).unwrap_err();
+            assert!(
+                !err.contains("hunter2") && !err.contains("12345678"),
+                "{odd}: {err}"
+            );
+            assert!(err.contains("{ env = \"NAME\" }"), "{odd}: {err}");
+        }
         // Debug never shows a value.
         assert!(!format!("{:?}", parse("s = \"hunter2\"").unwrap()).contains("hunter2"));
     }

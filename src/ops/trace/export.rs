@@ -98,7 +98,9 @@ fn export_loop(receiver: Receiver<Vec<Span>>, settings: ExportSettings, counters
                     Err(e) => {
                         counters.dropped_export.inc_by(batch.len() as u64);
                         // The error may quote the URL: never its credentials.
-                        let e = e.to_string().replace(&settings.endpoint, &settings.shown_endpoint);
+                        let e = e
+                            .to_string()
+                            .replace(&settings.endpoint, &settings.shown_endpoint);
                         let quiet =
                             last_error_log.is_some_and(|t| t.elapsed() < Duration::from_secs(10));
                         if !quiet {

@@ -172,7 +172,14 @@ mod tests {
         assert!(t.sampled, "the parent said sampled");
         assert_eq!(t.tracestate.unwrap(), "rojo=1");
         // Not parent-based: the ratio decides.
-        assert!(!begin(&settings(0.0, false), &headers(&[("traceparent", PARENT)]), true).sampled);
+        assert!(
+            !begin(
+                &settings(0.0, false),
+                &headers(&[("traceparent", PARENT)]),
+                true
+            )
+            .sampled
+        );
     }
 
     #[test]

@@ -87,9 +87,11 @@ impl TryFrom<FileConfig> for Config {
             && matches!(store, StoreConfig::Redis(..))
             && routes.iter().any(|r| !r.limits.is_empty())
         {
-            problems.warn(
+            // An error, not a warning: one instance without it (or with another) names other
+            // keys, splitting every keyed limit across the fleet.
+            problems.push(
                 "server.key_hash_secret",
-                "not set: keyed limits hash their keys with a built-in secret (every instance agrees, but whoever reads Redis could test guesses of the values); set one, the same on every instance",
+                "required with a shared store and keyed limits: set the same secret on every instance (with another one, or none, an instance counts every keyed limit apart)",
             );
         }
         check_route_overlaps(&routes, &mut problems);
