@@ -209,6 +209,36 @@ fn slow_clients_are_cut_off_without_holding_a_worker() {
     assert!(!gw.proc.log_text().contains("panicked"));
 }
 
+/// On a kept-alive connection the next request's headers are due `header_timeout` after its
+/// first bytes, as on a fresh connection — not after the keep-alive time plus that.
+#[test]
+fn a_request_begun_on_a_reused_connection_gets_header_timeout_too() {
+    let up = Upstream::start("a");
+    let gw = Gateway::start_with(
+        "header_timeout = \"1s\"\nkeepalive_timeout = \"60s\"",
+        &config(&up, ""),
+    );
+    let mut s = TcpStream::connect(("127.0.0.1", gw.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /echo/first HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while http::parse(&got).is_err() {
+        let n = s.read(&mut buf).expect("the first response");
+        assert!(n > 0, "closed before the first response");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(http::parse(&got).unwrap().0.status, 200);
+    // The second request starts and stalls inside its headers.
+    s.write_all(b"GET /echo/second HTTP/1.1\r\nHo").unwrap();
+    // Cut after ~1 s; the old deadline (60 s idle + 1 s) would outlast this read's 30 s.
+    assert!(
+        server_closes(&mut s),
+        "a stalled head on a reused connection must be cut at header_timeout"
+    );
+}
+
 #[test]
 fn identity_edge_cases_never_panic_nor_create_limiter_state() {
     let up = Upstream::start("a");

@@ -5,8 +5,8 @@
 //! wrapped in a [`GuardedStream`] carrying a deadline: a read after it fails with `TimedOut`
 //! and the connection is closed. The deadline is armed when the connection opens
 //! (`header_timeout`), disarmed by the proxy as soon as a request's headers are complete
-//! (`early_request_filter`), and armed again when the response is done (the idle keep-alive
-//! time plus `header_timeout`, for the next request). Request bodies are covered by the
+//! (`early_request_filter`), and armed again when the response is done: the next request's
+//! headers are due `header_timeout` after its first bytes arrive, as on a new connection. Request bodies are covered by the
 //! per-read `body_timeout` instead: a pause in an upload, not its total length, is what is
 //! suspicious. Waiting costs no worker: it is one timer on the connection's task.
 //!
@@ -59,6 +59,8 @@ pub struct GuardedStream {
     /// While nothing of the next request has been read: the millisecond after which the
     /// idle connection ends (reads see end of stream); 0 = not idle.
     idle_until_ms: AtomicU64,
+    /// Time allowed for a request's headers, from its first bytes.
+    header_timeout_ms: AtomicU64,
     timer: Option<(u64, Pin<Box<Sleep>>)>,
     /// A Pingora error response being replaced: our bytes, and how many are written.
     replacing: Option<(Vec<u8>, usize)>,
@@ -66,25 +68,30 @@ pub struct GuardedStream {
 
 impl GuardedStream {
     pub fn new(inner: Stream, header_timeout: Duration) -> GuardedStream {
-        let deadline = ms_since_base(Instant::now()) + header_timeout.as_millis() as u64;
+        let header_timeout_ms = header_timeout.as_millis() as u64;
+        let deadline = ms_since_base(Instant::now()) + header_timeout_ms;
         GuardedStream {
             inner,
             deadline_ms: AtomicU64::new(deadline),
             idle_until_ms: AtomicU64::new(0),
+            header_timeout_ms: AtomicU64::new(header_timeout_ms),
             timer: None,
             replacing: None,
         }
     }
 
     /// A response ended at `now`: the connection may idle for `keepalive`, then ends; a
-    /// request begun by then must have sent its headers `header_timeout` after that.
+    /// request begun by then must send its headers within `header_timeout` of its first
+    /// bytes (the deadline is moved there when they arrive).
     pub fn arm_idle(&self, now: Instant, keepalive: Duration, header_timeout: Duration) {
         let idle_until = ms_since_base(now) + keepalive.as_millis() as u64;
+        let header_timeout = header_timeout.as_millis() as u64;
+        self.header_timeout_ms
+            .store(header_timeout, Ordering::Relaxed);
         self.idle_until_ms.store(idle_until, Ordering::Relaxed);
-        self.deadline_ms.store(
-            idle_until + header_timeout.as_millis() as u64,
-            Ordering::Relaxed,
-        );
+        // Until the next request begins, only the idle end matters.
+        self.deadline_ms
+            .store(idle_until + header_timeout, Ordering::Relaxed);
     }
 
     /// No deadline (the request's headers are in).
@@ -141,8 +148,11 @@ impl AsyncRead for GuardedStream {
         let filled = buf.filled().len();
         let read = Pin::new(&mut self.inner).poll_read(cx, buf);
         if idle_until != 0 && buf.filled().len() > filled {
-            // The next request has begun: its headers are held to the deadline.
+            // The next request has begun: its headers are due header_timeout from now.
             self.idle_until_ms.store(0, Ordering::Relaxed);
+            let timeout = self.header_timeout_ms.load(Ordering::Relaxed);
+            let deadline = ms_since_base(Instant::now()) + timeout;
+            self.deadline_ms.store(deadline, Ordering::Relaxed);
         }
         read
     }
@@ -376,12 +386,16 @@ mod tests {
         let (mut client, mut guarded) = pair().await;
         guarded.disarm();
         let ms = Duration::from_millis;
-        guarded.arm_idle(Instant::now(), ms(100), ms(200));
+        // A long idle time: the request begins at once and is due 200 ms after its first
+        // bytes, long before the idle time (plus the header time) would end it.
+        guarded.arm_idle(Instant::now(), ms(60_000), ms(200));
         client.write_all(b"GET / HT").await.unwrap();
         let mut buf = [0u8; 16];
         assert_eq!(guarded.read(&mut buf).await.unwrap(), 8);
-        // Past the idle time the begun request is not cut as idle; at the deadline it fails.
-        let err = guarded.read(&mut buf).await.unwrap_err();
+        let err = tokio::time::timeout(ms(10_000), guarded.read(&mut buf))
+            .await
+            .expect("cut at its header deadline, not at the idle end")
+            .unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
     }
 
