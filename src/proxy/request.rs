@@ -217,11 +217,15 @@ async fn read_key_body(
         ctx.continued = true;
     }
     let mut body = BytesMut::with_capacity(length as usize);
+    // Each pause bounded here too, on every protocol (HTTP/2 sessions ignore the session's
+    // read timeout; the connection guard bounds them as well).
+    let pause = ctx.snapshot.config.server.limits.body_timeout;
     while (body.len() as u64) < length {
-        match session.read_request_body().await {
-            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
-            Ok(None) => break,
-            Err(_) => return Err(Reject::BadMessage("the request body could not be read")),
+        match tokio::time::timeout(pause, session.read_request_body()).await {
+            Ok(Ok(Some(chunk))) => body.extend_from_slice(&chunk),
+            Ok(Ok(None)) => break,
+            Ok(Err(_)) => return Err(Reject::BadMessage("the request body could not be read")),
+            Err(_) => return Err(Reject::BadMessage("the request body stalled")),
         }
     }
     Ok(Some(body.freeze()))

@@ -23,14 +23,12 @@
 //! written after the proxy disarmed it), so [`GuardedStream`] writes the same status with a
 //! problem+json body instead (`chain::problem::replace_bodiless_error`).
 
-use crate::control::snapshot::SnapshotHandle;
+use super::h2::{Expiry, H2Watch, Limits};
 use async_trait::async_trait;
-use pingora::apps::ServerApp;
 use pingora::protocols::{
     GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, Ssl, Stream, UniqueID,
     UniqueIDType,
 };
-use pingora::server::ShutdownWatch;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -64,6 +62,8 @@ pub struct GuardedStream {
     timer: Option<(u64, Pin<Box<Sleep>>)>,
     /// A Pingora error response being replaced: our bytes, and how many are written.
     replacing: Option<(Vec<u8>, usize)>,
+    /// HTTP/2: the deadlines read off the frames (the fields above stay unarmed).
+    h2: Option<Box<H2Watch>>,
 }
 
 impl GuardedStream {
@@ -77,6 +77,97 @@ impl GuardedStream {
             header_timeout_ms: AtomicU64::new(header_timeout_ms),
             timer: None,
             replacing: None,
+            h2: None,
+        }
+    }
+
+    /// An HTTP/2 connection, held to the deadlines of its frames ([`H2Watch`]).
+    pub fn http2(inner: Stream, limits: Limits) -> GuardedStream {
+        GuardedStream {
+            inner,
+            deadline_ms: AtomicU64::new(0),
+            idle_until_ms: AtomicU64::new(0),
+            header_timeout_ms: AtomicU64::new(0),
+            timer: None,
+            replacing: None,
+            h2: Some(Box::new(H2Watch::new(
+                limits,
+                ms_since_base(Instant::now()),
+            ))),
+        }
+    }
+
+    /// Points the connection's one timer at `wake_at` (ms since base); whether it is due.
+    fn timer_due(&mut self, cx: &mut Context<'_>, wake_at: u64) -> bool {
+        let when =
+            tokio::time::Instant::from_std(base() + Duration::from_millis(wake_at.max(1) - 1));
+        match self.timer.as_mut() {
+            Some((at, sleep)) if *at != wake_at => {
+                sleep.as_mut().reset(when);
+                *at = wake_at;
+            }
+            Some(_) => {}
+            None => self.timer = Some((wake_at, Box::pin(tokio::time::sleep_until(when)))),
+        }
+        self.timer
+            .as_mut()
+            .is_some_and(|(_, sleep)| sleep.as_mut().poll(cx).is_ready())
+    }
+
+    /// HTTP/2 reads: what arrives is shown to the watch; while nothing does, the watch's
+    /// deadline ends the connection — quietly when idle, with an error when stalled.
+    fn poll_read_h2(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let filled = buf.filled().len();
+        let read = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let watch = self.h2.as_mut().expect("an HTTP/2 guard");
+        if buf.filled().len() > filled {
+            watch.received(&buf.filled()[filled..], ms_since_base(Instant::now()));
+        }
+        if read.is_ready() {
+            return read;
+        }
+        // Nothing to read: the deadline, as it stands now (the frames sent since may have
+        // moved it; a timer that fires early is pointed at the new one).
+        loop {
+            let Some((at, why)) = self.h2.as_ref().and_then(|w| w.deadline()) else {
+                return Poll::Pending;
+            };
+            if !self.timer_due(cx, at) {
+                return Poll::Pending;
+            }
+            if ms_since_base(Instant::now()) + 1 < at {
+                continue;
+            }
+            return Poll::Ready(match why {
+                Expiry::Idle => Ok(()),
+                Expiry::Stalled => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "an HTTP/2 request body or header block stalled",
+                )),
+                Expiry::TooManyStreams => Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "too many HTTP/2 streams",
+                )),
+            });
+        }
+    }
+
+    /// HTTP/2: bytes written to the client, shown to the watch.
+    fn sent_h2(&mut self, bufs: &[std::io::IoSlice<'_>], mut written: usize) {
+        if let Some(watch) = self.h2.as_mut() {
+            let now = ms_since_base(Instant::now());
+            for b in bufs {
+                if written == 0 {
+                    break;
+                }
+                let n = written.min(b.len());
+                watch.sent(&b[..n], now);
+                written -= n;
+            }
         }
     }
 
@@ -112,6 +203,9 @@ impl AsyncRead for GuardedStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        if self.h2.is_some() {
+            return self.poll_read_h2(cx, buf);
+        }
         let deadline = self.deadline_ms.load(Ordering::Relaxed);
         if deadline == 0 {
             return Pin::new(&mut self.inner).poll_read(cx, buf);
@@ -171,6 +265,13 @@ impl AsyncWrite for GuardedStream {
                 crate::chain::problem::replace_bodiless_error(buf).map(|bytes| (bytes, 0));
         }
         let this = &mut *self;
+        if this.h2.is_some() {
+            let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+            if let Poll::Ready(Ok(n)) = written {
+                this.sent_h2(&[std::io::IoSlice::new(buf)], n);
+            }
+            return written;
+        }
         let Some((bytes, written)) = this.replacing.as_mut() else {
             return Pin::new(&mut this.inner).poll_write(cx, buf);
         };
@@ -201,7 +302,11 @@ impl AsyncWrite for GuardedStream {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let written = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = written {
+            self.sent_h2(bufs, n);
+        }
+        written
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -260,69 +365,6 @@ impl Peek for GuardedStream {
     async fn try_peek(&mut self, buf: &mut [u8]) -> std::io::Result<bool> {
         self.inner.try_peek(buf).await
     }
-}
-
-/// A Pingora app that wraps every accepted connection in a [`GuardedStream`] before handing
-/// it to `inner` (the proxy).
-pub struct Guarded<A> {
-    inner: Arc<A>,
-    snapshots: SnapshotHandle,
-}
-
-impl<A> Guarded<A> {
-    pub fn new(inner: A, snapshots: SnapshotHandle) -> Guarded<A> {
-        Guarded {
-            inner: Arc::new(inner),
-            snapshots,
-        }
-    }
-}
-
-#[async_trait]
-impl<A: ServerApp + Send + Sync + 'static> ServerApp for Guarded<A> {
-    async fn process_new(
-        self: &Arc<Self>,
-        mut stream: Stream,
-        shutdown: &ShutdownWatch,
-    ) -> Option<Stream> {
-        let config = Arc::clone(&self.snapshots.load().config);
-        let header_timeout = config.server.limits.header_timeout;
-        // A client that sends nothing at all is held to the header deadline here too.
-        let http2 = tokio::time::timeout(header_timeout, is_http2(&mut stream, config.server.h2c));
-        let Ok(http2) = http2.await else {
-            return None;
-        };
-        if http2 {
-            // HTTP/2 multiplexes requests on one connection: a per-connection header
-            // deadline would cut streams still in flight. Its framing is strict enough that
-            // Pingora's HTTP/1 refusals do not occur; its idle connections are Pingora's h2
-            // server's to close.
-            return self.inner.process_new(stream, shutdown).await;
-        }
-        let guarded: Stream = Box::new(GuardedStream::new(stream, header_timeout));
-        self.inner.process_new(guarded, shutdown).await
-    }
-
-    async fn cleanup(&self) {
-        self.inner.cleanup().await
-    }
-}
-
-/// Whether the connection speaks HTTP/2: negotiated by ALPN over TLS, or (with `h2c`) a
-/// plaintext connection opening with the HTTP/2 preface.
-async fn is_http2(stream: &mut Stream, h2c: bool) -> bool {
-    if stream.get_ssl_digest().is_some() {
-        return matches!(
-            stream.selected_alpn_proto(),
-            Some(pingora::protocols::ALPN::H2)
-        );
-    }
-    if !h2c {
-        return false;
-    }
-    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    let mut buf = [0u8; PREFACE.len()];
-    matches!(stream.try_peek(&mut buf).await, Ok(true)) && buf == PREFACE
 }
 
 #[cfg(test)]

@@ -1,0 +1,88 @@
+//! Every accepted connection, before Pingora's HTTP code sees it: wrapped in a
+//! [`GuardedStream`] that holds it to its deadlines (`guard.rs`: the header deadline and the
+//! idle end on HTTP/1; the frame deadlines of `h2.rs` on HTTP/2), and told apart as HTTP/1
+//! or HTTP/2 (ALPN, or the h2c preface).
+
+mod guard;
+pub mod h2;
+
+pub use guard::GuardedStream;
+
+use crate::control::snapshot::SnapshotHandle;
+use async_trait::async_trait;
+use pingora::apps::ServerApp;
+use pingora::protocols::Stream;
+use pingora::server::ShutdownWatch;
+use std::sync::Arc;
+
+/// A Pingora app that wraps every accepted connection in a [`GuardedStream`] before handing
+/// it to `inner` (the proxy).
+pub struct Guarded<A> {
+    inner: Arc<A>,
+    snapshots: SnapshotHandle,
+}
+
+impl<A> Guarded<A> {
+    pub fn new(inner: A, snapshots: SnapshotHandle) -> Guarded<A> {
+        Guarded {
+            inner: Arc::new(inner),
+            snapshots,
+        }
+    }
+}
+
+#[async_trait]
+impl<A: ServerApp + Send + Sync + 'static> ServerApp for Guarded<A> {
+    async fn process_new(
+        self: &Arc<Self>,
+        mut stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let config = Arc::clone(&self.snapshots.load().config);
+        let header_timeout = config.server.limits.header_timeout;
+        // A client that sends nothing at all is held to the header deadline here too.
+        let http2 = tokio::time::timeout(header_timeout, is_http2(&mut stream, config.server.h2c));
+        let Ok(http2) = http2.await else {
+            return None;
+        };
+        let guarded = if http2 {
+            // HTTP/2 multiplexes requests on one connection: its deadlines are per stream,
+            // read off the frames (Pingora's HTTP/2 server bounds neither bodies nor idle
+            // connections). Its framing is strict enough that Pingora's HTTP/1 refusals do not
+            // occur.
+            let limits = &config.server.limits;
+            GuardedStream::http2(
+                stream,
+                h2::Limits {
+                    header_ms: header_timeout.as_millis() as u64,
+                    body_ms: limits.body_timeout.as_millis() as u64,
+                    idle_ms: limits.keepalive_timeout.as_millis() as u64,
+                },
+            )
+        } else {
+            GuardedStream::new(stream, header_timeout)
+        };
+        self.inner.process_new(Box::new(guarded), shutdown).await
+    }
+
+    async fn cleanup(&self) {
+        self.inner.cleanup().await
+    }
+}
+
+/// Whether the connection speaks HTTP/2: negotiated by ALPN over TLS, or (with `h2c`) a
+/// plaintext connection opening with the HTTP/2 preface.
+async fn is_http2(stream: &mut Stream, h2c: bool) -> bool {
+    if stream.get_ssl_digest().is_some() {
+        return matches!(
+            stream.selected_alpn_proto(),
+            Some(pingora::protocols::ALPN::H2)
+        );
+    }
+    if !h2c {
+        return false;
+    }
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let mut buf = [0u8; PREFACE.len()];
+    matches!(stream.try_peek(&mut buf).await, Ok(true)) && buf == PREFACE
+}
