@@ -91,7 +91,7 @@ pub fn build(path: &Path, mut opt: Opt) -> anyhow::Result<Server> {
         options.h2c = true;
         proxy.server_options = Some(options);
     }
-    // Every connection gets a deadline for its request headers (see conn.rs).
+    // Every connection is held to its deadlines (see proxy/conn/).
     let mut proxy = pingora::services::listening::Service::new(
         "turnstile proxy".to_owned(),
         Guarded::new(proxy, Arc::clone(&snapshots)),

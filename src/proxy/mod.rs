@@ -19,8 +19,8 @@
 //! logging                  response.rs  metrics, access log, next request's header deadline
 //! ```
 //!
-//! `conn.rs` wraps every accepted connection (header deadline; Pingora's own refusals as
-//! problem+json).
+//! `conn/` wraps every accepted connection (the header deadline and idle end on HTTP/1, the
+//! frame deadlines on HTTP/2; Pingora's own refusals as problem+json).
 
 pub mod conn;
 mod context;
