@@ -12,7 +12,7 @@ use crate::control::snapshot::{Snapshot, SnapshotHandle};
 use crate::ops::access_log::AccessLog;
 use crate::ops::metrics::Metrics;
 use crate::ops::trace::Tracer;
-use crate::proxy::conn::Guarded;
+use crate::proxy::conn::{Bounded, Guarded, HandshakeDeadline};
 use crate::proxy::tls::CertResolver;
 use crate::proxy::Gateway;
 use arc_swap::ArcSwap;
@@ -97,6 +97,9 @@ pub fn build(path: &Path, mut opt: Opt) -> anyhow::Result<Server> {
         Guarded::new(proxy, Arc::clone(&snapshots)),
     );
     proxy.add_tcp(&listen);
+    proxy
+        .endpoints()
+        .set_pre_tls_callback(Arc::new(HandshakeDeadline::new(Arc::clone(&snapshots))));
     if let Some(tls) = tls {
         proxy.add_tls_with_settings(
             &tls.listen.to_string(),
@@ -134,7 +137,10 @@ pub fn build(path: &Path, mut opt: Opt) -> anyhow::Result<Server> {
     ));
     let mut admin = pingora::services::listening::Service::new(
         "turnstile admin".to_owned(),
-        Admin::new(snapshots, metrics, reloader),
+        Bounded::new(
+            Admin::new(Arc::clone(&snapshots), metrics, reloader),
+            snapshots,
+        ),
     );
     admin.add_tcp(&admin_listen);
     server.add_service(admin);

@@ -205,6 +205,9 @@ fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Vec<u
 #[async_trait]
 impl ServeHttp for Admin {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        // One request per connection: its head was due header_timeout after the connection
+        // opened (the listener's guard), and a kept-alive one would have no deadline.
+        session.set_keepalive(None);
         let snapshot = self.snapshots.load_full();
         let req = session.req_header();
         if let Some(token) = &snapshot.config.admin.token {

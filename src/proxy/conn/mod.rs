@@ -5,8 +5,10 @@
 
 mod guard;
 pub mod h2;
+mod handshake;
 
 pub use guard::GuardedStream;
+pub use handshake::HandshakeDeadline;
 
 use crate::control::snapshot::SnapshotHandle;
 use async_trait::async_trait;
@@ -38,6 +40,7 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Guarded<A> {
         mut stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
+        handshake::handshake_done(&stream);
         let config = Arc::clone(&self.snapshots.load().config);
         let header_timeout = config.server.limits.header_timeout;
         // A client that sends nothing at all is held to the header deadline here too.
@@ -85,4 +88,39 @@ async fn is_http2(stream: &mut Stream, h2c: bool) -> bool {
     const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     let mut buf = [0u8; PREFACE.len()];
     matches!(stream.try_peek(&mut buf).await, Ok(true)) && buf == PREFACE
+}
+
+/// The admin listener's connections: one request each (the admin answers with
+/// `Connection: close`), its head due `header_timeout` after the connection opened — Pingora
+/// would wait 60 s for a half-sent request, and the admin has no hook to re-arm a deadline
+/// between kept-alive requests.
+pub struct Bounded<A> {
+    inner: Arc<A>,
+    snapshots: SnapshotHandle,
+}
+
+impl<A> Bounded<A> {
+    pub fn new(inner: A, snapshots: SnapshotHandle) -> Bounded<A> {
+        Bounded {
+            inner: Arc::new(inner),
+            snapshots,
+        }
+    }
+}
+
+#[async_trait]
+impl<A: ServerApp + Send + Sync + 'static> ServerApp for Bounded<A> {
+    async fn process_new(
+        self: &Arc<Self>,
+        stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let header_timeout = self.snapshots.load().config.server.limits.header_timeout;
+        let guarded = GuardedStream::new(stream, header_timeout);
+        self.inner.process_new(Box::new(guarded), shutdown).await
+    }
+
+    async fn cleanup(&self) {
+        self.inner.cleanup().await
+    }
 }

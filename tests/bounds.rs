@@ -1,9 +1,11 @@
-//! HTTP/2 is held to the same bounds as HTTP/1, with raw frames from a real client (the `h2`
-//! crate, and bytes on a socket where the frames must be malformed): a request body that
-//! stalls ends its connection after `body_timeout` (on a proxied route, freeing the client's
-//! concurrency slot long before `read_timeout`; on a keyed route, where the gateway reads the
-//! body itself), a header block that never ends after `header_timeout`, and an idle connection
-//! after `keepalive_timeout` — over h2c and TLS.
+//! Every wait has a bound. HTTP/2 is held to the same bounds as HTTP/1, with raw frames from
+//! a real client (the `h2` crate, and bytes on a socket where the frames must be malformed): a
+//! request body that stalls ends its connection after `body_timeout` (on a proxied route,
+//! freeing the client's concurrency slot long before `read_timeout`; on a keyed route, where
+//! the gateway reads the body itself), a header block that never ends after
+//! `header_timeout`, and an idle connection after `keepalive_timeout` — over h2c and TLS. A
+//! TLS handshake left unfinished, and a half-sent request to the admin listener, end after
+//! `header_timeout` (Pingora's own bound is 60 s).
 
 mod common;
 
@@ -183,7 +185,6 @@ fn an_idle_http2_connection_is_closed_after_keepalive_timeout() {
 
 #[test]
 fn an_idle_http2_connection_over_tls_is_closed_too() {
-    use tokio_rustls::rustls;
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::new();
     let ca_file = ca.write_ca(dir.path());
@@ -198,26 +199,7 @@ fn an_idle_http2_connection_over_tls_is_closed_too() {
     let gw = Gateway::start_with(&SERVER.replace("h2c = true\n", ""), &config(&up, &tls));
     common::wait_until("the TLS listener", || common::port_open(tls_port));
     let closed = runtime().block_on(async {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut roots = rustls::RootCertStore::empty();
-        for c in
-            <rustls_pki_types::CertificateDer as rustls_pki_types::pem::PemObject>::pem_file_iter(
-                &ca_file,
-            )
-            .unwrap()
-        {
-            roots.add(c.unwrap()).unwrap();
-        }
-        let mut config = rustls::ClientConfig::builder()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", tls_port))
-            .await
-            .unwrap();
-        let name = rustls_pki_types::ServerName::try_from("api.test").unwrap();
-        let tls = connector.connect(name, tcp).await.unwrap();
+        let tls = tls_connect(tls_port, &ca_file, b"h2").await;
         let (client, conn) = h2::client::handshake(tls).await.unwrap();
         let conn = tokio::spawn(conn);
         let mut client = client.ready().await.unwrap();
@@ -263,4 +245,106 @@ fn a_header_block_that_never_ends_is_cut_at_header_timeout() {
     };
     assert!(closed, "a header block left open must be cut off");
     assert!(!gw.proc.log_text().contains("panicked"));
+}
+
+/// Reads until the peer closes (true) or `PATIENCE` passes (false).
+fn closes_within_patience(s: &mut std::net::TcpStream) -> bool {
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn an_unfinished_tls_handshake_and_a_half_sent_admin_request_end_at_header_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new();
+    let cert = ca.issue(dir.path(), "api", "api", &["api.test"]);
+    let tls_port = free_port();
+    let up = Upstream::start("a");
+    let tls = format!(
+        "[server.tls]\nlisten = \"127.0.0.1:{tls_port}\"\n[[server.tls.certificates]]\ncert = \"{}\"\nkey = \"{}\"",
+        cert.cert.display(),
+        cert.key.display()
+    );
+    let gw = Gateway::start_with(SERVER, &config(&up, &tls));
+    common::wait_until("the TLS listener", || common::port_open(tls_port));
+    // The start of a ClientHello, then nothing.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", tls_port)).unwrap();
+    s.write_all(&[0x16, 0x03, 0x01, 0x00, 0xc8, 0x01]).unwrap();
+    assert!(
+        closes_within_patience(&mut s),
+        "an unfinished TLS handshake must end at header_timeout"
+    );
+    // Nothing at all after connecting.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", tls_port)).unwrap();
+    assert!(closes_within_patience(&mut s), "a silent TLS client too");
+    // A handshake that completes is not cut: on HTTP/2 (no header deadline per connection,
+    // a long idle time) a request sent after the handshake's deadline is answered.
+    let patient_port = free_port();
+    let patient_tls = tls.replace(&tls_port.to_string(), &patient_port.to_string());
+    let _patient = Gateway::start_with(
+        "header_timeout = \"1s\"\nkeepalive_timeout = \"30s\"",
+        &config(&up, &patient_tls),
+    );
+    common::wait_until("the TLS listener", || common::port_open(patient_port));
+    let ca_file = ca.write_ca(dir.path());
+    let status = runtime().block_on(async {
+        let tls = tls_connect(patient_port, &ca_file, b"h2").await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let (client, conn) = h2::client::handshake(tls).await.unwrap();
+        tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let (response, _) = client
+            .send_request(request(patient_port, "GET", "/echo/late", None), true)
+            .unwrap();
+        response.await.unwrap().status().as_u16()
+    });
+    assert_eq!(status, 200);
+    // The admin listener: a request head that never ends.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", gw.admin_port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a").unwrap();
+    assert!(
+        closes_within_patience(&mut s),
+        "a half-sent admin request must end at header_timeout"
+    );
+    assert_eq!(gw.admin("/healthz").status, 200);
+}
+
+/// A TLS connection to `api.test` on `port`, trusting `ca_file`, offering `alpn`.
+async fn tls_connect(
+    port: u16,
+    ca_file: &std::path::Path,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use rustls_pki_types::pem::PemObject;
+    use tokio_rustls::rustls;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_file_iter(ca_file).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let name = rustls_pki_types::ServerName::try_from("api.test").unwrap();
+    connector.connect(name, tcp).await.unwrap()
 }
