@@ -252,6 +252,71 @@ fn limiting_resumes_by_itself_after_redis_restarts_empty() {
     assert_no_panic(&gw);
 }
 
+fn connection(gw: &Gateway) -> (String, u64) {
+    let store = &gw.admin("/readyz").json()["store"];
+    (
+        store["connection"].as_str().unwrap_or("").to_owned(),
+        store["connection_repairs"].as_u64().unwrap_or(0),
+    )
+}
+
+/// Redis comes back while the breaker is open (for an hour): the gateway notices by itself
+/// (its own ping through the connection requests use), closes the breaker, and from then
+/// on no request fails — none probes a stale connection.
+#[test]
+fn after_a_restart_the_request_connection_is_repaired_before_requests_need_it() {
+    let mut redis = RedisServer::start();
+    let up = Upstream::start("a");
+    let gw = Gateway::start(&config(
+        &up,
+        &redis.url(),
+        "breaker_failures = 2\nbreaker_cooldown = \"1h\"",
+    ));
+    assert_eq!(get(&gw, "/echo/closed", ADA).status, 200);
+    redis.kill();
+    assert_eq!(statuses(&gw, "/echo/closed", ADA, 3), [503; 3]);
+    assert_eq!(
+        gw.metric("turnstile_circuit_breaker_state", &[("state", "open")]),
+        1.0
+    );
+    redis.restart();
+    wait_until("the gateway to repair its connection", || {
+        connection(&gw) == ("up".to_owned(), 1)
+    });
+    let after = statuses(&gw, "/echo/closed", BOB, 10);
+    assert_eq!(
+        after, [200; 10],
+        "no request fails once Redis answered the gateway"
+    );
+    assert_eq!(
+        gw.metric("turnstile_circuit_breaker_state", &[("state", "closed")]),
+        1.0
+    );
+    assert_no_panic(&gw);
+}
+
+/// Redis restarts between requests (no request saw it down, the breaker never opened): the
+/// dropped connection reports itself and is made anew, so the next request does not fail.
+#[test]
+fn a_restart_between_requests_costs_no_request() {
+    let mut redis = RedisServer::start();
+    let up = Upstream::start("a");
+    let gw = Gateway::start(&config(&up, &redis.url(), "breaker_failures = 100"));
+    assert_eq!(get(&gw, "/echo/closed", ADA).status, 200);
+    for round in 1..=3 {
+        // The first request right after Redis is back: answered.
+        redis.restart();
+        assert_eq!(
+            statuses(&gw, "/echo/closed", ADA, 2),
+            [200, 200],
+            "round {round}"
+        );
+        assert_eq!(connection(&gw), ("up".to_owned(), round));
+    }
+    assert_eq!(store_failures(&gw), 0.0);
+    assert_no_panic(&gw);
+}
+
 #[test]
 fn a_redis_refused_or_unreachable_at_startup_does_not_stop_the_gateway() {
     let up = Upstream::start("a");

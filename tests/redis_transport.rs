@@ -191,60 +191,93 @@ fn an_acl_user_with_a_password_from_the_environment() {
     );
 }
 
+/// One primary, one replica and three sentinels watching them (quorum 2, a primary is down
+/// after 1 s), all in `dir`, ready: the replica in sync and known to every sentinel.
+struct SentinelSetup {
+    procs: Vec<Proc>,
+    primary: u16,
+    replica: u16,
+    sentinels: Vec<u16>,
+}
+
+impl SentinelSetup {
+    fn start(dir: &Path) -> SentinelSetup {
+        let (primary, replica) = (free_port(), free_port());
+        let mut procs = vec![
+            redis(dir, "primary", &["--port", &primary.to_string()]),
+            redis(
+                dir,
+                "replica",
+                &[
+                    "--port",
+                    &replica.to_string(),
+                    "--replicaof",
+                    "127.0.0.1",
+                    &primary.to_string(),
+                ],
+            ),
+        ];
+        let sentinels: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        for (i, port) in sentinels.iter().enumerate() {
+            let conf = dir.join(format!("sentinel-{i}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\nsentinel monitor main 127.0.0.1 {primary} 2\nsentinel down-after-milliseconds main 1000\nsentinel failover-timeout main 5000\n"
+                ),
+            )
+            .unwrap();
+            procs.push(Proc::spawn(
+                &format!("redis-sentinel {i}"),
+                Command::new("redis-server").arg(&conf).arg("--sentinel"),
+                dir.join(format!("sentinel-{i}.log")),
+            ));
+        }
+        wait_until("the replica and the sentinels to be ready", || {
+            let synced = cli(&["-p", &replica.to_string(), "INFO", "replication"])
+                .is_some_and(|i| i.contains("master_link_status:up"));
+            let known = sentinels.iter().all(|s| {
+                cli(&["-p", &s.to_string(), "SENTINEL", "replicas", "main"])
+                    .is_some_and(|r| r.contains(&replica.to_string()))
+            });
+            synced && known
+        });
+        SentinelSetup {
+            procs,
+            primary,
+            replica,
+            sentinels,
+        }
+    }
+
+    /// The `[store]` table of a gateway using these sentinels.
+    fn store(&self, extra: &str) -> String {
+        let list: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|p| format!("\"redis://127.0.0.1:{p}\""))
+            .collect();
+        format!(
+            "[store]\nkind = \"redis_sentinel\"\nmaster_name = \"main\"\nsentinels = [{}]\n{extra}",
+            list.join(", ")
+        )
+    }
+}
+
 #[test]
 fn sentinel_the_limiter_follows_a_failover_under_traffic() {
     let dir = tempfile::tempdir().unwrap();
-    let (primary, replica) = (free_port(), free_port());
-    let mut procs = vec![
-        redis(dir.path(), "primary", &["--port", &primary.to_string()]),
-        redis(
-            dir.path(),
-            "replica",
-            &[
-                "--port",
-                &replica.to_string(),
-                "--replicaof",
-                "127.0.0.1",
-                &primary.to_string(),
-            ],
-        ),
-    ];
-    let sentinels: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    for (i, port) in sentinels.iter().enumerate() {
-        let conf = dir.path().join(format!("sentinel-{i}.conf"));
-        std::fs::write(
-            &conf,
-            format!(
-                "port {port}\nbind 127.0.0.1\nsentinel monitor main 127.0.0.1 {primary} 2\nsentinel down-after-milliseconds main 1000\nsentinel failover-timeout main 5000\n"
-            ),
-        )
-        .unwrap();
-        procs.push(Proc::spawn(
-            &format!("redis-sentinel {i}"),
-            Command::new("redis-server").arg(&conf).arg("--sentinel"),
-            dir.path().join(format!("sentinel-{i}.log")),
-        ));
-    }
-    wait_until("the replica and the sentinels to be ready", || {
-        let synced = cli(&["-p", &replica.to_string(), "INFO", "replication"])
-            .is_some_and(|i| i.contains("master_link_status:up"));
-        let known = sentinels.iter().all(|s| {
-            cli(&["-p", &s.to_string(), "SENTINEL", "replicas", "main"])
-                .is_some_and(|r| r.contains(&replica.to_string()))
-        });
-        synced && known
-    });
+    let setup = SentinelSetup::start(dir.path());
+    let SentinelSetup {
+        ref sentinels,
+        primary,
+        replica,
+        ..
+    } = setup;
     let up = Upstream::start("orders");
-    let list: Vec<String> = sentinels
-        .iter()
-        .map(|p| format!("\"redis://127.0.0.1:{p}\""))
-        .collect();
     let gw = Gateway::start(&routes(
         &up,
-        &format!(
-            "[store]\nkind = \"redis_sentinel\"\nmaster_name = \"main\"\nsentinels = [{}]\ntimeout = \"500ms\"\nbreaker_cooldown = \"200ms\"",
-            list.join(", ")
-        ),
+        &setup.store("timeout = \"500ms\"\nbreaker_cooldown = \"200ms\""),
     ));
     let bulk = || {
         gw.get_with("/orders", &[("X-Api-Key", "bulk-key-0123456789abcdefg")])
@@ -281,7 +314,65 @@ fn sentinel_the_limiter_follows_a_failover_under_traffic() {
     // Counts continue on the new primary (it had them by replication): ada's third request
     // is admitted, her fourth refused.
     assert_eq!(statuses(&gw, 2), [200, 429]);
+    let mut procs = setup.procs;
     for p in &mut procs {
         p.assert_running();
     }
+}
+
+/// A primary that is frozen but still connected: the sentinels promote the replica, and the
+/// gateway — asking them again after its calls time out — decides on the new primary; when
+/// the old one thaws (a primary for a moment, until it is demoted and its data replaced),
+/// nothing is decided there. Exact: the limit admits exactly its count across all of it.
+#[test]
+fn sentinel_a_frozen_primary_is_left_for_the_promoted_replica() {
+    const LIMIT: usize = 30;
+    let dir = tempfile::tempdir().unwrap();
+    let setup = SentinelSetup::start(dir.path());
+    let up = Upstream::start("orders");
+    let text = routes(
+        &up,
+        &setup.store("timeout = \"300ms\"\nbreaker_failures = 3\nbreaker_cooldown = \"300ms\""),
+    )
+    .replace(
+        "name = \"per-minute\", algorithm = \"sliding_log\", limit = 3, window = \"1m\"",
+        &format!(
+            "name = \"per-hour\", algorithm = \"sliding_log\", limit = {LIMIT}, window = \"1h\""
+        ),
+    );
+    assert!(text.contains("per-hour"));
+    let gw = Gateway::start(&text);
+    let ada = || gw.get_with("/orders", &[("X-Api-Key", KEY)]).status;
+    let mut admitted = (0..5).filter(|_| ada() == 200).count();
+    assert_eq!(admitted, 5);
+    // The five are on the replica too before the primary stops.
+    let acked = cli(&["-p", &setup.primary.to_string(), "WAIT", "1", "5000"]);
+    assert_eq!(acked.as_deref(), Some("1"));
+    let primary = &setup.procs[0];
+    primary.signal("STOP");
+    // Until the sentinels promote the replica, requests get the failure mode; then decisions.
+    wait_until("decisions on the promoted replica", || {
+        let status = ada();
+        assert!(status == 200 || status == 503, "{status}");
+        if status == 200 {
+            admitted += 1;
+        }
+        status == 200
+            && cli(&["-p", &setup.replica.to_string(), "ROLE"])
+                .is_some_and(|r| r.starts_with("master"))
+    });
+    // The old primary thaws while requests keep coming: none is decided there.
+    primary.signal("CONT");
+    for _ in 0..(LIMIT + 10) {
+        match ada() {
+            200 => admitted += 1,
+            429 | 503 => {}
+            other => panic!("{other}"),
+        }
+    }
+    assert_eq!(
+        admitted, LIMIT,
+        "admitted across the freeze, the failover and the thaw"
+    );
+    assert_eq!(ada(), 429);
 }

@@ -171,6 +171,10 @@ impl Admin {
                 "status": health.as_str(),
                 "reachable": health == StoreHealth::Ok && breaker == BreakerState::Closed,
                 "live_instances": snapshot.store.live_instances(),
+                // Redis: the connection requests use — "up", or "repairing" since it was
+                // lost — and how many times it was repaired.
+                "connection": snapshot.store.connection().map(|(up, _)| if up { "up" } else { "repairing" }),
+                "connection_repairs": snapshot.store.connection().map(|(_, n)| n),
             },
         });
         (ready, body)

@@ -9,6 +9,8 @@
 //!     └──────────────────────────────────────────── HalfOpen ── probe fails ──► Open
 //! ```
 //!
+//! A connection repaired in the background (see `redis/repair.rs`) closes an open breaker at
+//! once ([`CircuitBreaker::close`]): the store answered, so no request has to probe it.
 //! Only outages (timeouts, unreachable) count; an error Redis answered with (out of memory,
 //! wrong type) is not an outage and is handled per request by the route's failure mode.
 //! Lock-free: the closed path is one atomic load before the call and at most one atomic
@@ -130,6 +132,23 @@ impl CircuitBreaker {
                 None
             }
         }
+    }
+
+    /// The store was seen answering again outside of a call (a repaired connection): closed
+    /// at once, whatever the cool-down says.
+    pub fn close(&self) -> Option<Transition> {
+        let from = self.state();
+        if from == BreakerState::Closed {
+            return None;
+        }
+        self.consecutive_failures.store(0, Ordering::Release);
+        self.state
+            .store(BreakerState::Closed as u8, Ordering::Release);
+        self.probe_in_flight.store(false, Ordering::Release);
+        Some(Transition {
+            from,
+            to: BreakerState::Closed,
+        })
     }
 
     /// The call failed with an outage (timeout, unreachable) at `now`.

@@ -231,8 +231,13 @@ impl Store {
         call: impl Future<Output = Result<T, StoreError>> + 'a,
     ) -> impl Future<Output = Result<T, StoreError>> + 'a {
         let now = MonotonicClock.now_ms();
-        let (permit, transition) = self.breaker.permit(now);
+        let (mut permit, transition) = self.breaker.permit(now);
         self.on_transition(transition);
+        if permit == Permit::Reject && self.answers_again() {
+            // The request connection was repaired since the breaker opened.
+            self.on_transition(self.breaker.close());
+            permit = Permit::Call;
+        }
         if permit == Permit::Reject {
             self.metrics.short_circuits.inc();
             self.health.set(StoreHealth::Unreachable);
@@ -429,8 +434,29 @@ impl Store {
         }
     }
 
+    /// Redis: whether the request connection is up, and how many times it was repaired.
+    pub fn connection(&self) -> Option<(bool, u64)> {
+        match &self.backend {
+            Backend::Redis(r) => Some((r.connection_up(), r.connection_repairs())),
+            Backend::Memory(_) => None,
+        }
+    }
+
+    /// Whether the store's request connection has been repaired (Redis answered a ping)
+    /// since it was last marked lost — as it is whenever the breaker opens.
+    fn answers_again(&self) -> bool {
+        match &self.backend {
+            Backend::Redis(r) => r.connection_up(),
+            Backend::Memory(_) => false,
+        }
+    }
+
     fn on_transition(&self, transition: Option<Transition>) {
         let Some(t) = transition else { return };
+        if let (BreakerState::Open, Backend::Redis(r)) = (t.to, &self.backend) {
+            // Repaired in the background: once Redis answers, the breaker closes.
+            r.connection_lost();
+        }
         self.metrics.breaker_changed(t.to);
         match t.to {
             BreakerState::Open => log::warn!(

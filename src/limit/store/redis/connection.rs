@@ -1,9 +1,12 @@
 //! Connections to Redis: made lazily, inside the runtime that uses them (so a Redis that is
 //! down at start does not stop the gateway), one multiplexed connection per node and lane,
-//! every script loaded when a connection is made.
+//! every script loaded when a connection is made. The request lane's connection is repaired
+//! as soon as it is known lost (`repair.rs`); single-node and Sentinel connections speak RESP3
+//! unless the URL says `protocol=resp2`, so that a dropped connection reports itself.
 
 use crate::limit::store::error::StoreError;
 use crate::limit::store::redis::config::{RedisAuth, RedisConfig, RedisTls, Topology};
+use crate::limit::store::redis::repair::{repair_loop, LaneWatch, OnDisconnect, Ping};
 use crate::limit::store::redis::scripts::{Call, Scripts};
 use redis::aio::MultiplexedConnection;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -11,10 +14,10 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError,
-    ServerErrorKind, TlsCertificates,
+    AsyncConnectionConfig, ErrorKind, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo,
+    RedisError, ServerErrorKind, TlsCertificates,
 };
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
@@ -94,19 +97,34 @@ pub struct Link {
     backend: Backend,
     /// Bound on making a connection.
     connect_timeout: Duration,
+    scripts: Arc<Scripts>,
+    /// Whether the request lane's connection is known lost (and being repaired).
+    watch: Arc<LaneWatch>,
+    /// RESP3: the connections report a drop (single node, Sentinel).
+    resp3: bool,
+    me: Weak<Link>,
 }
 
 impl Link {
     /// Parses the addresses and reads the TLS files; does not connect (the first call does).
-    pub fn new(config: &RedisConfig, connect_timeout: Duration) -> Result<Link, StoreError> {
+    pub fn new(
+        config: &RedisConfig,
+        connect_timeout: Duration,
+        scripts: Arc<Scripts>,
+    ) -> Result<Arc<Link>, StoreError> {
         // rustls needs a process-wide crypto provider before a `rediss://` connection.
         pingora::tls::install_default_crypto_provider();
         let unusable = |e: RedisError| StoreError::Unavailable(e.to_string());
         let certs = tls_certificates(&config.tls)?;
+        let mut resp3 = false;
         let backend = match &config.topology {
             Topology::Single(url) => {
                 let info = url.as_str().into_connection_info().map_err(unusable)?;
-                let redis = with_auth(info.redis_settings().clone(), &config.auth);
+                let mut redis = with_auth(info.redis_settings().clone(), &config.auth);
+                if !names_protocol(url) {
+                    redis = redis.set_protocol(ProtocolVersion::RESP3);
+                }
+                resp3 = redis.protocol() == ProtocolVersion::RESP3;
                 let info = info.set_redis_settings(redis);
                 let client = match certs {
                     Some(certs) => redis::Client::build_with_tls(info, certs),
@@ -137,8 +155,10 @@ impl Link {
                 }
             }
             Topology::Sentinel { master, sentinels } => {
+                resp3 = true;
                 let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(
-                    with_auth(RedisConnectionInfo::default(), &config.auth),
+                    with_auth(RedisConnectionInfo::default(), &config.auth)
+                        .set_protocol(ProtocolVersion::RESP3),
                 );
                 let client = SentinelClient::build(
                     sentinels.iter().map(String::as_str).collect(),
@@ -153,10 +173,36 @@ impl Link {
                 }
             }
         };
-        Ok(Link {
+        Ok(Arc::new_cyclic(|me| Link {
             backend,
             connect_timeout,
-        })
+            scripts,
+            watch: Arc::new(LaneWatch::default()),
+            resp3,
+            me: me.clone(),
+        }))
+    }
+
+    /// The request connection is lost: requests wait for its repair.
+    pub fn lost(&self) {
+        self.watch.lost();
+    }
+
+    pub fn is_up(&self) -> bool {
+        !self.watch.is_down()
+    }
+
+    pub fn repairs(&self) -> u64 {
+        self.watch.repairs()
+    }
+
+    /// A call on this lane timed out. On Sentinel the primary may be frozen while the
+    /// sentinels have promoted a replica: the next call asks them again.
+    pub fn timed_out(&self) {
+        if let Backend::Sentinel { lanes, .. } = &self.backend {
+            lanes.requests.store(None);
+            self.watch.lost();
+        }
     }
 
     /// Runs a script call on `lane`'s connection, making it first if needed (then
@@ -166,31 +212,42 @@ impl Link {
         &self,
         call: &Call<'_>,
         lane: Lane,
-        scripts: &Scripts,
     ) -> Result<T, StoreError> {
+        if matches!(lane, Lane::Requests) {
+            if self.watch.start() {
+                // In the runtime serving requests, whose connection it repairs.
+                tokio::spawn(repair_loop(self.me.clone(), Arc::clone(&self.watch)));
+            }
+            // Boxed: rare, and its state would widen every call's future.
+            if self.watch.is_down() && !Box::pin(self.watch.wait_up()).await {
+                return Err(StoreError::Unavailable(
+                    "the connection to Redis is lost and could not be made again yet".into(),
+                ));
+            }
+        }
+        let result = self.invoke_now(call, lane).await;
+        if let (Err(e), Lane::Requests) = (&result, lane) {
+            if lost_connection(e) {
+                self.watch.lost();
+            }
+        }
+        Ok(result?)
+    }
+
+    async fn invoke_now<T: redis::FromRedisValue>(
+        &self,
+        call: &Call<'_>,
+        lane: Lane,
+    ) -> Result<T, RedisError> {
         Ok(match &self.backend {
             Backend::Single { client, lanes } => {
-                let conn = first_or(lanes.pick(lane), || async {
-                    let config = ConnectionManagerConfig::new()
-                        .set_connection_timeout(Some(self.connect_timeout))
-                        .set_response_timeout(Some(LATE_REPLY))
-                        // One attempt per (re)connection: a retry after a backoff would
-                        // outlast the call's timeout and turn a fast, telling failure
-                        // (refused, wrong password) into a timeout. The next call
-                        // connects again.
-                        .set_number_of_retries(0)
-                        .set_max_delay(Duration::from_secs(1));
-                    let mut conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
-                    load(scripts, &mut conn).await?;
-                    Ok(conn)
-                })
-                .await?;
+                let conn = self.single(client, lanes, lane).await?;
                 run(call, &mut conn.clone()).await?
             }
             Backend::Cluster { client, lanes } => {
                 let conn = first_or(lanes.pick(lane), || async {
                     let mut conn = client.get_async_connection().await?;
-                    load(scripts, &mut conn).await?;
+                    load(&self.scripts, &mut conn).await?;
                     Ok(conn)
                 })
                 .await?;
@@ -201,7 +258,7 @@ impl Link {
                 let conn = match slot.load_full() {
                     Some(conn) => conn,
                     // Boxed, as in `first_or`.
-                    None => Box::pin(self.sentinel_connect(client, slot, scripts)).await?,
+                    None => Box::pin(self.sentinel_connect(client, slot, lane)).await?,
                 };
                 let result = run(call, &mut (*conn).clone()).await;
                 if let Err(e) = &result {
@@ -215,23 +272,52 @@ impl Link {
         })
     }
 
+    /// The single node's connection for `lane`, made (with every script loaded) if needed.
+    async fn single<'a>(
+        &self,
+        client: &redis::Client,
+        lanes: &'a Lanes<ConnectionManager>,
+        lane: Lane,
+    ) -> Result<&'a ConnectionManager, RedisError> {
+        first_or(lanes.pick(lane), || async {
+            let mut config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(self.connect_timeout))
+                .set_response_timeout(Some(LATE_REPLY))
+                // One attempt per (re)connection: a retry after a backoff would outlast the
+                // call's timeout and turn a fast, telling failure (refused, wrong password)
+                // into a timeout. The next call connects again.
+                .set_number_of_retries(0)
+                .set_max_delay(Duration::from_secs(1));
+            if self.resp3 && matches!(lane, Lane::Requests) {
+                config = config.set_push_sender(OnDisconnect(self.me.clone()));
+            }
+            let mut conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
+            load(&self.scripts, &mut conn).await?;
+            Ok(conn)
+        })
+        .await
+    }
+
     /// Asks the sentinels for the primary and connects to it (one caller at a time; the
     /// others find the new connection).
     async fn sentinel_connect(
         &self,
         client: &tokio::sync::Mutex<SentinelClient>,
         slot: &arc_swap::ArcSwapOption<MultiplexedConnection>,
-        scripts: &Scripts,
+        lane: Lane,
     ) -> Result<Arc<MultiplexedConnection>, RedisError> {
         let mut client = client.lock().await;
         if let Some(conn) = slot.load_full() {
             return Ok(conn);
         }
-        let config = AsyncConnectionConfig::new()
+        let mut config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(LATE_REPLY));
+        if matches!(lane, Lane::Requests) {
+            config = config.set_push_sender(OnDisconnect(self.me.clone()));
+        }
         let mut conn = client.get_async_connection_with_config(&config).await?;
-        load(scripts, &mut conn).await?;
+        load(&self.scripts, &mut conn).await?;
         let conn = Arc::new(conn);
         slot.store(Some(Arc::clone(&conn)));
         Ok(conn)
@@ -268,6 +354,68 @@ where
         Some(conn) => Ok(conn),
         None => Box::pin(cell.get_or_try_init(connect)).await,
     }
+}
+
+impl Ping for Link {
+    fn watch(&self) -> &LaneWatch {
+        &self.watch
+    }
+
+    /// One PING through the request lane's connection (made anew if the old one is gone;
+    /// on Sentinel, to the primary the sentinels name now), bounded by the connect timeout.
+    async fn ping(&self) -> bool {
+        let ping = async {
+            match &self.backend {
+                Backend::Single { client, lanes } => {
+                    let conn = self.single(client, lanes, Lane::Requests).await?;
+                    redis::cmd("PING")
+                        .query_async::<()>(&mut conn.clone())
+                        .await
+                }
+                // The cluster client repairs its own connections, node by node; a PING
+                // says whether the cluster answers.
+                Backend::Cluster { client, lanes } => {
+                    let conn = first_or(lanes.pick(Lane::Requests), || async {
+                        let mut conn = client.get_async_connection().await?;
+                        load(&self.scripts, &mut conn).await?;
+                        Ok(conn)
+                    })
+                    .await?;
+                    redis::cmd("PING")
+                        .query_async::<()>(&mut conn.clone())
+                        .await
+                }
+                Backend::Sentinel { client, lanes } => {
+                    let slot = &lanes.requests;
+                    let conn = match slot.load_full() {
+                        Some(conn) => conn,
+                        None => self.sentinel_connect(client, slot, Lane::Requests).await?,
+                    };
+                    let pong = redis::cmd("PING")
+                        .query_async::<()>(&mut (*conn).clone())
+                        .await;
+                    if pong.is_err() {
+                        slot.compare_and_swap(&conn, None);
+                    }
+                    pong
+                }
+            }
+        };
+        matches!(
+            tokio::time::timeout(self.connect_timeout.max(Duration::from_millis(100)), ping).await,
+            Ok(Ok(()))
+        )
+    }
+}
+
+/// The connection is gone (not merely an error Redis answered with).
+fn lost_connection(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
+}
+
+/// Whether a URL chooses its protocol itself (`?protocol=resp2`).
+fn names_protocol(url: &str) -> bool {
+    url::Url::parse(url).is_ok_and(|u| u.query_pairs().any(|(k, _)| k == "protocol"))
 }
 
 /// The connection no longer reaches a writable primary: broken, or the node was demoted to

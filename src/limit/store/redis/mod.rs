@@ -13,6 +13,7 @@
 pub mod config;
 pub mod connection;
 pub mod keys;
+mod repair;
 pub mod scripts;
 
 pub use config::{RedisAuth, RedisConfig, RedisTls, Topology};
@@ -75,22 +76,38 @@ impl SlotGroups {
 
 pub struct RedisStore {
     config: RedisConfig,
-    link: Link,
-    scripts: Scripts,
+    link: Arc<Link>,
+    scripts: Arc<Scripts>,
 }
 
 impl RedisStore {
     /// Parses the addresses; does not connect (that happens on the first call).
     pub fn new(config: RedisConfig) -> Result<RedisStore, StoreError> {
+        let scripts = Arc::new(Scripts::new());
         Ok(RedisStore {
-            link: Link::new(&config, config.timeout)?,
+            link: Link::new(&config, config.timeout, Arc::clone(&scripts))?,
             config,
-            scripts: Scripts::new(),
+            scripts,
         })
     }
 
     pub fn config(&self) -> &RedisConfig {
         &self.config
+    }
+
+    /// The request connection is lost (the breaker opened): repair it in the background.
+    pub fn connection_lost(&self) {
+        self.link.lost();
+    }
+
+    /// Whether the request connection answers (not marked lost, or repaired since).
+    pub fn connection_up(&self) -> bool {
+        self.link.is_up()
+    }
+
+    /// Times the request connection was repaired after being lost.
+    pub fn connection_repairs(&self) -> u64 {
+        self.link.repairs()
     }
 
     /// The SHA1 the decision script is called by.
@@ -121,10 +138,7 @@ impl RedisStore {
 
     async fn check_one_slot(&self, req: &CheckRequest<'_>) -> Result<Verdict, StoreError> {
         let invocation = self.scripts.check_call(&self.config.prefix, req);
-        let reply: Value = self
-            .link
-            .invoke(&invocation, Lane::Requests, &self.scripts)
-            .await?;
+        let reply: Value = self.link.invoke(&invocation, Lane::Requests).await?;
         let Value::BulkString(reply) = reply else {
             return Err(StoreError::Protocol(format!(
                 "expected a string from check.lua, got {reply:?}"
@@ -171,10 +185,8 @@ impl RedisStore {
                 else {
                     continue;
                 };
-                let back: Result<u64, StoreError> = self
-                    .link
-                    .invoke(&invocation, Lane::Requests, &self.scripts)
-                    .await;
+                let back: Result<u64, StoreError> =
+                    self.link.invoke(&invocation, Lane::Requests).await;
                 match back {
                     Ok(_) => refunded[i] = true,
                     Err(e) => log::debug!("giving back units of a rejected request failed: {e}"),
@@ -231,9 +243,7 @@ impl RedisStore {
             let Some(invocation) = self.scripts.refund_call(prefix, sub, |_| true, at) else {
                 continue;
             };
-            let call = self
-                .link
-                .invoke::<u64>(&invocation, Lane::Requests, &self.scripts);
+            let call = self.link.invoke::<u64>(&invocation, Lane::Requests);
             self.bounded(call).await?;
         }
         Ok(())
@@ -257,9 +267,7 @@ impl RedisStore {
         else {
             return Ok(());
         };
-        let call = self
-            .link
-            .invoke::<u64>(&invocation, Lane::Requests, &self.scripts);
+        let call = self.link.invoke::<u64>(&invocation, Lane::Requests);
         match tokio::time::timeout(within, call).await {
             Ok(result) => result.map(|_| ()),
             Err(_) => Err(StoreError::Timeout(within)),
@@ -276,10 +284,7 @@ impl RedisStore {
     /// a request that stops waiting for it).
     pub async fn lease_unbounded(&self, call: LeaseCall<'_>) -> Result<Grant, StoreError> {
         let invocation = self.scripts.lease_call(&self.config.prefix, &call);
-        let reply: Vec<Value> = self
-            .link
-            .invoke(&invocation, Lane::Requests, &self.scripts)
-            .await?;
+        let reply: Vec<Value> = self.link.invoke(&invocation, Lane::Requests).await?;
         parse_grant(&reply, call.policies)
     }
 
@@ -301,11 +306,8 @@ impl RedisStore {
             starts,
             units,
         );
-        self.bounded(
-            self.link
-                .invoke(&invocation, Lane::Background, &self.scripts),
-        )
-        .await
+        self.bounded(self.link.invoke(&invocation, Lane::Background))
+            .await
     }
 
     /// Announces `instance` (or, with `leave`, withdraws it) and returns how many instances
@@ -319,21 +321,23 @@ impl RedisStore {
         let invocation =
             self.scripts
                 .heartbeat_call(&self.config.prefix, instance, liveness, leave);
-        self.bounded(
-            self.link
-                .invoke(&invocation, Lane::Background, &self.scripts),
-        )
-        .await
+        self.bounded(self.link.invoke(&invocation, Lane::Background))
+            .await
     }
 
     /// `call` within the store timeout. A combinator, not an `async fn`, which would keep
     /// `call` twice in its state (see `Store::guarded`).
     fn bounded<'a, T: 'a>(
-        &self,
+        &'a self,
         call: impl Future<Output = Result<T, StoreError>> + 'a,
     ) -> impl Future<Output = Result<T, StoreError>> + 'a {
         let timeout = self.config.timeout;
-        tokio::time::timeout(timeout, call)
-            .map(move |result| result.unwrap_or(Err(StoreError::Timeout(timeout))))
+        let link = &self.link;
+        tokio::time::timeout(timeout, call).map(move |result| {
+            result.unwrap_or_else(|_| {
+                link.timed_out();
+                Err(StoreError::Timeout(timeout))
+            })
+        })
     }
 }
