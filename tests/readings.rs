@@ -60,9 +60,12 @@ impl Framework {
             Command::new("python3").args([script, "--port", &port.to_string(), "--reader", reader]),
             dir.path().join("frameworks.log"),
         );
+        // Answering HTTP, not merely a port that takes a connection (a client can connect
+        // to itself on a free loopback port).
+        let probe = b"GET /_attempts HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
         wait_until("the framework upstream", || {
             proc.assert_running();
-            common::port_open(port)
+            http::raw(port, probe).is_ok_and(|r| r.status == 200)
         });
         Framework {
             port,

@@ -146,8 +146,15 @@ impl Drop for Proc {
     }
 }
 
+/// Something listens on the loopback `port`. A connection to a free port can succeed by
+/// connecting to itself (the kernel may pick that very port as its source): not counted.
 pub fn port_open(port: u16) -> bool {
-    TcpStream::connect(("127.0.0.1", port)).is_ok()
+    listening("127.0.0.1", port)
+}
+
+fn listening(host: &str, port: u16) -> bool {
+    TcpStream::connect((host, port))
+        .is_ok_and(|s| s.local_addr().ok() != s.peer_addr().ok())
 }
 
 /// A running `orders-api` instance.
@@ -186,7 +193,7 @@ impl Upstream {
             .to_owned();
         wait_until(&format!("orders-api {name} on {host}:{port}"), || {
             proc.assert_running();
-            TcpStream::connect((host.as_str(), port)).is_ok()
+            listening(&host, port)
         });
         Upstream {
             name: name.to_owned(),

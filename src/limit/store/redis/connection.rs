@@ -368,9 +368,19 @@ impl Ping for Link {
             match &self.backend {
                 Backend::Single { client, lanes } => {
                     let conn = self.single(client, lanes, Lane::Requests).await?;
-                    redis::cmd("PING")
+                    let pong = redis::cmd("PING")
                         .query_async::<()>(&mut conn.clone())
-                        .await
+                        .await;
+                    match pong {
+                        // The manager's last reconnection failed (Redis was down then): this
+                        // error started a new one, which the second ping waits for.
+                        Err(e) if lost_connection(&e) => {
+                            redis::cmd("PING")
+                                .query_async::<()>(&mut conn.clone())
+                                .await
+                        }
+                        pong => pong,
+                    }
                 }
                 // The cluster client repairs its own connections, node by node; a PING
                 // says whether the cluster answers.
