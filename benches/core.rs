@@ -167,8 +167,8 @@ fn keyed(c: &mut Criterion) {
 /// (uncontended; under contention the gate's mutex is shared by the pool's requests).
 fn shedding(c: &mut Criterion) {
     use std::time::Duration;
-    use turnstile::limit::shed::controller::ControllerSettings;
-    use turnstile::limit::shed::{Gate, GateSettings, Priority};
+    use turnstile::upstream::shed::controller::ControllerSettings;
+    use turnstile::upstream::shed::{Gate, GateSettings, Priority};
     let gate = Arc::new(Gate::new(GateSettings {
         controller: ControllerSettings {
             min_limit: 4,

@@ -4,21 +4,25 @@
 //! The folders draw the architecture (ARCHITECTURE.md has the whole picture):
 //!
 //! ```text
-//! proxy/       Pingora glue: the only code that touches a Session; one file per phase group
+//! proxy/       Pingora glue: the only code that touches a Session; one file per phase group,
+//!              and conn/, the connection guard (header, body and idle deadlines)
 //!   └─► chain/   the request path as plain steps, in order: message checks, path normal form,
-//!                route, client IP, per-IP bucket, API key, plan limits (admission), what the
-//!                upstream receives, problem+json, RateLimit headers
-//!         └─► limit/  algorithms (pure, time as an argument) and where their state lives:
-//!                     the per-IP table and the stores (memory, Redis) behind one contract
+//!                route, client IP, per-IP bucket, API key, limits (admission), what the
+//!                upstream receives (forward), problem+json, RateLimit headers
+//!         ├─► upstream/  pools, balancing, name resolution, health checks, load shedding
+//!         └─► limit/     algorithms (pure, time as an argument) and where their state lives:
+//!                        the per-IP table and the stores (memory, Redis) behind one contract
 //! control/     config (TOML → typed, validated) → snapshot (what a request reads) → reload;
 //!              the admin listener
-//! ops/         metrics and the access log
-//! background/  health checks, store heartbeat, sweeper, config file watch and SIGHUP
+//! ops/         metrics, the access log, application logs, traces (W3C context, OTLP export)
+//! background/  the services that run periodically: health checks, store heartbeat, sweeper,
+//!              config file watch and SIGHUP
 //! server.rs    assembles the Pingora services
+//! clock.rs, secret.rs   time (monotonic, or driven by tests) and values never printed
 //! ```
 //!
-//! Imports run one way: `proxy` and `background` use `control`, which uses `chain`, `limit`
-//! and `ops`; `chain` uses `limit`; nothing below imports what is above it.
+//! Imports run one way, from the bottom: `clock`, `secret` ← `limit` ← `upstream` ← `chain` ←
+//! `ops` ← `control` ← `background` ← `proxy` ← `server` (`tests/layout.rs` checks it).
 
 #![recursion_limit = "256"]
 
@@ -31,7 +35,9 @@ pub mod fuzzing;
 pub mod limit;
 mod ops;
 mod proxy;
+pub mod secret;
 pub mod server;
+pub mod upstream;
 
 pub use control::config;
 pub use control::snapshot::Snapshot;

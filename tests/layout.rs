@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 /// Top-level modules from the bottom up: each may use only those before it.
 const LAYERS: &[&str] = &[
     "clock",
+    "secret",
     "limit",
+    "upstream",
     "chain",
     "ops",
     "control",

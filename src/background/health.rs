@@ -1,8 +1,8 @@
-//! Active health checks of every upstream pool in the live snapshot, each pool on its own
-//! interval (`upstreams.NAME.health_check`), and the resolution of their host names again
-//! (`upstreams.NAME.resolve_interval`).
+//! The service that runs the upstream pools' health checks and name resolutions
+//! (`upstream::health`) over the live snapshot, so pools a reload creates need no wiring.
 
 use crate::control::snapshot::SnapshotHandle;
+use crate::upstream::health;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
@@ -28,16 +28,7 @@ impl BackgroundService for HealthChecker {
         loop {
             let snapshot = self.snapshots.load_full();
             let now = Instant::now();
-            let checks = snapshot.pools.values().map(|pool| async move {
-                let resolve = pool.resolve_if_due(now).await;
-                let check = pool.check_if_due(now).await;
-                resolve.into_iter().chain(check).min()
-            });
-            let next = futures::future::join_all(checks)
-                .await
-                .into_iter()
-                .flatten()
-                .min();
+            let next = health::run_due(snapshot.pools.values(), now).await;
             let wake = next
                 .unwrap_or(now + MAX_IDLE)
                 .min(Instant::now() + MAX_IDLE);

@@ -76,7 +76,7 @@ pub struct Plan {
     /// Quota leasing: the most units one instance reserves at once (`None`: no leasing).
     pub lease: Option<u64>,
     /// Load-shedding class of the plan's requests (`None`: the route's).
-    pub priority: Option<crate::limit::shed::Priority>,
+    pub priority: Option<crate::upstream::shed::Priority>,
 }
 
 impl Plan {
@@ -107,7 +107,7 @@ impl Plan {
         Plan { lease, ..self }
     }
 
-    pub fn with_priority(self, priority: Option<crate::limit::shed::Priority>) -> Plan {
+    pub fn with_priority(self, priority: Option<crate::upstream::shed::Priority>) -> Plan {
         Plan { priority, ..self }
     }
 }

@@ -1,7 +1,13 @@
-//! [7] What the upstream receives besides the request itself: the client address appended to
-//! `X-Forwarded-For`, and no header that could stand in for the ones the gateway controls.
+//! [7] What the upstream receives besides the request itself: the path it was routed by,
+//! the client address appended to `X-Forwarded-For`, the request id, the authenticated client
+//! as `X-Client-Id`, no credential unless the route forwards it, and no header that could
+//! stand in for the ones the gateway controls. [`forward`] is that policy as one function over
+//! an [`UpstreamHead`] (Pingora's request header in `proxy/upstream.rs`, a plain one in tests).
 
-use http::HeaderName;
+use crate::chain::auth::{bearer_token, API_KEY};
+use http::header::{AUTHORIZATION, EXPECT};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use std::net::IpAddr;
 
 /// Header carrying the authenticated client id to the upstream (any incoming one is removed).
 pub const CLIENT_ID_HEADER: &str = "x-client-id";
@@ -57,6 +63,85 @@ pub fn forwarded_for<'a>(
     out
 }
 
+/// The head of the request the upstream receives, as [`forward`] edits it.
+pub trait UpstreamHead {
+    fn headers(&self) -> &HeaderMap;
+    /// Sets `name` to `value`, replacing every value it had.
+    fn set(&mut self, name: &'static str, value: HeaderValue) -> Result<(), String>;
+    /// Removes every value of `name`.
+    fn remove(&mut self, name: &HeaderName);
+    fn query(&self) -> Option<&str>;
+    /// Replaces the request target (path and query).
+    fn set_target(&mut self, target: &str) -> Result<(), String>;
+}
+
+/// What the gateway knows of a request that decides what the upstream receives.
+pub struct Forward<'a> {
+    /// The TCP peer, if an IP connection.
+    pub peer: Option<IpAddr>,
+    pub request_id: &'a HeaderValue,
+    /// The normal form of the path, when it differs from the one received.
+    pub path: Option<&'a str>,
+    /// The authenticated client.
+    pub client: Option<&'a str>,
+    /// The route passes the client's API key on.
+    pub forward_api_key: bool,
+    /// The gateway answered `Expect: 100-continue` itself.
+    pub continued: bool,
+}
+
+/// Applies what the upstream receives to `head`: the path the route was chosen by (with the
+/// query as received), `X-Forwarded-For` + the TCP peer, `X-Request-Id`, `X-Client-Id` (only
+/// the gateway's), no `_` spelling of a controlled header, no `Expect` the gateway already
+/// answered, and no API key in any header unless the route forwards it.
+pub fn forward(f: &Forward<'_>, head: &mut impl UpstreamHead) -> Result<(), String> {
+    if let Some(peer) = f.peer {
+        let existing = head.headers().get_all(X_FORWARDED_FOR);
+        let value = forwarded_for(existing.iter().map(HeaderValue::as_bytes), peer);
+        let value = HeaderValue::try_from(value).map_err(|e| e.to_string())?;
+        head.set(X_FORWARDED_FOR_HEADER, value)?;
+    }
+    head.set(super::request_id::HEADER, f.request_id.clone())?;
+    if let Some(path) = f.path {
+        // The upstream acts on the path the route was chosen by.
+        let target = match head.query() {
+            Some(query) => format!("{path}?{query}"),
+            None => path.to_owned(),
+        };
+        head.set_target(&target)?;
+    }
+    // Only the gateway says who the client is, also to servers reading `_` as `-`.
+    let aliases: Vec<HeaderName> = underscore_aliases(head.headers().keys().map(|k| k.as_str()))
+        .into_iter()
+        .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+        .collect();
+    for alias in &aliases {
+        head.remove(alias);
+    }
+    head.remove(&CLIENT_ID);
+    if f.continued {
+        // The client had its `100` from the gateway, which holds the body already.
+        head.remove(&EXPECT);
+    }
+    if let Some(client) = f.client {
+        let value = HeaderValue::try_from(client).map_err(|e| e.to_string())?;
+        head.set(CLIENT_ID_HEADER, value)?;
+        if !f.forward_api_key {
+            // Every value: a key in any of them stays here.
+            head.remove(&API_KEY);
+            let bearer = head
+                .headers()
+                .get_all(AUTHORIZATION)
+                .iter()
+                .any(|v| bearer_token(v.as_bytes()).is_some());
+            if bearer {
+                head.remove(&AUTHORIZATION);
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,5 +180,115 @@ mod tests {
             ]
         );
         assert!(underscore_aliases(["accept", "host"].into_iter()).is_empty());
+    }
+
+    /// A request head without Pingora: headers, and the target.
+    struct Head {
+        headers: HeaderMap,
+        target: String,
+    }
+
+    impl UpstreamHead for Head {
+        fn headers(&self) -> &HeaderMap {
+            &self.headers
+        }
+        fn set(&mut self, name: &'static str, value: HeaderValue) -> Result<(), String> {
+            self.headers.insert(name, value);
+            Ok(())
+        }
+        fn remove(&mut self, name: &HeaderName) {
+            self.headers.remove(name);
+        }
+        fn query(&self) -> Option<&str> {
+            self.target.split_once('?').map(|(_, q)| q)
+        }
+        fn set_target(&mut self, target: &str) -> Result<(), String> {
+            self.target = target.to_owned();
+            Ok(())
+        }
+    }
+
+    fn head(target: &str, pairs: &[(&str, &str)]) -> Head {
+        let mut headers = HeaderMap::new();
+        for (k, v) in pairs {
+            headers.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        Head {
+            headers,
+            target: target.to_owned(),
+        }
+    }
+
+    fn inputs<'a>(id: &'a HeaderValue) -> Forward<'a> {
+        Forward {
+            peer: Some("10.0.0.9".parse().unwrap()),
+            request_id: id,
+            path: None,
+            client: Some("ada"),
+            forward_api_key: false,
+            continued: false,
+        }
+    }
+
+    #[test]
+    fn the_upstream_gets_the_gateways_view_and_no_credential() {
+        let id = HeaderValue::from_static("req-1");
+        let mut h = head(
+            "/%6Frders//7?x=1",
+            &[
+                ("x-forwarded-for", "1.1.1.1"),
+                ("x-client-id", "mallory"),
+                ("x_client_id", "mallory"),
+                ("x-api-key", "secret-key"),
+                ("authorization", "Bearer secret-key"),
+                ("x-request-id", "spoofed"),
+                ("expect", "100-continue"),
+            ],
+        );
+        let f = Forward {
+            path: Some("/orders/7"),
+            continued: true,
+            ..inputs(&id)
+        };
+        forward(&f, &mut h).unwrap();
+        let get = |n: &str| h.headers.get(n).map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(get("x-forwarded-for").as_deref(), Some("1.1.1.1, 10.0.0.9"));
+        assert_eq!(get("x-client-id").as_deref(), Some("ada"));
+        assert_eq!(get("x-request-id").as_deref(), Some("req-1"));
+        assert_eq!(h.target, "/orders/7?x=1");
+        for gone in ["x_client_id", "x-api-key", "authorization", "expect"] {
+            assert_eq!(get(gone), None, "{gone}");
+        }
+    }
+
+    #[test]
+    fn a_forwarded_key_and_other_authorization_schemes_stay() {
+        let id = HeaderValue::from_static("r");
+        let mut h = head("/a", &[("x-api-key", "k"), ("authorization", "Basic dTpw")]);
+        forward(&inputs(&id), &mut h).unwrap();
+        assert!(h.headers.get("x-api-key").is_none());
+        assert_eq!(h.headers["authorization"], "Basic dTpw", "not a key");
+        let mut h = head("/a", &[("x-api-key", "k")]);
+        let f = Forward {
+            forward_api_key: true,
+            ..inputs(&id)
+        };
+        forward(&f, &mut h).unwrap();
+        assert_eq!(h.headers["x-api-key"], "k");
+        // Anonymous: no client header, nothing of the client's removed.
+        let mut h = head("/a", &[("x-client-id", "mallory"), ("x-api-key", "k")]);
+        let f = Forward {
+            client: None,
+            peer: None,
+            ..inputs(&id)
+        };
+        forward(&f, &mut h).unwrap();
+        assert!(h.headers.get("x-client-id").is_none());
+        assert!(h.headers.get("x-forwarded-for").is_none());
+        assert_eq!(h.headers["x-api-key"], "k");
+        assert_eq!(h.target, "/a");
     }
 }

@@ -10,7 +10,7 @@
 //! [4] auth         API key → client and plan      → 401 · 400  (no limiter state created)
 //! [5] admission    plan limits in the store, the route's failure mode when it cannot
 //!                  decide, concurrency slots      → 429 named policies · 503
-//! [6] shedding     the upstream pool's gate (`limit::shed`, passed by `proxy/request.rs`)
+//! [6] shedding     the upstream pool's gate (`upstream::shed`, passed by `proxy/request.rs`)
 //!                  → 503 overloaded, and `Admission::shed` gives the units back
 //! [7] forward      what the upstream receives: normalised path, X-Forwarded-For,
 //!                  X-Client-Id / X-Request-Id, no API key

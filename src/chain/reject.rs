@@ -3,8 +3,8 @@
 
 use crate::chain::auth::KeyError;
 use crate::chain::problem::Kind;
-use crate::limit::shed::Shed;
 use crate::limit::store::StoreError;
+use crate::upstream::shed::Shed;
 
 /// Why the gateway answers a request itself instead of proxying it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,5 @@
 pub mod admin;
 pub mod config;
 pub mod reload;
-pub mod resolve;
 pub mod snapshot;
 pub mod tls;
-pub mod upstream;

@@ -14,15 +14,15 @@ use crate::chain::router::{RouteSpec, Router};
 use crate::control::config::{
     Config, ConfigError, IpLimitChoice, IpLimitConfig, Problem, RouteConfig, StoreConfig,
 };
-use crate::control::resolve::NameResolver;
 use crate::control::tls::CertStore;
-use crate::control::upstream::Pool;
 use crate::limit::ip::IpLimiter;
 use crate::limit::store::Store;
 use crate::limit::{
     Policy, Scope, CONCURRENCY_POLICY_NAME, RESERVED_POLICY_NAMES, ROUTE_CONCURRENCY_POLICY_NAME,
 };
 use crate::ops::metrics::{Metrics, RouteMetrics};
+use crate::upstream::pool::Pool;
+use crate::upstream::resolve::NameResolver;
 use arc_swap::ArcSwap;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -230,7 +230,11 @@ fn build_pools(
                 Ok(pool) => {
                     pools.insert(name.clone(), Arc::new(pool));
                 }
-                Err(problem) => problems.push(problem),
+                Err(invalid) => problems.push(Problem {
+                    path: invalid.path,
+                    message: invalid.message,
+                    location: None,
+                }),
             },
         }
     }

@@ -6,7 +6,6 @@
 pub mod algorithm;
 pub mod ip;
 pub mod sharded;
-pub mod shed;
 pub mod store;
 
 use std::fmt;

@@ -6,9 +6,9 @@
 //! increments atomics and never looks labels up.
 
 use crate::chain::admission::Outcome;
-use crate::limit::shed::Priority;
 use crate::limit::store::breaker::BreakerState;
 use crate::limit::store::metrics::{StoreMetrics, CALL_RESULTS};
+use crate::upstream::shed::Priority;
 use prometheus::{
     Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,

@@ -3,8 +3,8 @@
 use crate::chain::admission::Admission;
 use crate::chain::auth::Client;
 use crate::control::snapshot::{Route, Snapshot};
-use crate::limit::shed::Permit;
 use crate::ops::trace::span::RequestTrace;
+use crate::upstream::shed::Permit;
 use http::HeaderValue;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -2,16 +2,11 @@
 //! `fail_to_connect` (retry on the next server), `upstream_request_filter` (what the upstream
 //! receives) and `upstream_response_filter` (its latency).
 
-use crate::chain::auth::{bearer_token, API_KEY};
-use crate::chain::forward::{
-    forwarded_for, underscore_aliases, CLIENT_ID, CLIENT_ID_HEADER, X_FORWARDED_FOR,
-    X_FORWARDED_FOR_HEADER,
-};
-use crate::chain::request_id;
+use crate::chain::forward::{forward, Forward, UpstreamHead};
 use crate::chain::upstream_error::NO_HEALTHY_UPSTREAM;
 use crate::ops::trace::context::{traceparent, TRACEPARENT, TRACESTATE};
 use crate::proxy::context::RequestCtx;
-use http::header::{HeaderValue, AUTHORIZATION};
+use http::header::HeaderValue;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::proxy::Session;
@@ -74,39 +69,27 @@ pub fn fail_to_connect(ctx: &RequestCtx, mut e: Box<Error>) -> Box<Error> {
     e
 }
 
-/// What the upstream receives: the normalised path, `X-Forwarded-For` + the TCP peer,
-/// `X-Request-Id`, `X-Client-Id` (only the gateway's), no API key unless the route forwards it.
+/// What the upstream receives (`chain::forward`'s policy, applied to Pingora's request
+/// header), and the trace context it continues.
 pub fn upstream_request_filter(
     session: &Session,
     upstream_request: &mut RequestHeader,
     ctx: &mut RequestCtx,
 ) -> Result<()> {
-    if let Some(peer_ip) = session
-        .client_addr()
-        .and_then(PeerAddr::as_inet)
-        .map(|a| a.ip())
-    {
-        let forwarded = forwarded_for(
-            upstream_request
-                .headers
-                .get_all(X_FORWARDED_FOR)
-                .iter()
-                .map(HeaderValue::as_bytes),
-            peer_ip,
-        );
-        upstream_request.insert_header(X_FORWARDED_FOR_HEADER, forwarded)?;
-    }
-    upstream_request.insert_header(request_id::HEADER, ctx.request_id.clone())?;
-    if let Some(path) = &ctx.forward_path {
-        // The upstream acts on the path the route was chosen by.
-        let target = match upstream_request.uri.query() {
-            Some(query) => format!("{path}?{query}"),
-            None => path.clone(),
-        };
-        let uri = http::Uri::try_from(target)
-            .map_err(|e| Error::because(ErrorType::InternalError, "normalised request path", e))?;
-        upstream_request.set_uri(uri);
-    }
+    let forward_api_key = ctx.route().is_some_and(|r| r.config.forward_api_key);
+    let policy = Forward {
+        peer: session
+            .client_addr()
+            .and_then(PeerAddr::as_inet)
+            .map(|a| a.ip()),
+        request_id: &ctx.request_id,
+        path: ctx.forward_path.as_deref(),
+        client: ctx.client.as_ref().map(|c| &*c.id),
+        forward_api_key,
+        continued: ctx.continued,
+    };
+    forward(&policy, &mut PingoraHead(upstream_request))
+        .map_err(|e| Error::explain(ErrorType::InternalError, e))?;
     ctx.upstream_sent = Some(Instant::now());
     if let Some(trace) = ctx.trace.as_mut() {
         // The upstream continues the trace under the gateway's `upstream` span (also when
@@ -123,37 +106,35 @@ pub fn upstream_request_filter(
             trace.upstream = Some((Instant::now(), None));
         }
     }
-    // Only the gateway says who the client is, also to servers reading `_` as `-`.
-    let aliases: Vec<String> =
-        underscore_aliases(upstream_request.headers.keys().map(|k| k.as_str()))
-            .into_iter()
-            .map(str::to_owned)
-            .collect();
-    for alias in aliases {
-        upstream_request.remove_header(&alias);
-    }
-    upstream_request.remove_header(&CLIENT_ID);
-    if ctx.continued {
-        // The client had its `100` from the gateway, which holds the body already.
-        upstream_request.remove_header(&http::header::EXPECT);
-    }
-    if let Some(client) = &ctx.client {
-        upstream_request.insert_header(CLIENT_ID_HEADER, &*client.id)?;
-    }
-    let forward_key = ctx.route().is_some_and(|r| r.config.forward_api_key);
-    if ctx.client.is_some() && !forward_key {
-        // Every value: a key in any of them stays here.
-        upstream_request.remove_header(&API_KEY);
-        let bearer = upstream_request
-            .headers
-            .get_all(AUTHORIZATION)
-            .iter()
-            .any(|v| bearer_token(v.as_bytes()).is_some());
-        if bearer {
-            upstream_request.remove_header(&AUTHORIZATION);
-        }
-    }
     Ok(())
+}
+
+/// Pingora's request header as the head `chain::forward` edits.
+struct PingoraHead<'a>(&'a mut RequestHeader);
+
+impl UpstreamHead for PingoraHead<'_> {
+    fn headers(&self) -> &http::HeaderMap {
+        &self.0.headers
+    }
+
+    fn set(&mut self, name: &'static str, value: HeaderValue) -> std::result::Result<(), String> {
+        self.0.insert_header(name, value).map_err(|e| e.to_string())
+    }
+
+    fn remove(&mut self, name: &http::HeaderName) {
+        self.0.remove_header(name);
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.0.uri.query()
+    }
+
+    fn set_target(&mut self, target: &str) -> std::result::Result<(), String> {
+        let uri =
+            http::Uri::try_from(target).map_err(|e| format!("normalised request path: {e}"))?;
+        self.0.set_uri(uri);
+        Ok(())
+    }
 }
 
 /// The upstream answered: its latency, per pool, also the shedding controller's sample.

@@ -153,8 +153,7 @@ pub fn port_open(port: u16) -> bool {
 }
 
 fn listening(host: &str, port: u16) -> bool {
-    TcpStream::connect((host, port))
-        .is_ok_and(|s| s.local_addr().ok() != s.peer_addr().ok())
+    TcpStream::connect((host, port)).is_ok_and(|s| s.local_addr().ok() != s.peer_addr().ok())
 }
 
 /// A running `orders-api` instance.

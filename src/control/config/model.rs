@@ -9,6 +9,7 @@ use crate::chain::message::RequestLimits;
 use crate::limit::store::redis::RedisConfig;
 use crate::limit::store::{FailureMode, FailureSettings};
 use crate::limit::{Algorithm, Policy, IP_POLICY_NAME};
+pub use crate::upstream::config::{HealthCheckConfig, UpstreamConfig, UpstreamTls};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
@@ -141,7 +142,7 @@ pub struct PlanConfig {
     /// Quota leasing: the smallest `lease` of the plan's limits (all of them lease, or none).
     pub lease: Option<u64>,
     /// Load-shedding class of the plan's requests, over the route's.
-    pub priority: Option<crate::limit::shed::Priority>,
+    pub priority: Option<crate::upstream::shed::Priority>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,44 +150,6 @@ pub struct ClientConfig {
     pub id: String,
     pub plan: String,
     pub api_keys: Vec<KeyDigest>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct UpstreamConfig {
-    pub name: String,
-    /// `ip:port` or `host:port`; names are resolved when a snapshot is built (at start and
-    /// at every reload), not by `turnstile check`.
-    pub servers: Vec<String>,
-    pub health_check: Option<HealthCheckConfig>,
-    pub keepalive_timeout: Duration,
-    /// Load shedding; `None`: off (every request goes through).
-    pub shedding: Option<crate::limit::shed::GateSettings>,
-    /// TLS to the servers; `None`: plaintext.
-    pub tls: Option<UpstreamTls>,
-    /// HTTP/2 to the servers.
-    pub http2: bool,
-    /// How often host names are resolved again; zero: only when the pool is built.
-    pub resolve_interval: Duration,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpstreamTls {
-    /// SNI and verified name; `None`: each server's host.
-    pub sni: Option<String>,
-    pub verify: bool,
-    pub ca_file: Option<std::path::PathBuf>,
-    /// Client certificate and key files (mTLS).
-    pub client_cert: Option<(std::path::PathBuf, super::units::Secret)>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct HealthCheckConfig {
-    pub path: String,
-    pub host: String,
-    pub interval: Duration,
-    pub timeout: Duration,
-    pub unhealthy_threshold: usize,
-    pub healthy_threshold: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -221,7 +184,7 @@ pub struct RouteConfig {
     /// Largest request body read for `body:` key parts (bodies over it lack the fields).
     pub body_key_bytes: u64,
     /// Load-shedding class of the route's requests (a plan's own wins).
-    pub priority: crate::limit::shed::Priority,
+    pub priority: crate::upstream::shed::Priority,
 }
 
 /// A route's limit, counted per key (per IP, account, header value, or route-wide).

@@ -206,27 +206,7 @@ mod tests {
     }
 }
 
-/// A secret from the file: deserialized like a string, never printed (`Debug` shows
-/// `<redacted>`), compared by value only to decide whether a reload changed it.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Secret {
-        Secret(value.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
+pub use crate::secret::Secret;
 
 /// A secret as written in the file: the value itself, `{ env = "NAME" }` (an environment
 /// variable) or `{ file = "/path" }` (a file's content, without its trailing newline).
@@ -270,7 +250,7 @@ impl<'de> serde::de::Visitor<'de> for SecretVisitor {
     }
 
     fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SecretSource, E> {
-        Ok(SecretSource::Literal(Secret(v.to_owned())))
+        Ok(SecretSource::Literal(Secret::new(v)))
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<SecretSource, A::Error> {
@@ -323,7 +303,7 @@ impl SecretSource {
         match self {
             SecretSource::Literal(s) => Ok(s.clone()),
             SecretSource::Env(EnvRef { env }) => match std::env::var(env) {
-                Ok(v) if !v.is_empty() => Ok(Secret(v)),
+                Ok(v) if !v.is_empty() => Ok(Secret::new(v)),
                 Ok(_) => Err(format!("environment variable {env} is empty")),
                 Err(_) => Err(format!("environment variable {env} is not set")),
             },
@@ -333,7 +313,7 @@ impl SecretSource {
                     if v.is_empty() {
                         Err(format!("{} is empty", file.display()))
                     } else {
-                        Ok(Secret(v.to_owned()))
+                        Ok(Secret::new(v))
                     }
                 }
                 Err(e) => Err(format!("cannot read {}: {}", file.display(), e.kind())),

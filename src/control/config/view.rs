@@ -134,7 +134,7 @@ pub fn render(config: &Config) -> Value {
     })
 }
 
-fn shedding(s: &crate::limit::shed::GateSettings) -> Value {
+fn shedding(s: &crate::upstream::shed::GateSettings) -> Value {
     let c = &s.controller;
     json!({
         "min_limit": c.min_limit,

@@ -198,10 +198,10 @@ fn route_priority(
     priority: Option<crate::control::config::file::PriorityFile>,
     upstream: Option<&UpstreamConfig>,
     problems: &mut Problems,
-) -> crate::limit::shed::Priority {
+) -> crate::upstream::shed::Priority {
     let priority = super::shedding::priority(priority);
     if let (Some(p), Some(up)) = (priority, upstream) {
-        if up.shedding.is_none() && p != crate::limit::shed::Priority::Default {
+        if up.shedding.is_none() && p != crate::upstream::shed::Priority::Default {
             problems.warn(
                 format!("{base}.priority"),
                 format!(
@@ -213,7 +213,7 @@ fn route_priority(
             );
         }
     }
-    priority.unwrap_or(crate::limit::shed::Priority::Default)
+    priority.unwrap_or(crate::upstream::shed::Priority::Default)
 }
 
 /// `routes[i].limits`: each a limit like a plan's, with a key and a choice for requests

@@ -4,8 +4,8 @@ use super::checks::*;
 use crate::control::config::defaults::shedding as d;
 use crate::control::config::file::{PriorityFile, SheddingFile};
 use crate::control::config::units::HumanDuration;
-use crate::limit::shed::controller::ControllerSettings;
-use crate::limit::shed::{GateSettings, Priority};
+use crate::upstream::shed::controller::ControllerSettings;
+use crate::upstream::shed::{GateSettings, Priority};
 use std::time::Duration;
 
 /// Largest `max_limit` and `queue`: a typo should not mean a million waiting requests.

@@ -10,7 +10,7 @@
 //! full, a newcomer takes the place of the newest waiter of a less important class, if any.
 //! A request that gets no slot is shed: it never reaches the upstream.
 
-use crate::limit::shed::controller::{Controller, ControllerSettings};
+use crate::upstream::shed::controller::{Controller, ControllerSettings};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

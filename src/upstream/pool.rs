@@ -7,19 +7,17 @@
 //! `shedding` has a [`Gate`]: the door its requests pass first. A pool with `tls` carries
 //! what its connections need (CA, client certificate), read when it is built.
 
-use crate::control::config::{HealthCheckConfig, Problem, UpstreamConfig, UpstreamTls};
-use crate::control::resolve::NameResolver;
-use crate::limit::shed::Gate;
+use crate::upstream::config::{HealthCheckConfig, UpstreamConfig};
+use crate::upstream::resolve::NameResolver;
+use crate::upstream::shed::Gate;
+use crate::upstream::tls::{peer_tls, PeerTls};
+use crate::upstream::Invalid;
 use async_trait::async_trait;
 use pingora::http::RequestHeader;
 use pingora::lb::discovery::ServiceDiscovery;
 use pingora::lb::health_check::HttpHealthCheck;
 use pingora::lb::selection::RoundRobin;
 use pingora::lb::{Backend, Backends, LoadBalancer};
-use pingora::protocols::tls::CaType;
-use pingora::utils::tls::{CertKey, WrappedX509};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -40,22 +38,6 @@ impl Server {
     fn is_name(&self) -> bool {
         self.host.parse::<std::net::IpAddr>().is_err()
     }
-}
-
-/// What a pool's TLS connections use.
-pub struct PeerTls {
-    /// SNI and verified name, over each server's host.
-    pub sni: Option<String>,
-    pub verify: bool,
-    pub ca: Option<Arc<CaType>>,
-    pub client_cert: Option<Arc<CertKey>>,
-    /// Names the trust this pool's connections were made with (a digest of the CA file's
-    /// certificates, the client certificate and key, SNI, verification and HTTP version):
-    /// Pingora's connection pool shares a connection only between peers with the same key,
-    /// and its own key leaves the CA and the HTTP version out. A pool trusting other roots
-    /// never reuses a connection another pool's trust accepted, nor one made before a
-    /// reload changed its own.
-    pub group_key: u64,
 }
 
 pub struct Pool {
@@ -151,12 +133,8 @@ impl Pool {
         config: &UpstreamConfig,
         resolver: &NameResolver,
         previous: Option<&Arc<Pool>>,
-    ) -> Result<Pool, Problem> {
-        let problem = |path: String, message: String| Problem {
-            path,
-            message,
-            location: None,
-        };
+    ) -> Result<Pool, Invalid> {
+        let problem = |path: String, message: String| Invalid { path, message };
         let mut servers = Vec::with_capacity(config.servers.len());
         let mut initial = BTreeSet::new();
         for (i, text) in config.servers.iter().enumerate() {
@@ -277,89 +255,6 @@ fn split_host_port(server: &str) -> Result<(String, u16), String> {
         .parse::<u16>()
         .map_err(|_| format!("{server:?} has no valid port"))?;
     Ok((host.to_owned(), port))
-}
-
-/// The CA and client certificate of a pool's TLS connections, read now.
-fn peer_tls(pool: &str, tls: &UpstreamTls, http2: bool) -> Result<PeerTls, Problem> {
-    use sha2::{Digest, Sha256};
-    let mut trust = Sha256::new();
-    trust.update([u8::from(tls.verify), u8::from(http2)]);
-    let mut field = |tag: &[u8], bytes: &[u8]| {
-        trust.update(tag);
-        trust.update((bytes.len() as u64).to_be_bytes());
-        trust.update(bytes);
-    };
-    let problem = |field: &str, message: String| Problem {
-        path: format!("upstreams.{pool}.{field}"),
-        message,
-        location: None,
-    };
-    let ca = match &tls.ca_file {
-        Some(path) => {
-            let pem = std::fs::read(path).map_err(|e| {
-                problem(
-                    "tls_ca_file",
-                    format!("cannot read {}: {e}", path.display()),
-                )
-            })?;
-            field(b"ca", &pem);
-            let certs: Vec<WrappedX509> = CertificateDer::pem_slice_iter(&pem)
-                .map(|c| c.map(|c| WrappedX509::new(c.to_vec(), pingora::utils::tls::parse_x509)))
-                .collect::<Result<_, _>>()
-                .map_err(|e| {
-                    problem(
-                        "tls_ca_file",
-                        format!("{}: not PEM certificates ({e})", path.display()),
-                    )
-                })?;
-            if certs.is_empty() {
-                return Err(problem(
-                    "tls_ca_file",
-                    format!("{}: no certificate in it", path.display()),
-                ));
-            }
-            Some(Arc::<CaType>::from(certs.into_boxed_slice()))
-        }
-        None => None,
-    };
-    let client_cert = match &tls.client_cert {
-        Some((cert, key)) => {
-            let pem = std::fs::read(cert).map_err(|e| {
-                problem(
-                    "tls_client_cert",
-                    format!("cannot read {}: {e}", cert.display()),
-                )
-            })?;
-            let chain: Vec<Vec<u8>> = CertificateDer::pem_slice_iter(&pem)
-                .map(|c| c.map(|c| c.to_vec()))
-                .collect::<Result<_, _>>()
-                .map_err(|_| problem("tls_client_cert", "not a PEM certificate chain".into()))?;
-            let key_pem = std::fs::read(key.expose()).map_err(|e| {
-                problem(
-                    "tls_client_key",
-                    format!("cannot read the key file: {}", e.kind()),
-                )
-            })?;
-            let key = PrivateKeyDer::from_pem_slice(&key_pem)
-                .map_err(|_| problem("tls_client_key", "not a PEM private key".into()))?;
-            if chain.is_empty() {
-                return Err(problem("tls_client_cert", "no certificate in it".into()));
-            }
-            field(b"client cert", &pem);
-            field(b"client key", key.secret_der());
-            Some(Arc::new(CertKey::new(chain, key.secret_der().to_vec())))
-        }
-        None => None,
-    };
-    field(b"sni", tls.sni.as_deref().unwrap_or("").as_bytes());
-    let digest = trust.finalize();
-    Ok(PeerTls {
-        sni: tls.sni.clone(),
-        verify: tls.verify,
-        ca,
-        client_cert,
-        group_key: u64::from_be_bytes(digest[..8].try_into().expect("8 bytes")),
-    })
 }
 
 fn http_health_check(cfg: &HealthCheckConfig) -> HttpHealthCheck {
