@@ -124,7 +124,7 @@ fn headers_and_snapshot(c: &mut Criterion) {
 /// field and hashing the key.
 fn keyed(c: &mut Criterion) {
     use turnstile::chain::body::BodyFields;
-    use turnstile::chain::keys::{KeyHasher, KeyInputs, KeyPart, Missing};
+    use turnstile::chain::partition::{KeyHasher, KeyInputs, KeyPart, Missing};
     let hasher = KeyHasher::new(b"bench-key-hash-secret");
     let headers = http::HeaderMap::new();
     let form = b"username=ada%40example.com&password=correct+horse+battery+staple";

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use turnstile::chain::body::BodyFields;
-use turnstile::chain::keys::{KeyHasher, KeyInputs, KeyPart, Missing};
+use turnstile::chain::partition::{KeyHasher, KeyInputs, KeyPart, Missing};
 use turnstile::limit::store::redis::{RedisConfig, RedisStore, Topology};
 use turnstile::limit::store::request::Partition;
 use turnstile::limit::store::CheckRequest;

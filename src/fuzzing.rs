@@ -206,7 +206,7 @@ pub fn body_fields(data: &[u8]) {
 /// string, `\n`, the body.
 pub fn one_reading(data: &[u8]) {
     use crate::chain::body::BodyFields;
-    use crate::chain::keys::{KeyHasher, KeyInputs, KeyPart, Missing};
+    use crate::chain::partition::{KeyHasher, KeyInputs, KeyPart, Missing};
     let Some((&selector, rest)) = data.split_first() else {
         return;
     };

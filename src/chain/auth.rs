@@ -144,7 +144,7 @@ impl KeyRing {
 
 /// Why no usable key could be read from a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyError {
+pub enum ApiKeyError {
     /// No `X-Api-Key` and no `Authorization: Bearer` (or an empty one): 401.
     Missing,
     /// Several different keys in one request (repeated header, or both headers): 400.
@@ -158,17 +158,17 @@ pub enum KeyError {
     Unknown,
 }
 
-impl KeyError {
+impl ApiKeyError {
     pub fn detail(self) -> &'static str {
         match self {
-            KeyError::Missing => {
+            ApiKeyError::Missing => {
                 "this route needs an API key in X-Api-Key or Authorization: Bearer"
             }
-            KeyError::Ambiguous => "the request carries more than one API key",
-            KeyError::RepeatedAuthorization => {
+            ApiKeyError::Ambiguous => "the request carries more than one API key",
+            ApiKeyError::RepeatedAuthorization => {
                 "the request carries more than one Authorization header"
             }
-            KeyError::Malformed | KeyError::Unknown => "the API key is not valid",
+            ApiKeyError::Malformed | ApiKeyError::Unknown => "the API key is not valid",
         }
     }
 }
@@ -179,10 +179,10 @@ impl KeyError {
 pub fn extract_key<'a>(
     api_key: impl Iterator<Item = &'a [u8]>,
     mut authorization: impl Iterator<Item = &'a [u8]>,
-) -> Result<&'a [u8], KeyError> {
+) -> Result<&'a [u8], ApiKeyError> {
     let bearer = authorization.next().and_then(bearer_token);
     if authorization.next().is_some() {
-        return Err(KeyError::RepeatedAuthorization);
+        return Err(ApiKeyError::RepeatedAuthorization);
     }
     let mut found: Option<&[u8]> = None;
     for candidate in api_key.map(<[u8]>::trim_ascii).chain(bearer) {
@@ -190,13 +190,13 @@ pub fn extract_key<'a>(
             continue;
         }
         match found {
-            Some(existing) if existing != candidate => return Err(KeyError::Ambiguous),
+            Some(existing) if existing != candidate => return Err(ApiKeyError::Ambiguous),
             _ => found = Some(candidate),
         }
     }
-    let key = found.ok_or(KeyError::Missing)?;
+    let key = found.ok_or(ApiKeyError::Missing)?;
     if key.len() > MAX_KEY_LEN || !key.iter().all(|b| (0x21..=0x7e).contains(b)) {
-        return Err(KeyError::Malformed);
+        return Err(ApiKeyError::Malformed);
     }
     Ok(key)
 }
@@ -214,7 +214,7 @@ pub fn bearer_token(value: &[u8]) -> Option<&[u8]> {
 }
 
 /// [4]: the client owning the request's API key.
-pub fn authenticate(keys: &KeyRing, headers: &HeaderMap) -> Result<Arc<Client>, KeyError> {
+pub fn authenticate(keys: &KeyRing, headers: &HeaderMap) -> Result<Arc<Client>, ApiKeyError> {
     let key = extract_key(
         headers.get_all(API_KEY).iter().map(HeaderValue::as_bytes),
         headers
@@ -222,7 +222,7 @@ pub fn authenticate(keys: &KeyRing, headers: &HeaderMap) -> Result<Arc<Client>, 
             .iter()
             .map(HeaderValue::as_bytes),
     )?;
-    keys.lookup(key).cloned().ok_or(KeyError::Unknown)
+    keys.lookup(key).cloned().ok_or(ApiKeyError::Unknown)
 }
 
 #[cfg(test)]
@@ -267,7 +267,7 @@ mod tests {
         assert_eq!(format!("{d:?}"), "KeyDigest(<redacted>)");
     }
 
-    fn extract(api: &[&str], auth: &[&str]) -> Result<String, KeyError> {
+    fn extract(api: &[&str], auth: &[&str]) -> Result<String, ApiKeyError> {
         extract_key(
             api.iter().map(|s| s.as_bytes()),
             auth.iter().map(|s| s.as_bytes()),
@@ -283,32 +283,38 @@ mod tests {
         assert_eq!(extract(&["k3"], &["Bearer k3"]), Ok("k3".into()));
         assert_eq!(
             extract(&[], &["Basic dXNlcjpwYXNz"]),
-            Err(KeyError::Missing)
+            Err(ApiKeyError::Missing)
         );
-        assert_eq!(extract(&[], &[]), Err(KeyError::Missing));
-        assert_eq!(extract(&[""], &["Bearer "]), Err(KeyError::Missing));
+        assert_eq!(extract(&[], &[]), Err(ApiKeyError::Missing));
+        assert_eq!(extract(&[""], &["Bearer "]), Err(ApiKeyError::Missing));
     }
 
     #[test]
     fn ambiguous_and_malformed_keys_are_refused() {
-        assert_eq!(extract(&["k1", "k2"], &[]), Err(KeyError::Ambiguous));
-        assert_eq!(extract(&["k1"], &["Bearer k2"]), Err(KeyError::Ambiguous));
+        assert_eq!(extract(&["k1", "k2"], &[]), Err(ApiKeyError::Ambiguous));
+        assert_eq!(
+            extract(&["k1"], &["Bearer k2"]),
+            Err(ApiKeyError::Ambiguous)
+        );
         // A second Authorization header is refused, whatever the schemes and keys.
         for second in [
             ["Basic Zm9vOmJhcg==", "Bearer k1"],
             ["Bearer k1", "Bearer k1"],
         ] {
-            assert_eq!(extract(&[], &second), Err(KeyError::RepeatedAuthorization));
+            assert_eq!(
+                extract(&[], &second),
+                Err(ApiKeyError::RepeatedAuthorization)
+            );
             assert_eq!(
                 extract(&["k1"], &second),
-                Err(KeyError::RepeatedAuthorization)
+                Err(ApiKeyError::RepeatedAuthorization)
             );
         }
         assert_eq!(
             extract(&[&"k".repeat(MAX_KEY_LEN + 1)], &[]),
-            Err(KeyError::Malformed)
+            Err(ApiKeyError::Malformed)
         );
-        assert_eq!(extract(&["has space"], &[]), Err(KeyError::Malformed));
-        assert_eq!(extract(&["caf\u{e9}"], &[]), Err(KeyError::Malformed));
+        assert_eq!(extract(&["has space"], &[]), Err(ApiKeyError::Malformed));
+        assert_eq!(extract(&["caf\u{e9}"], &[]), Err(ApiKeyError::Malformed));
     }
 }

@@ -41,7 +41,7 @@ pub enum Field<'a> {
 /// repeated; with each name's folded form.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BodyFields {
-    fields: Vec<Entry>,
+    fields: Vec<Named>,
     /// Folded names a reading splitting on `;` reads otherwise: hidden behind one, or whose
     /// value one would cut.
     split: Vec<String>,
@@ -50,7 +50,7 @@ pub struct BodyFields {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Entry {
+struct Named {
     name: String,
     folded: String,
     seen: Seen,
@@ -131,11 +131,11 @@ impl BodyFields {
     }
 
     fn collect(pairs: impl Iterator<Item = (String, Option<String>)>, split: Vec<String>) -> Self {
-        let mut fields: Vec<Entry> = Vec::new();
+        let mut fields: Vec<Named> = Vec::new();
         for (name, value) in pairs {
             match fields.iter_mut().find(|e| e.name == name) {
                 Some(entry) => entry.seen = Seen::Repeated,
-                None => fields.push(Entry {
+                None => fields.push(Named {
                     folded: fold::name(&name),
                     name,
                     seen: Seen::Once(value),

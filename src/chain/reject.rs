@@ -1,7 +1,7 @@
 //! Why the gateway answers a request itself instead of proxying it: one value per reason,
 //! mapped to the problem+json kind and detail the client gets.
 
-use crate::chain::auth::KeyError;
+use crate::chain::auth::ApiKeyError;
 use crate::chain::problem::Kind;
 use crate::limit::store::StoreError;
 use crate::upstream::shed::Shed;
@@ -23,7 +23,7 @@ pub enum Reject {
         detail: String,
         allow: String,
     },
-    Key(KeyError),
+    Key(ApiKeyError),
     /// A limit rejected the request; the decisions are in the request's [`LimitStatus`].
     TooManyRequests,
     /// The store could not decide (down, slow, refusing).
@@ -44,7 +44,7 @@ impl Reject {
             | Reject::CaseMismatch(_)
             | Reject::MissingKeyPart(_)
             | Reject::AmbiguousKeyPart(_)
-            | Reject::Key(KeyError::Ambiguous | KeyError::RepeatedAuthorization) => {
+            | Reject::Key(ApiKeyError::Ambiguous | ApiKeyError::RepeatedAuthorization) => {
                 Kind::BadRequest
             }
             Reject::UriTooLong(_) => Kind::UriTooLong,
@@ -100,6 +100,6 @@ pub fn closes_connection(reject: &Reject) -> bool {
             | Reject::HeadersTooLarge(_)
             | Reject::BodyTooLarge(_)
             | Reject::BadPath(_)
-            | Reject::Key(KeyError::Ambiguous | KeyError::RepeatedAuthorization)
+            | Reject::Key(ApiKeyError::Ambiguous | ApiKeyError::RepeatedAuthorization)
     )
 }

@@ -37,13 +37,13 @@ pub struct RouteSpec {
 #[derive(Debug, Clone)]
 pub struct Router {
     /// Sorted by precedence: longest prefix, host-specific first, then file order.
-    entries: Vec<Entry>,
+    entries: Vec<Candidate>,
     /// The configured prefixes, in configuration order (for messages).
     prefixes: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
-struct Entry {
+struct Candidate {
     route: usize,
     prefix: Box<str>,
     host: Option<Box<str>>,
@@ -66,10 +66,10 @@ pub enum RouteMatch {
 impl Router {
     pub fn new(routes: impl IntoIterator<Item = RouteSpec>) -> Router {
         let routes: Vec<RouteSpec> = routes.into_iter().collect();
-        let mut entries: Vec<Entry> = routes
+        let mut entries: Vec<Candidate> = routes
             .iter()
             .enumerate()
-            .map(|(route, r)| Entry {
+            .map(|(route, r)| Candidate {
                 route,
                 prefix: trim_trailing_slash(&r.prefix).into(),
                 host: r.host.clone().map(String::into_boxed_str),

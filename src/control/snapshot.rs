@@ -9,7 +9,7 @@
 use crate::chain::admission::{IpRule, KeyedLimit, RouteRules};
 use crate::chain::auth::{Client, KeyRing, Plan};
 use crate::chain::headers::policy_header;
-use crate::chain::keys::KeyHasher;
+use crate::chain::partition::KeyHasher;
 use crate::chain::router::{RouteSpec, Router};
 use crate::control::config::{
     Config, ConfigError, IpLimitChoice, IpLimitConfig, Problem, RouteConfig, StoreConfig,

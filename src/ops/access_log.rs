@@ -1,7 +1,7 @@
 //! The access log: one JSON line per request (`[access_log] mode = "on"`), or per sampled
 //! request (`"sampled"`, a fixed fraction), to stdout or a file.
 //!
-//! Off the hot path: a request hands a small owned [`Entry`] to a bounded channel; a writer
+//! Off the hot path: a request hands a small owned [`Record`] to a bounded channel; a writer
 //! thread formats and writes it (buffered, flushed whenever the channel runs dry). If the
 //! writer cannot keep up, entries are dropped and counted
 //! (`turnstile_access_log_dropped_total`) — the log never slows requests down. The file is
@@ -39,7 +39,7 @@ const QUEUE: usize = 16 * 1024;
 
 /// One request, as logged.
 #[derive(Debug, Clone, Serialize)]
-pub struct Entry {
+pub struct Record {
     /// Milliseconds since the Unix epoch (rendered as RFC 3339 by the writer).
     #[serde(skip)]
     pub at_ms: u64,
@@ -64,7 +64,7 @@ pub struct Entry {
 }
 
 enum Message {
-    Line(Box<Entry>),
+    Line(Box<Record>),
     Reopen(Target),
 }
 
@@ -104,7 +104,7 @@ impl AccessLog {
         }
     }
 
-    pub fn log(&self, entry: Entry) {
+    pub fn log(&self, entry: Record) {
         match self.sender.try_send(Message::Line(Box::new(entry))) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => self.dropped.inc(),
@@ -182,12 +182,12 @@ fn handle(out: &mut std::io::BufWriter<Box<dyn Write + Send>>, message: Message)
     }
 }
 
-fn write_entry(out: &mut impl Write, entry: &Entry) -> std::io::Result<()> {
+fn write_entry(out: &mut impl Write, entry: &Record) -> std::io::Result<()> {
     #[derive(Serialize)]
     struct Line<'a> {
         ts: String,
         #[serde(flatten)]
-        entry: &'a Entry,
+        entry: &'a Record,
     }
     let line = Line {
         ts: crate::ops::logging::rfc3339_millis(entry.at_ms),
@@ -212,8 +212,8 @@ mod tests {
         assert!(log.wants(Mode::On));
     }
 
-    fn entry(path: &str) -> Entry {
-        Entry {
+    fn entry(path: &str) -> Record {
+        Record {
             at_ms: 0,
             request_id: "r".into(),
             method: "GET".into(),
@@ -304,7 +304,7 @@ mod tests {
 
     #[test]
     fn entries_are_one_json_line_each() {
-        let entry = Entry {
+        let entry = Record {
             at_ms: 0,
             request_id: "r1".into(),
             method: "GET".into(),

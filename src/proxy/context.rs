@@ -25,7 +25,7 @@ pub struct RequestCtx {
     pub admission: Admission,
     /// The request's trace, when tracing is on.
     pub trace: Option<RequestTrace>,
-    /// The request's slot in its upstream pool, when the pool sheds load: held until the
+    /// The request's place in its upstream pool, when the pool sheds load: held until the
     /// upstream's response has ended.
     pub permit: Option<Permit>,
     /// When the request was sent upstream (for the upstream latency histogram).

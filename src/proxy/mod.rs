@@ -13,7 +13,7 @@
 //! upstream_request_filter  upstream.rs  normalised path, X-Forwarded-For, X-Request-Id,
 //!                                       X-Client-Id, API key removed
 //! upstream_response_filter upstream.rs  upstream latency (and the shedding controller's sample)
-//! upstream_response_body_filter          the pool's shedding slot freed at the end
+//! upstream_response_body_filter          the pool's shedding place freed at the end
 //! response_filter          response.rs  X-Request-Id, RateLimit headers
 //! fail_to_proxy            response.rs  problem+json: 502 unreachable · 504 timeout
 //! logging                  response.rs  metrics, access log, next request's header deadline

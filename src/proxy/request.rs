@@ -6,7 +6,7 @@ use crate::chain::admission::Outcome;
 use crate::chain::body::BodyFields;
 use crate::chain::forward::X_FORWARDED_FOR;
 use crate::chain::identity::{client_ip, group_key};
-use crate::chain::keys::KeyInputs;
+use crate::chain::partition::KeyInputs;
 use crate::chain::reject::Reject;
 use crate::chain::{auth, message, request_id, router};
 use crate::clock::{Clock, MonotonicClock};
@@ -110,7 +110,7 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
     checked
 }
 
-/// [6] The upstream pool's gate, when it sheds load: a slot now, after a short wait in its
+/// [6] The upstream pool's gate, when it sheds load: a place now, after a short wait in its
 /// queue, or `Reject::Overloaded` (and what the limits counted is given back).
 pub async fn pass_gate(ctx: &mut RequestCtx) -> Result<(), Reject> {
     let snapshot = Arc::clone(&ctx.snapshot);

@@ -9,7 +9,7 @@ use crate::chain::problem::{self, Kind};
 use crate::chain::reject::{closes_connection, Reject};
 use crate::chain::request_id;
 use crate::chain::upstream_error::{classify, describe};
-use crate::ops::access_log::{unix_ms, AccessLog, Entry};
+use crate::ops::access_log::{unix_ms, AccessLog, Record};
 use crate::ops::trace::span::Facts;
 use crate::ops::trace::Tracer;
 use crate::proxy::conn::GuardedStream;
@@ -202,7 +202,7 @@ fn trace_facts<'a>(session: &'a Session, ctx: &'a RequestCtx, status: u16) -> Fa
 }
 
 /// The access log line of a finished request.
-fn access_entry(session: &Session, ctx: &RequestCtx, status: u16) -> Entry {
+fn access_entry(session: &Session, ctx: &RequestCtx, status: u16) -> Record {
     let req = session.req_header();
     let client_ip = session
         .client_addr()
@@ -215,7 +215,7 @@ fn access_entry(session: &Session, ctx: &RequestCtx, status: u16) -> Entry {
                 &ctx.snapshot.config.server.trusted_proxies,
             )
         });
-    Entry {
+    Record {
         at_ms: unix_ms(),
         request_id: ctx.request_id.to_str().unwrap_or_default().to_owned(),
         method: req.method.as_str().to_owned(),

@@ -154,7 +154,7 @@ pub fn upstream_response_filter(response: &ResponseHeader, ctx: &mut RequestCtx)
     }
 }
 
-/// The upstream's response has ended: its slot in the pool is free for the next request
+/// The upstream's response has ended: its place in the pool is free for the next request
 /// (rather than when the client has read everything).
 pub fn upstream_response_body_filter(end_of_stream: bool, ctx: &mut RequestCtx) {
     if end_of_stream {

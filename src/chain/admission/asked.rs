@@ -3,7 +3,7 @@
 
 use crate::chain::admission::rules::RouteRules;
 use crate::chain::auth::{Client, Plan};
-use crate::chain::keys::{KeyError, KeyInputs, Missing};
+use crate::chain::partition::{KeyInputs, Missing, PartError};
 use crate::chain::reject::Reject;
 use crate::limit::store::request::Partition;
 use crate::limit::Policy;
@@ -22,12 +22,12 @@ pub(super) fn keyed_partitions(
         .map(
             |limit| match rules.hasher.partition(&limit.key, limit.missing, inputs) {
                 Ok(key) => Ok(Some(Partition::Keyed(key.into()))),
-                Err(KeyError::Missing(_)) if limit.missing == Missing::Skip => Ok(None),
-                Err(KeyError::Missing(what)) => Err(Reject::MissingKeyPart(format!(
+                Err(PartError::Missing(_)) if limit.missing == Missing::Skip => Ok(None),
+                Err(PartError::Missing(what)) => Err(Reject::MissingKeyPart(format!(
                     "this route's limit {:?} counts by {what}, which the request lacks",
                     limit.policy.name
                 ))),
-                Err(KeyError::Ambiguous(what)) => Err(Reject::AmbiguousKeyPart(format!(
+                Err(PartError::Ambiguous(what)) => Err(Reject::AmbiguousKeyPart(format!(
                 "this route's limit {:?} counts by a value the request gives ambiguously: {what}",
                 limit.policy.name
             ))),

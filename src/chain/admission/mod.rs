@@ -22,10 +22,10 @@ pub use slots::SlotGuard;
 use self::asked::{keyed_partitions, Asked};
 use crate::chain::auth::Client;
 use crate::chain::headers::{policy_header, LimitStatus};
-use crate::chain::keys::KeyInputs;
+use crate::chain::partition::KeyInputs;
 use crate::chain::reject::Reject;
 use crate::limit::ip::IpKey;
-use crate::limit::store::request::{CheckRequest, DecideAt, Taken};
+use crate::limit::store::request::{CheckRequest, Counted, DecideAt};
 use crate::limit::store::{FailureMode, Store};
 use crate::limit::{Policy, IP_POLICY_NAME};
 use http::HeaderValue;
@@ -44,7 +44,7 @@ pub struct Admission {
     /// Concurrency slots held until the request ends (released when dropped).
     pub slots: Option<SlotGuard>,
     /// What the store counted for the request, while it could still be given back.
-    taken: Option<(Arc<Store>, Taken)>,
+    taken: Option<(Arc<Store>, Counted)>,
     /// Set by the caller to have the store call timed (a traced request).
     pub time_store: bool,
     /// The store call, when timed: started, ended, and its result (`ok` or the error kind).
@@ -204,7 +204,8 @@ impl Admission {
         if !verdict.admitted {
             return Err(Reject::TooManyRequests);
         }
-        self.taken = Taken::of(&request, told, &verdict, fallback).map(|t| (Arc::clone(store), t));
+        self.taken =
+            Counted::of(&request, told, &verdict, fallback).map(|t| (Arc::clone(store), t));
         let held: Vec<Policy> = asked
             .policies
             .iter()

@@ -1,7 +1,7 @@
 //! What admission needs of one route: built once per snapshot from its configuration.
 
 use crate::chain::headers::policy_header;
-use crate::chain::keys::{KeyHasher, KeyPart, Missing};
+use crate::chain::partition::{KeyHasher, KeyPart, Missing};
 use crate::limit::ip::IpLimiter;
 use crate::limit::store::FailureMode;
 use crate::limit::Policy;

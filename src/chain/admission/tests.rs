@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::chain::auth::Plan;
-use crate::chain::keys::{KeyHasher, KeyPart, Missing};
+use crate::chain::partition::{KeyHasher, KeyPart, Missing};
 use crate::limit::ip::IpLimiter;
 use crate::limit::store::redis::{RedisConfig, Topology};
 use crate::limit::store::{FailureSettings, StoreMetrics};

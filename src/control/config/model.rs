@@ -193,8 +193,8 @@ pub struct RouteLimitConfig {
     pub policy: Policy,
     /// A dry run (the route's `shadow` makes every limit one).
     pub shadow: bool,
-    pub key: Vec<crate::chain::keys::KeyPart>,
-    pub missing: crate::chain::keys::Missing,
+    pub key: Vec<crate::chain::partition::KeyPart>,
+    pub missing: crate::chain::partition::Missing,
 }
 
 impl RouteConfig {
@@ -203,7 +203,7 @@ impl RouteConfig {
         self.limits.iter().any(|l| {
             l.key
                 .iter()
-                .any(|p| matches!(p, crate::chain::keys::KeyPart::Body(_)))
+                .any(|p| matches!(p, crate::chain::partition::KeyPart::Body(_)))
         })
     }
 }

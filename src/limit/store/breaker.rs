@@ -37,7 +37,7 @@ impl BreakerState {
 
 /// What the breaker says about one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Permit {
+pub enum Attempt {
     /// Call the store.
     Call,
     /// Call the store: this is the single probe after a cool-down.
@@ -84,12 +84,12 @@ impl CircuitBreaker {
     }
 
     /// May a call go to the store at `now`?
-    pub fn permit(&self, now: u64) -> (Permit, Option<Transition>) {
+    pub fn attempt(&self, now: u64) -> (Attempt, Option<Transition>) {
         match self.state() {
-            BreakerState::Closed => (Permit::Call, None),
+            BreakerState::Closed => (Attempt::Call, None),
             BreakerState::Open => {
                 if now < self.open_until_ms.load(Ordering::Acquire) {
-                    return (Permit::Reject, None);
+                    return (Attempt::Reject, None);
                 }
                 // Cool-down over: exactly one caller becomes the probe.
                 if self
@@ -103,19 +103,19 @@ impl CircuitBreaker {
                         from: BreakerState::Open,
                         to: BreakerState::HalfOpen,
                     };
-                    (Permit::Probe, Some(t))
+                    (Attempt::Probe, Some(t))
                 } else {
-                    (Permit::Reject, None)
+                    (Attempt::Reject, None)
                 }
             }
-            BreakerState::HalfOpen => (Permit::Reject, None),
+            BreakerState::HalfOpen => (Attempt::Reject, None),
         }
     }
 
     /// The call answered (even with an error that is not an outage).
-    pub fn on_success(&self, permit: Permit) -> Option<Transition> {
-        match permit {
-            Permit::Probe => {
+    pub fn on_success(&self, attempt: Attempt) -> Option<Transition> {
+        match attempt {
+            Attempt::Probe => {
                 self.consecutive_failures.store(0, Ordering::Release);
                 self.state
                     .store(BreakerState::Closed as u8, Ordering::Release);
@@ -152,9 +152,9 @@ impl CircuitBreaker {
     }
 
     /// The call failed with an outage (timeout, unreachable) at `now`.
-    pub fn on_failure(&self, permit: Permit, now: u64) -> Option<Transition> {
-        match permit {
-            Permit::Probe => {
+    pub fn on_failure(&self, attempt: Attempt, now: u64) -> Option<Transition> {
+        match attempt {
+            Attempt::Probe => {
                 self.open_until_ms
                     .store(now + self.cooldown_ms, Ordering::Release);
                 self.state
@@ -165,7 +165,7 @@ impl CircuitBreaker {
                     to: BreakerState::Open,
                 })
             }
-            Permit::Call => {
+            Attempt::Call => {
                 let failures = self.consecutive_failures.fetch_add(1, Ordering::AcqRel) + 1;
                 if failures >= self.failures_to_open
                     && self
@@ -187,7 +187,7 @@ impl CircuitBreaker {
                 }
                 None
             }
-            Permit::Reject => None,
+            Attempt::Reject => None,
         }
     }
 }
@@ -199,14 +199,14 @@ mod tests {
     #[test]
     fn opens_after_consecutive_failures_only() {
         let b = CircuitBreaker::new(3, 1000);
-        assert_eq!(b.permit(0).0, Permit::Call);
-        b.on_failure(Permit::Call, 0);
-        b.on_failure(Permit::Call, 0);
-        b.on_success(Permit::Call); // not consecutive any more
-        b.on_failure(Permit::Call, 0);
-        b.on_failure(Permit::Call, 0);
+        assert_eq!(b.attempt(0).0, Attempt::Call);
+        b.on_failure(Attempt::Call, 0);
+        b.on_failure(Attempt::Call, 0);
+        b.on_success(Attempt::Call); // not consecutive any more
+        b.on_failure(Attempt::Call, 0);
+        b.on_failure(Attempt::Call, 0);
         assert_eq!(b.state(), BreakerState::Closed);
-        let t = b.on_failure(Permit::Call, 10);
+        let t = b.on_failure(Attempt::Call, 10);
         assert_eq!(
             t,
             Some(Transition {
@@ -214,33 +214,33 @@ mod tests {
                 to: BreakerState::Open
             })
         );
-        assert_eq!(b.permit(10).0, Permit::Reject);
-        assert_eq!(b.permit(1009).0, Permit::Reject);
+        assert_eq!(b.attempt(10).0, Attempt::Reject);
+        assert_eq!(b.attempt(1009).0, Attempt::Reject);
     }
 
     #[test]
     fn one_probe_after_the_cooldown_closes_or_reopens() {
         let b = CircuitBreaker::new(1, 1000);
-        b.on_failure(Permit::Call, 0);
-        let (p, t) = b.permit(1000);
-        assert_eq!(p, Permit::Probe);
+        b.on_failure(Attempt::Call, 0);
+        let (p, t) = b.attempt(1000);
+        assert_eq!(p, Attempt::Probe);
         assert_eq!(t.unwrap().to, BreakerState::HalfOpen);
         // Everyone else keeps going to the failure mode while the probe is out.
-        assert_eq!(b.permit(1000).0, Permit::Reject);
-        assert_eq!(b.permit(5000).0, Permit::Reject);
+        assert_eq!(b.attempt(1000).0, Attempt::Reject);
+        assert_eq!(b.attempt(5000).0, Attempt::Reject);
         // The probe fails: open for another cooldown.
         assert_eq!(
-            b.on_failure(Permit::Probe, 1200).unwrap().to,
+            b.on_failure(Attempt::Probe, 1200).unwrap().to,
             BreakerState::Open
         );
-        assert_eq!(b.permit(2199).0, Permit::Reject);
-        let (p, _) = b.permit(2200);
-        assert_eq!(p, Permit::Probe);
+        assert_eq!(b.attempt(2199).0, Attempt::Reject);
+        let (p, _) = b.attempt(2200);
+        assert_eq!(p, Attempt::Probe);
         assert_eq!(
-            b.on_success(Permit::Probe).unwrap().to,
+            b.on_success(Attempt::Probe).unwrap().to,
             BreakerState::Closed
         );
-        assert_eq!(b.permit(2200).0, Permit::Call);
+        assert_eq!(b.attempt(2200).0, Attempt::Call);
     }
 
     #[test]
@@ -251,7 +251,7 @@ mod tests {
                 let b = std::sync::Arc::clone(&b);
                 std::thread::spawn(move || {
                     (0..100)
-                        .filter(|_| b.on_failure(Permit::Call, 0).is_some())
+                        .filter(|_| b.on_failure(Attempt::Call, 0).is_some())
                         .count()
                 })
             })

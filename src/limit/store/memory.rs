@@ -315,7 +315,7 @@ impl<C: Clock> MemoryStore<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::store::request::{DecideAt, Taken};
+    use crate::limit::store::request::{Counted, DecideAt};
 
     fn ask<C: Clock>(
         s: &MemoryStore<C>,
@@ -360,7 +360,7 @@ mod tests {
             let first = ask(&s, &c, &route, &policies, &[]);
             let second = ask(&s, &c, &route, &policies, &[]);
             assert_eq!(second.decisions[0].remaining, 1, "{algorithm:?}");
-            let taken = Taken::of(
+            let taken = Counted::of(
                 &CheckRequest::new(&c, &route, &policies, 1),
                 &policies,
                 &second,

@@ -30,7 +30,7 @@ pub struct CheckRequest<'a> {
 pub enum Partition {
     /// The client's (plan limits, concurrency).
     Client,
-    /// A keyed limit's: `k:` and a hash of the key parts (`chain::keys`), the same on every
+    /// A keyed limit's: `k:` and a hash of the key parts (`chain::partition`), the same on every
     /// instance.
     Keyed(Arc<str>),
 }
@@ -96,7 +96,7 @@ impl<'a> CheckRequest<'a> {
 /// not served after all (shed before it reached its upstream). Concurrency slots are not
 /// in it: they are released when the request ends, served or not.
 #[derive(Debug, Clone)]
-pub struct Taken {
+pub struct Counted {
     pub client: Arc<str>,
     pub route: Arc<str>,
     /// The policies that counted the request, with their partitions.
@@ -111,7 +111,7 @@ pub struct Taken {
     pub fallback: bool,
 }
 
-impl Taken {
+impl Counted {
     /// What `verdict` counted of `req` (decided with `policies`: the request's own, or the
     /// fallback's divided ones); `None` when nothing was.
     pub fn of(
@@ -119,7 +119,7 @@ impl Taken {
         policies: &[Policy],
         verdict: &Verdict,
         fallback: bool,
-    ) -> Option<Taken> {
+    ) -> Option<Counted> {
         if !verdict.admitted {
             return None;
         }
@@ -131,7 +131,7 @@ impl Taken {
         if counted.is_empty() {
             return None;
         }
-        Some(Taken {
+        Some(Counted {
             client: Arc::clone(req.client),
             route: Arc::clone(req.route),
             policies: counted.iter().map(|&i| policies[i].clone()).collect(),

@@ -5,7 +5,7 @@
 //! <METHOD> <route>      SERVER    the whole request (parent: the client's span, if any)
 //! ├─ rate limits        INTERNAL  the limiter decision: decision, limited_by, client
 //! │  └─ store check     CLIENT    the store call: store kind, result
-//! ├─ shedding gate      INTERNAL  the wait for a slot in the upstream pool (when it sheds)
+//! ├─ shedding gate      INTERNAL  the wait for a place in the upstream pool (when it sheds)
 //! └─ upstream           CLIENT    to the upstream's response header: server, status
 //! ```
 //!

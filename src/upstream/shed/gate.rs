@@ -8,7 +8,7 @@
 //! the last share is critical traffic's alone. A request that finds no room waits in the queue
 //! (more important classes are woken first) for at most `queue_timeout`; when the queue is
 //! full, a newcomer takes the place of the newest waiter of a less important class, if any.
-//! A request that gets no slot is shed: it never reaches the upstream.
+//! A request that gets no place is shed: it never reaches the upstream.
 
 use crate::upstream::shed::controller::{Controller, ControllerSettings};
 use std::collections::VecDeque;
@@ -40,9 +40,9 @@ impl Priority {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GateSettings {
     pub controller: ControllerSettings,
-    /// Most requests waiting for a slot.
+    /// Most requests waiting for a place.
     pub queue: usize,
-    /// Longest wait for a slot.
+    /// Longest wait for a place.
     pub queue_timeout: Duration,
     /// Share of the limit only critical requests may use.
     pub reserve_critical: f64,
@@ -53,9 +53,9 @@ pub struct GateSettings {
 /// Why a request was turned away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shed {
-    /// No slot, and the queue was full of requests at least as important.
+    /// No place, and the queue was full of requests at least as important.
     QueueFull,
-    /// Waited `queue_timeout` without a slot.
+    /// Waited `queue_timeout` without a place.
     Timeout,
     /// Waiting, it gave its place to a more important request.
     Displaced,
@@ -141,7 +141,7 @@ impl Gate {
         }
     }
 
-    /// A slot for a request of `priority`, now, after a wait in the queue, or not at all.
+    /// A place for a request of `priority`, now, after a wait in the queue, or not at all.
     pub async fn acquire(self: &Arc<Self>, priority: Priority) -> Result<Permit, Shed> {
         let (id, wait) = {
             let mut inner = self.lock();
@@ -185,7 +185,7 @@ impl Gate {
                         drop(inner);
                         Err(self.shed(priority, Shed::Timeout))
                     }
-                    // Woken just as the wait ended: the slot is ours.
+                    // Woken just as the wait ended: the place is ours.
                     None => Ok(self.permit(priority)),
                 }
             }
@@ -221,7 +221,7 @@ impl Gate {
         }
     }
 
-    /// A slot came free (or the limit grew): wake waiters, most important first, while there
+    /// A place came free (or the limit grew): wake waiters, most important first, while there
     /// is room for their class.
     fn wake(&self, inner: &mut Inner) {
         let limit = inner.controller.limit();
@@ -232,7 +232,7 @@ impl Gate {
                 };
                 inner.in_flight += 1;
                 if waiter.wake.send(()).is_err() {
-                    // It stopped waiting (its client left): the slot goes to the next one.
+                    // It stopped waiting (its client left): the place goes to the next one.
                     inner.in_flight -= 1;
                 }
             }
@@ -240,7 +240,7 @@ impl Gate {
     }
 }
 
-/// A slot in an upstream pool; dropping it frees the slot.
+/// A place in an upstream pool; dropping it frees the place.
 pub struct Permit {
     gate: Arc<Gate>,
     priority: Priority,
@@ -331,7 +331,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn waiters_get_freed_slots_most_important_first_and_displace_less_important_ones() {
+    async fn waiters_get_freed_places_most_important_first_and_displace_less_important_ones() {
         let g = gate(2, 2);
         let a = g.acquire(Priority::Critical).await.unwrap();
         let b = g.acquire(Priority::Critical).await.unwrap();
@@ -353,7 +353,7 @@ mod tests {
         });
         assert_eq!(sheddable.await.unwrap(), Err(Shed::Displaced));
         drop(a);
-        // The freed slot goes to the critical waiter, not to the older default one.
+        // The freed place goes to the critical waiter, not to the older default one.
         assert_eq!(critical.await.unwrap(), Ok(Priority::Critical));
         drop(b);
         assert_eq!(default.await.unwrap(), Ok(()));

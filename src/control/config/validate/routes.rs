@@ -6,7 +6,7 @@ use super::server::*;
 use super::store::*;
 use crate::chain::auth::Auth;
 use crate::chain::headers::HeadersMode;
-use crate::chain::keys::{KeyPart, Missing};
+use crate::chain::partition::{KeyPart, Missing};
 use crate::control::config::defaults;
 use crate::control::config::file::{
     AuthFile, HeadersModeFile, IpLimitSetting, MissingFile, RouteFile, RouteLimitFile,

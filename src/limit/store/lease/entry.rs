@@ -16,7 +16,7 @@ pub(super) struct Window {
     pub(super) remaining: u64,
 }
 
-pub(super) struct Entry {
+pub(super) struct Held {
     /// What the lease was taken against: a reload that changes the limits starts afresh.
     pub(super) policies: Vec<Policy>,
     /// Units granted and not yet spent.
@@ -30,16 +30,16 @@ pub(super) struct Entry {
     pub(super) lapsed: u64,
     pub(super) lapsed_starts: Vec<u64>,
     /// Set while a renewal is in flight.
-    pub(super) renewing: Option<Renewal>,
+    pub(super) renewing: Option<InFlight>,
     /// Moving average of units spent per millisecond, and what was spent since `last_ask`.
     pub(super) rate: f64,
     pub(super) spent: u64,
     pub(super) last_ask: u64,
 }
 
-impl Entry {
-    pub(super) fn new(policies: &[Policy]) -> Entry {
-        Entry {
+impl Held {
+    pub(super) fn new(policies: &[Policy]) -> Held {
+        Held {
             policies: policies.to_vec(),
             left: 0,
             expires_at: 0,
@@ -52,6 +52,33 @@ impl Entry {
             spent: 0,
             last_ask: 0,
         }
+    }
+
+    /// Whether `grant` is for the windows this lease is of.
+    pub(super) fn same_windows(&self, grant: &super::types::Grant) -> bool {
+        self.windows.len() == grant.windows.len()
+            && self
+                .windows
+                .iter()
+                .zip(&grant.windows)
+                .all(|(w, g)| w.start == g.start)
+    }
+
+    /// Takes `grant`'s windows, measured from `sent_at` (before the call: early by its
+    /// round trip); returns whether they are the windows the lease was of.
+    pub(super) fn take_windows(&mut self, grant: &super::types::Grant, sent_at: u64) -> bool {
+        let same = self.same_windows(grant);
+        self.windows = grant
+            .windows
+            .iter()
+            .map(|g| Window {
+                start: g.start,
+                ends_at: sent_at.saturating_add(g.reset_ms),
+                remaining: g.remaining,
+            })
+            .collect();
+        self.expires_at = self.windows.iter().map(|w| w.ends_at).min().unwrap_or(0);
+        same
     }
 
     /// Moves an expired lease's units to `lapsed` (to be given back).
@@ -94,7 +121,7 @@ impl Entry {
 }
 
 /// A renewal in flight.
-pub(super) struct Renewal {
+pub(super) struct InFlight {
     /// Notified when it settles (or is abandoned).
     pub(super) settled: Arc<Notify>,
     /// Local time after which it is overdue: sent more than the store timeout ago.

@@ -15,11 +15,11 @@ pub struct LeaseKey {
 }
 
 /// What [`LeaseTable::take`] decided.
-pub enum Take {
+pub enum FromLease {
     /// Decided from the local lease (or a remembered refusal): no store call.
     Local(Verdict),
     /// Ask the store ([`Ask`]), then [`settle`](LeaseTable::settle) or
-    /// [`abandon`](LeaseTable::abandon).
+    /// [`renewal_failed`](LeaseTable::renewal_failed).
     Ask(Ask),
     /// Another request of this key is renewing: await this, then take again.
     Wait(Pin<Box<OwnedNotified>>),

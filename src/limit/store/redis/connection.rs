@@ -39,7 +39,7 @@ pub const LATE_REPLY: Duration = Duration::from_secs(30);
 
 // One per process, created once and never moved: variant sizes do not matter.
 #[allow(clippy::large_enum_variant)]
-enum Backend {
+enum Nodes {
     Single {
         client: redis::Client,
         lanes: Lanes<ConnectionManager>,
@@ -94,7 +94,7 @@ impl<C> Lanes<C> {
 
 /// The connections of one Redis store.
 pub struct Link {
-    backend: Backend,
+    nodes: Nodes,
     /// Bound on making a connection.
     connect_timeout: Duration,
     scripts: Arc<Scripts>,
@@ -117,7 +117,7 @@ impl Link {
         let unusable = |e: RedisError| StoreError::Unavailable(e.to_string());
         let certs = tls_certificates(&config.tls)?;
         let mut resp3 = false;
-        let backend = match &config.topology {
+        let nodes = match &config.topology {
             Topology::Single(url) => {
                 let info = url.as_str().into_connection_info().map_err(unusable)?;
                 let mut redis = with_auth(info.redis_settings().clone(), &config.auth);
@@ -130,7 +130,7 @@ impl Link {
                     Some(certs) => redis::Client::build_with_tls(info, certs),
                     None => redis::Client::open(info),
                 };
-                Backend::Single {
+                Nodes::Single {
                     client: client.map_err(unusable)?,
                     lanes: Lanes::new(),
                 }
@@ -149,7 +149,7 @@ impl Link {
                 if let Some(certs) = certs {
                     builder = builder.certs(certs);
                 }
-                Backend::Cluster {
+                Nodes::Cluster {
                     client: builder.build().map_err(unusable)?,
                     lanes: Lanes::new(),
                 }
@@ -167,14 +167,14 @@ impl Link {
                     SentinelServerType::Master,
                 )
                 .map_err(unusable)?;
-                Backend::Sentinel {
+                Nodes::Sentinel {
                     client: tokio::sync::Mutex::new(client),
                     lanes: SentinelLanes::default(),
                 }
             }
         };
         Ok(Arc::new_cyclic(|me| Link {
-            backend,
+            nodes,
             connect_timeout,
             scripts,
             watch: Arc::new(LaneWatch::default()),
@@ -199,7 +199,7 @@ impl Link {
     /// A call on this lane timed out. On Sentinel the primary may be frozen while the
     /// sentinels have promoted a replica: the next call asks them again.
     pub fn timed_out(&self) {
-        if let Backend::Sentinel { lanes, .. } = &self.backend {
+        if let Nodes::Sentinel { lanes, .. } = &self.nodes {
             lanes.requests.store(None);
             self.watch.lost();
         }
@@ -239,12 +239,12 @@ impl Link {
         call: &Call<'_>,
         lane: Lane,
     ) -> Result<T, RedisError> {
-        Ok(match &self.backend {
-            Backend::Single { client, lanes } => {
+        Ok(match &self.nodes {
+            Nodes::Single { client, lanes } => {
                 let conn = self.single(client, lanes, lane).await?;
                 run(call, &mut conn.clone()).await?
             }
-            Backend::Cluster { client, lanes } => {
+            Nodes::Cluster { client, lanes } => {
                 let conn = first_or(lanes.pick(lane), || async {
                     let mut conn = client.get_async_connection().await?;
                     load(&self.scripts, &mut conn).await?;
@@ -253,7 +253,7 @@ impl Link {
                 .await?;
                 run(call, &mut conn.clone()).await?
             }
-            Backend::Sentinel { client, lanes } => {
+            Nodes::Sentinel { client, lanes } => {
                 let slot = lanes.pick(lane);
                 let conn = match slot.load_full() {
                     Some(conn) => conn,
@@ -365,8 +365,8 @@ impl Ping for Link {
     /// on Sentinel, to the primary the sentinels name now), bounded by the connect timeout.
     async fn ping(&self) -> bool {
         let ping = async {
-            match &self.backend {
-                Backend::Single { client, lanes } => {
+            match &self.nodes {
+                Nodes::Single { client, lanes } => {
                     let conn = self.single(client, lanes, Lane::Requests).await?;
                     let pong = redis::cmd("PING")
                         .query_async::<()>(&mut conn.clone())
@@ -384,7 +384,7 @@ impl Ping for Link {
                 }
                 // The cluster client repairs its own connections, node by node; a PING
                 // says whether the cluster answers.
-                Backend::Cluster { client, lanes } => {
+                Nodes::Cluster { client, lanes } => {
                     let conn = first_or(lanes.pick(Lane::Requests), || async {
                         let mut conn = client.get_async_connection().await?;
                         load(&self.scripts, &mut conn).await?;
@@ -395,7 +395,7 @@ impl Ping for Link {
                         .query_async::<()>(&mut conn.clone())
                         .await
                 }
-                Backend::Sentinel { client, lanes } => {
+                Nodes::Sentinel { client, lanes } => {
                     let slot = &lanes.requests;
                     let conn = match slot.load_full() {
                         Some(conn) => conn,

@@ -32,20 +32,20 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A request's policies grouped by partition (one Cluster slot each), with their indexes in
+/// A request's policies grouped by partition (one Cluster hash slot each), with their indexes in
 /// the request.
-struct SlotGroups;
+struct HashHashSlotGroups;
 
-struct SlotGroup {
+struct HashSlotGroup {
     indexes: Vec<usize>,
     policies: Vec<Policy>,
     shadow: Vec<bool>,
     partitions: Vec<Partition>,
 }
 
-impl SlotGroups {
-    fn of(req: &CheckRequest<'_>) -> Vec<SlotGroup> {
-        let mut groups: Vec<(Arc<str>, SlotGroup)> = Vec::new();
+impl HashHashSlotGroups {
+    fn of(req: &CheckRequest<'_>) -> Vec<HashSlotGroup> {
+        let mut groups: Vec<(Arc<str>, HashSlotGroup)> = Vec::new();
         for (i, policy) in req.policies.iter().enumerate() {
             let owner = req.partition_of(i);
             let at = match groups.iter().position(|(o, _)| o == owner) {
@@ -53,7 +53,7 @@ impl SlotGroups {
                 None => {
                     groups.push((
                         Arc::clone(owner),
-                        SlotGroup {
+                        HashSlotGroup {
                             indexes: Vec::new(),
                             policies: Vec::new(),
                             shadow: Vec::new(),
@@ -125,18 +125,20 @@ impl RedisStore {
     ///
     /// One script call on one Redis. On Redis Cluster a request whose policies belong to
     /// several partitions (a plan's keys are tagged by the client, a keyed limit's by its key)
-    /// touches several slots: see [`check_across_slots`](Self::check_across_slots).
+    /// touches several hash slots: see [`check_across_hash_slots`](Self::check_across_hash_slots).
     pub async fn check(&self, req: &CheckRequest<'_>) -> Result<Verdict, StoreError> {
-        let several_slots = matches!(self.config.topology, Topology::Cluster(_))
+        let several_hash_slots = matches!(self.config.topology, Topology::Cluster(_))
             && (1..req.policies.len()).any(|i| req.partition_of(i) != req.partition_of(0));
-        if several_slots {
+        if several_hash_slots {
             // Boxed: this rare path's state would otherwise widen every request's future.
-            return self.bounded(Box::pin(self.check_across_slots(req))).await;
+            return self
+                .bounded(Box::pin(self.check_across_hash_slots(req)))
+                .await;
         }
-        self.bounded(self.check_one_slot(req)).await
+        self.bounded(self.check_one_hash_slot(req)).await
     }
 
-    async fn check_one_slot(&self, req: &CheckRequest<'_>) -> Result<Verdict, StoreError> {
+    async fn check_one_hash_slot(&self, req: &CheckRequest<'_>) -> Result<Verdict, StoreError> {
         let invocation = self.scripts.check_call(&self.config.prefix, req);
         let reply: Value = self.link.invoke(&invocation, Lane::Requests).await?;
         let Value::BulkString(reply) = reply else {
@@ -147,13 +149,13 @@ impl RedisStore {
         parse_reply(&reply, req.policies)
     }
 
-    /// A request over several Cluster slots: one check per slot, sent together (pipelined to
-    /// the slots' nodes). Admitted only if every slot admits; when one rejects (or fails),
-    /// the slots that admitted give their units back (`lua/refund.lua`) before the answer.
+    /// A request over several Cluster hash slots: one check per hash slot, sent together
+    /// (pipelined to their nodes). Admitted only if every one admits; when one rejects (or
+    /// fails), those that admitted give their units back (`lua/refund.lua`) before the answer.
     /// Between the two, another request can see those units taken and be refused for them —
     /// never admitted beyond a limit — for one round trip.
-    async fn check_across_slots(&self, req: &CheckRequest<'_>) -> Result<Verdict, StoreError> {
-        let groups = SlotGroups::of(req);
+    async fn check_across_hash_slots(&self, req: &CheckRequest<'_>) -> Result<Verdict, StoreError> {
+        let groups = HashHashSlotGroups::of(req);
         let calls = groups.iter().map(|g| async move {
             let sub = CheckRequest {
                 policies: &g.policies,
@@ -161,7 +163,7 @@ impl RedisStore {
                 partitions: &g.partitions,
                 ..*req
             };
-            self.check_one_slot(&sub).await
+            self.check_one_hash_slot(&sub).await
         });
         let results = futures::future::join_all(calls).await;
         let all_admitted = results.iter().all(|r| r.as_ref().is_ok_and(|v| v.admitted));
@@ -222,7 +224,7 @@ impl RedisStore {
     /// slot on Redis Cluster.
     pub async fn refund(&self, req: &CheckRequest<'_>, at: u64) -> Result<(), StoreError> {
         let groups = match self.config.topology {
-            Topology::Cluster(_) => SlotGroups::of(req),
+            Topology::Cluster(_) => HashHashSlotGroups::of(req),
             _ => Vec::new(),
         };
         let subs: Vec<CheckRequest<'_>> = if groups.is_empty() {

@@ -137,7 +137,7 @@ pub struct KeyInputs<'a> {
 
 /// Why a key could not be made.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyError {
+pub enum PartError {
     /// The request lacks this part (no such header, field, or readable body; no client).
     Missing(String),
     /// A part the upstream could read otherwise (a header given twice, a field named twice):
@@ -171,7 +171,7 @@ impl KeyHasher {
         parts: &[KeyPart],
         missing: Missing,
         inputs: &KeyInputs<'_>,
-    ) -> Result<String, KeyError> {
+    ) -> Result<String, PartError> {
         let mut mac = self.mac.clone();
         for part in parts {
             // Tag and length before each value: no two part lists hash alike by accident.
@@ -184,7 +184,7 @@ impl KeyHasher {
                     mac.update(&(v.len() as u64).to_be_bytes());
                     mac.update(&v);
                 }
-                Err(KeyError::Missing(_)) if missing == Missing::Shared => mac.update(&[0]),
+                Err(PartError::Missing(_)) if missing == Missing::Shared => mac.update(&[0]),
                 Err(e) => return Err(e),
             }
         }
@@ -199,44 +199,44 @@ impl KeyHasher {
 }
 
 /// The folded bytes of one part.
-fn value(part: &KeyPart, inputs: &KeyInputs<'_>) -> Result<Vec<u8>, KeyError> {
+fn value(part: &KeyPart, inputs: &KeyInputs<'_>) -> Result<Vec<u8>, PartError> {
     match part {
         KeyPart::Ip => inputs
             .ip
             .map(|ip| ip.to_be_bytes().to_vec())
-            .ok_or_else(|| KeyError::Missing("the client address".into())),
+            .ok_or_else(|| PartError::Missing("the client address".into())),
         KeyPart::Client => inputs
             .client
             .map(|c| c.as_bytes().to_vec())
-            .ok_or_else(|| KeyError::Missing("an authenticated client".into())),
+            .ok_or_else(|| PartError::Missing("an authenticated client".into())),
         KeyPart::Route => Ok(inputs.route.as_bytes().to_vec()),
         KeyPart::Header(name) => header(inputs.headers, name),
         KeyPart::Body(field) => body_field(inputs, field),
     }
 }
 
-fn header(headers: &HeaderMap, name: &http::HeaderName) -> Result<Vec<u8>, KeyError> {
+fn header(headers: &HeaderMap, name: &http::HeaderName) -> Result<Vec<u8>, PartError> {
     let mut values = headers.get_all(name).iter();
     let first = values.next();
     if values.next().is_some() {
-        return Err(KeyError::Ambiguous(format!(
+        return Err(PartError::Ambiguous(format!(
             "the {name} header is given more than once"
         )));
     }
     if has_underscore_alias(headers, name) {
-        return Err(KeyError::Ambiguous(format!(
+        return Err(PartError::Ambiguous(format!(
             "the request has a header that CGI-style servers read as {name} (\"_\" for \"-\")"
         )));
     }
-    let first = first.ok_or_else(|| KeyError::Missing(format!("the {name} header")))?;
+    let first = first.ok_or_else(|| PartError::Missing(format!("the {name} header")))?;
     if first.as_bytes().contains(&b',') {
-        return Err(KeyError::Ambiguous(format!(
+        return Err(PartError::Ambiguous(format!(
             "the {name} header holds a list (a comma), which frameworks split and pick from differently"
         )));
     }
     fold::value(first.as_bytes())
         .map(String::into_bytes)
-        .ok_or_else(|| KeyError::Missing(format!("the {name} header")))
+        .ok_or_else(|| PartError::Missing(format!("the {name} header")))
 }
 
 /// Whether another header name reads as `name` once `_` is taken for `-`.
@@ -253,17 +253,17 @@ fn has_underscore_alias(headers: &HeaderMap, name: &http::HeaderName) -> bool {
     })
 }
 
-fn body_field(inputs: &KeyInputs<'_>, field: &BodyField) -> Result<Vec<u8>, KeyError> {
+fn body_field(inputs: &KeyInputs<'_>, field: &BodyField) -> Result<Vec<u8>, PartError> {
     let name = &field.name;
     if let Some(query) = inputs.query {
         if query_names(query.as_bytes()).any(|n| *n == *field.folded) {
-            return Err(KeyError::Ambiguous(format!(
+            return Err(PartError::Ambiguous(format!(
                 "the query string names the body field {name:?} too (some frameworks read the \
                  query first)"
             )));
         }
     }
-    let missing = || KeyError::Missing(format!("the body field {name:?}"));
+    let missing = || PartError::Missing(format!("the body field {name:?}"));
     match inputs
         .body
         .map_or(Field::Absent, |b| b.field(name, &field.folded))
@@ -272,10 +272,10 @@ fn body_field(inputs: &KeyInputs<'_>, field: &BodyField) -> Result<Vec<u8>, KeyE
             .map(String::into_bytes)
             .ok_or_else(missing),
         Field::Absent => Err(missing()),
-        Field::Repeated => Err(KeyError::Ambiguous(format!(
+        Field::Repeated => Err(PartError::Ambiguous(format!(
             "the body field {name:?} is given more than once"
         ))),
-        Field::Ambiguous(why) => Err(KeyError::Ambiguous(why)),
+        Field::Ambiguous(why) => Err(PartError::Ambiguous(why)),
     }
 }
 
@@ -365,7 +365,7 @@ mod tests {
         let account = [KeyPart::Body(BodyField::new("username"))];
         assert!(matches!(
             h.partition(&account, Missing::Reject, &i),
-            Err(KeyError::Missing(_))
+            Err(PartError::Missing(_))
         ));
         let shared = h.partition(&account, Missing::Shared, &i).unwrap();
         let empty = BodyFields::from_pairs([("username", "  ")]);
@@ -377,7 +377,7 @@ mod tests {
         headers.append("x-tenant-id", HeaderValue::from_static("other"));
         assert!(matches!(
             h.partition(&ip_and_tenant, Missing::Shared, &inputs(&headers, None)),
-            Err(KeyError::Ambiguous(_))
+            Err(PartError::Ambiguous(_))
         ));
     }
 
@@ -405,11 +405,11 @@ mod tests {
             &[("x_tenant-id", "r7")],
         ] {
             assert!(
-                matches!(decide(bad), Err(KeyError::Ambiguous(_))),
+                matches!(decide(bad), Err(PartError::Ambiguous(_))),
                 "{bad:?}"
             );
         }
-        assert!(matches!(decide(&[]), Err(KeyError::Missing(_))));
+        assert!(matches!(decide(&[]), Err(PartError::Missing(_))));
         assert!(decide(&[("x-tenant-id", "acme"), ("x-tenant-idx", "r7")]).is_ok());
     }
 
@@ -432,7 +432,7 @@ mod tests {
             assert!(
                 matches!(
                     h.partition(&account, Missing::Skip, &with_query(query)),
-                    Err(KeyError::Ambiguous(_))
+                    Err(PartError::Ambiguous(_))
                 ),
                 "{query}"
             );

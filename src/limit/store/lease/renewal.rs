@@ -1,7 +1,7 @@
 //! Quota leasing's I/O half: a renewal runs as a task of its own, so that it outlives a
-//! request that stops waiting for it (the bookkeeping is `lease/`, pure).
+//! request that stops waiting for it (the bookkeeping is the pure [`LeaseTable`]).
 
-use crate::clock::{Clock, MonotonicClock};
+use crate::clock::Clock;
 use crate::limit::store::error::StoreError;
 use crate::limit::store::lease::{Ask, Grant, LeaseKey, LeaseTable};
 use crate::limit::store::redis::{LeaseCall, RedisStore};
@@ -17,7 +17,8 @@ pub const LATE_RENEWAL: Duration = crate::limit::store::redis::LATE_REPLY;
 
 /// A lease renewal in flight: it runs as a task of its own, so that it outlives a request
 /// that stops waiting for it.
-pub struct Renewal {
+pub struct Renewal<C: Clock> {
+    pub clock: C,
     pub redis: Arc<RedisStore>,
     pub leases: Arc<LeaseTable>,
     pub key: LeaseKey,
@@ -26,13 +27,14 @@ pub struct Renewal {
     pub at: DecideAt,
 }
 
-impl Renewal {
+impl<C: Clock + Clone> Renewal<C> {
     /// Sends the renewal and waits at most `timeout` for its answer. On time: the answer
     /// (with the ask, to settle). Late: the request gets `Timeout` and gives its held units
     /// back; the task settles the grant when it arrives ([`LeaseTable::settle_late`]).
     pub async fn send(self, timeout: Duration) -> Result<(Ask, Grant), StoreError> {
         let (answer, mut wait) = tokio::sync::oneshot::channel();
         let (leases, key, ask) = (Arc::clone(&self.leases), self.key.clone(), self.ask.clone());
+        let self_clock = self.clock.clone();
         tokio::spawn(self.run(answer));
         let outcome = match tokio::time::timeout(timeout, &mut wait).await {
             Ok(Ok(outcome)) => Some(outcome),
@@ -47,11 +49,11 @@ impl Renewal {
             Some(Ok(grant)) => Ok((ask, grant)),
             Some(Err(e)) => {
                 // Failed (not late): nothing was granted.
-                leases.abandon(&key, &ask, MonotonicClock.now_ms());
+                leases.renewal_failed(&key, &ask, self_clock.now_ms());
                 Err(e)
             }
             None => {
-                leases.give_up(&key, &ask, MonotonicClock.now_ms());
+                leases.request_gave_up(&key, &ask, self_clock.now_ms());
                 Err(StoreError::Timeout(timeout))
             }
         }
@@ -74,7 +76,7 @@ impl Renewal {
         };
         // Delivered to the request if it still waits; otherwise settled here.
         if let Err(result) = answer.send(result) {
-            let now = MonotonicClock.now_ms();
+            let now = self.clock.now_ms();
             match result {
                 Ok(grant) => {
                     self.leases
@@ -82,13 +84,9 @@ impl Renewal {
                 }
                 Err(e) => {
                     log::debug!("a late lease renewal failed too: {e}");
-                    self.leases.end_renewal(&self.key);
+                    self.leases.renewal_ended(&self.key);
                 }
             }
         }
     }
 }
-
-/// Most (client, route) keys holding a quota lease at once; past it, requests of new keys
-/// are decided by one store call each (exact, just not leased).
-pub const MAX_LEASES: usize = 100_000;

@@ -1,0 +1,105 @@
+//! Every store call through the circuit breaker: timed, counted by result, its health
+//! recorded, the breaker told; and the breaker's transitions logged once and exported. A
+//! connection repaired in the background (`redis/repair.rs`) closes an open breaker.
+
+use super::breaker::{Attempt, BreakerState, Transition};
+use super::{Backend, Store, StoreError, StoreHealth};
+use crate::clock::Clock;
+use futures::future::{self, Either, FutureExt};
+use std::future::Future;
+use std::time::Instant;
+
+impl<C: Clock + Clone> Store<C> {
+    /// One store call through the circuit breaker, timed and counted by result.
+    ///
+    /// A plain function returning a combinator, not an `async fn`: an `async fn` keeps the
+    /// future it is given twice in its own state (as the argument and as what it awaits), and
+    /// every decision passes through here, nested in the request's future.
+    pub(super) fn guarded<'a, T: 'a>(
+        &'a self,
+        call: impl Future<Output = Result<T, StoreError>> + 'a,
+    ) -> impl Future<Output = Result<T, StoreError>> + 'a {
+        let now = self.clock.now_ms();
+        let (mut attempt, transition) = self.breaker.attempt(now);
+        self.on_transition(transition);
+        if attempt == Attempt::Reject && self.answers_again() {
+            // The request connection was repaired since the breaker opened.
+            self.on_transition(self.breaker.close());
+            attempt = Attempt::Call;
+        }
+        if attempt == Attempt::Reject {
+            self.metrics.short_circuits.inc();
+            self.health.set(StoreHealth::Unreachable);
+            return Either::Left(future::ready(Err(StoreError::CircuitOpen)));
+        }
+        let started = Instant::now();
+        Either::Right(call.map(move |result| {
+            self.record(attempt, started, &result);
+            result
+        }))
+    }
+    /// Counts, times and reports one finished call to the breaker and the health cell.
+    fn record<T>(&self, attempt: Attempt, started: Instant, result: &Result<T, StoreError>) {
+        self.metrics
+            .duration
+            .observe(started.elapsed().as_secs_f64());
+        let slot = match result {
+            Ok(_) => 0,
+            Err(StoreError::Timeout(_)) => 1,
+            Err(StoreError::Unavailable(_) | StoreError::CircuitOpen) => 2,
+            Err(StoreError::Refused(_) | StoreError::Auth(_)) => 3,
+            Err(StoreError::Protocol(_)) => 4,
+        };
+        self.metrics.calls[slot].inc();
+        self.health.record(result);
+        let transition = match result {
+            Err(e) if e.is_outage() => self.breaker.on_failure(attempt, self.clock.now_ms()),
+            _ => self.breaker.on_success(attempt),
+        };
+        self.on_transition(transition);
+    }
+    pub(super) fn on_transition(&self, transition: Option<Transition>) {
+        let Some(t) = transition else { return };
+        if let (BreakerState::Open, Backend::Redis(r)) = (t.to, &self.backend) {
+            // Repaired in the background: once Redis answers, the breaker closes.
+            r.connection_lost();
+        }
+        self.metrics.breaker_changed(t.to);
+        match t.to {
+            BreakerState::Open => log::warn!(
+                "limiter store circuit breaker opened ({} -> open): routes use their failure mode for {:?}",
+                t.from.as_str(),
+                self.failure.breaker_cooldown
+            ),
+            BreakerState::HalfOpen => log::info!("limiter store circuit breaker half-open: probing the store"),
+            BreakerState::Closed => log::info!("limiter store circuit breaker closed: the store answers again"),
+        }
+    }
+    /// Whether the store's request connection has been repaired (Redis answered a ping)
+    /// since it was last marked lost — as it is whenever the breaker opens.
+    fn answers_again(&self) -> bool {
+        match &self.backend {
+            Backend::Redis(r) => r.connection_up(),
+            Backend::Memory(_) => false,
+        }
+    }
+    pub fn breaker_state(&self) -> BreakerState {
+        self.breaker.state()
+    }
+    /// How the latest call went (the memory store always answers).
+    pub fn health(&self) -> StoreHealth {
+        match self.backend {
+            Backend::Memory(_) => StoreHealth::Ok,
+            Backend::Redis(_) => self.health.get(),
+        }
+    }
+    /// Counts a degraded decision and logs, at most once per
+    /// [`failure::DEGRADED_LOG_EVERY`], how many there were and why.
+    pub fn note_degraded(&self, error: &StoreError, mode: &str) {
+        if let Some(count) = self.degraded.note(self.clock.now_ms()) {
+            log::warn!(
+                "limiter store failing ({error}); {count} degraded decision(s) since the last report, latest handled as {mode}"
+            );
+        }
+    }
+}
