@@ -97,21 +97,32 @@ impl GuardedStream {
         }
     }
 
-    /// Points the connection's one timer at `wake_at` (ms since base); whether it is due.
+    /// Whether `wake_at` (ms since base) has come, on the connection's one timer. A deadline
+    /// that moved later leaves the timer where it is (HTTP/2's move on every frame): when it
+    /// fires early it is moved to the deadline then — one timer reset per wake-up, not per read.
     fn timer_due(&mut self, cx: &mut Context<'_>, wake_at: u64) -> bool {
         let when =
-            tokio::time::Instant::from_std(base() + Duration::from_millis(wake_at.max(1) - 1));
-        match self.timer.as_mut() {
-            Some((at, sleep)) if *at != wake_at => {
-                sleep.as_mut().reset(when);
-                *at = wake_at;
-            }
-            Some(_) => {}
-            None => self.timer = Some((wake_at, Box::pin(tokio::time::sleep_until(when)))),
+            |at: u64| tokio::time::Instant::from_std(base() + Duration::from_millis(at.max(1) - 1));
+        let Some((at, sleep)) = self.timer.as_mut() else {
+            let mut sleep = Box::pin(tokio::time::sleep_until(when(wake_at)));
+            let due = sleep.as_mut().poll(cx).is_ready();
+            self.timer = Some((wake_at, sleep));
+            return due;
+        };
+        if *at > wake_at {
+            sleep.as_mut().reset(when(wake_at));
+            *at = wake_at;
         }
-        self.timer
-            .as_mut()
-            .is_some_and(|(_, sleep)| sleep.as_mut().poll(cx).is_ready())
+        if sleep.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        if *at < wake_at {
+            // Fired for an earlier deadline that has moved on.
+            sleep.as_mut().reset(when(wake_at));
+            *at = wake_at;
+            return sleep.as_mut().poll(cx).is_ready();
+        }
+        true
     }
 
     /// HTTP/2 reads: what arrives is shown to the watch; while nothing does, the watch's
@@ -132,28 +143,23 @@ impl GuardedStream {
         }
         // Nothing to read: the deadline, as it stands now (the frames sent since may have
         // moved it; a timer that fires early is pointed at the new one).
-        loop {
-            let Some((at, why)) = self.h2.as_ref().and_then(|w| w.deadline()) else {
-                return Poll::Pending;
-            };
-            if !self.timer_due(cx, at) {
-                return Poll::Pending;
-            }
-            if ms_since_base(Instant::now()) + 1 < at {
-                continue;
-            }
-            return Poll::Ready(match why {
-                Expiry::Idle => Ok(()),
-                Expiry::Stalled => Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "an HTTP/2 request body or header block stalled",
-                )),
-                Expiry::TooManyStreams => Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "too many HTTP/2 streams",
-                )),
-            });
+        let Some((at, why)) = self.h2.as_ref().and_then(|w| w.deadline()) else {
+            return Poll::Pending;
+        };
+        if !self.timer_due(cx, at) {
+            return Poll::Pending;
         }
+        Poll::Ready(match why {
+            Expiry::Idle => Ok(()),
+            Expiry::Stalled => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "an HTTP/2 request body or header block stalled",
+            )),
+            Expiry::TooManyStreams => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "too many HTTP/2 streams",
+            )),
+        })
     }
 
     /// HTTP/2: bytes written to the client, shown to the watch.

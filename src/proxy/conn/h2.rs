@@ -169,7 +169,8 @@ pub struct H2Watch {
     limits: Limits,
     incoming: Frames,
     outgoing: Frames,
-    streams: HashMap<u32, Stream>,
+    /// Open streams by id (a few per connection, at most [`MAX_TRACKED`]: a fast hasher).
+    streams: HashMap<u32, Stream, foldhash::fast::RandomState>,
     /// What the client may still send on the connection as a whole.
     conn_window: i64,
     /// The server's SETTINGS_INITIAL_WINDOW_SIZE.
@@ -179,6 +180,8 @@ pub struct H2Watch {
     /// When the client last sent anything.
     last_received_ms: u64,
     too_many: bool,
+    /// The deadline as of the last frame seen (computed then, read on every idle poll).
+    due: Option<(u64, Expiry)>,
 }
 
 impl std::fmt::Debug for H2Watch {
@@ -200,12 +203,13 @@ impl H2Watch {
                 ..Frames::default()
             },
             outgoing: Frames::default(),
-            streams: HashMap::new(),
+            streams: HashMap::with_capacity_and_hasher(16, Default::default()),
             conn_window: DEFAULT_WINDOW,
             initial_window: DEFAULT_WINDOW,
             header_block_ms: None,
             last_received_ms: now_ms,
             too_many: false,
+            due: Some((now_ms + limits.idle_ms, Expiry::Idle)),
         }
     }
 
@@ -218,6 +222,7 @@ impl H2Watch {
         let mut incoming = std::mem::take(&mut self.incoming);
         incoming.feed(bytes, |_| false, |f| self.client_frame(f, now_ms));
         self.incoming = incoming;
+        self.due = self.compute_deadline();
     }
 
     /// Bytes sent to the client at `now_ms`.
@@ -229,6 +234,7 @@ impl H2Watch {
             |f| self.server_frame(f, now_ms),
         );
         self.outgoing = outgoing;
+        self.due = self.compute_deadline();
     }
 
     fn client_frame(&mut self, f: Frame<'_>, now_ms: u64) {
@@ -337,6 +343,10 @@ impl H2Watch {
 
     /// When the connection ends if nothing changes, and why (`None`: no deadline).
     pub fn deadline(&self) -> Option<(u64, Expiry)> {
+        self.due
+    }
+
+    fn compute_deadline(&self) -> Option<(u64, Expiry)> {
         if self.too_many {
             return Some((0, Expiry::TooManyStreams));
         }
