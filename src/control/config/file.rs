@@ -239,80 +239,62 @@ impl<'de> Deserialize<'de> for IpLimitSetting {
     }
 }
 
+/// `[store]`: one set of fields whatever the kind (serde's `flatten` does not combine with
+/// `deny_unknown_fields`); which of them a kind takes is checked by `validate/store.rs`.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, tag = "kind", rename_all = "snake_case")]
-pub enum StoreFile {
+#[serde(deny_unknown_fields)]
+pub struct StoreFile {
+    pub kind: StoreKindFile,
+    /// `redis`: the node.
+    pub url: Option<String>,
+    /// `redis_cluster`: the seed nodes.
+    pub nodes: Option<Vec<String>>,
+    /// `redis_sentinel`: the name the sentinels monitor the primary under, and the
+    /// sentinels (`redis://host:26379`, `rediss://` when they speak TLS).
+    pub master_name: Option<String>,
+    pub sentinels: Option<Vec<String>>,
+    /// ACL user and password, over those of the URL (the password may come from the
+    /// environment or a file).
+    pub username: Option<String>,
+    pub password: Option<super::units::SecretSource>,
+    /// TLS (`rediss://`): the CA that signed the server's certificate (default: the
+    /// system's roots), and a client certificate and key for servers that ask for one.
+    pub tls_ca_file: Option<String>,
+    pub tls_client_cert: Option<String>,
+    pub tls_client_key: Option<super::units::SecretSource>,
+    pub prefix: Option<String>,
+    pub timeout: Option<HumanDuration>,
+    pub breaker_failures: Option<u32>,
+    pub breaker_cooldown: Option<HumanDuration>,
+    pub expected_instances: Option<u64>,
+    pub heartbeat_interval: Option<HumanDuration>,
+    pub concurrency_slot_ttl: Option<HumanDuration>,
+    /// Deprecated name of `concurrency_slot_ttl`.
+    pub concurrency_lease: Option<HumanDuration>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreKindFile {
     /// In this process: exact for one instance.
-    Memory {},
+    Memory,
     /// One Redis node shared by every instance.
-    Redis {
-        url: String,
-        /// ACL user and password, over those of the URL (the password may come from the
-        /// environment or a file).
-        username: Option<String>,
-        password: Option<super::units::SecretSource>,
-        /// TLS (`rediss://`): the CA that signed the server's certificate (default: the
-        /// system's roots), and a client certificate and key for servers that ask for one.
-        tls_ca_file: Option<String>,
-        tls_client_cert: Option<String>,
-        tls_client_key: Option<super::units::SecretSource>,
-        prefix: Option<String>,
-        timeout: Option<HumanDuration>,
-        breaker_failures: Option<u32>,
-        breaker_cooldown: Option<HumanDuration>,
-        expected_instances: Option<u64>,
-        heartbeat_interval: Option<HumanDuration>,
-        concurrency_slot_ttl: Option<HumanDuration>,
-        /// Deprecated name of `concurrency_slot_ttl`.
-        concurrency_lease: Option<HumanDuration>,
-    },
+    Redis,
     /// A Redis Cluster, given by seed nodes.
-    RedisCluster {
-        nodes: Vec<String>,
-        /// ACL user and password, over those of the URL (the password may come from the
-        /// environment or a file).
-        username: Option<String>,
-        password: Option<super::units::SecretSource>,
-        /// TLS (`rediss://`): the CA that signed the server's certificate (default: the
-        /// system's roots), and a client certificate and key for servers that ask for one.
-        tls_ca_file: Option<String>,
-        tls_client_cert: Option<String>,
-        tls_client_key: Option<super::units::SecretSource>,
-        prefix: Option<String>,
-        timeout: Option<HumanDuration>,
-        breaker_failures: Option<u32>,
-        breaker_cooldown: Option<HumanDuration>,
-        expected_instances: Option<u64>,
-        heartbeat_interval: Option<HumanDuration>,
-        concurrency_slot_ttl: Option<HumanDuration>,
-        /// Deprecated name of `concurrency_slot_ttl`.
-        concurrency_lease: Option<HumanDuration>,
-    },
+    RedisCluster,
     /// A Redis primary found through Sentinel (and found again after a failover).
-    RedisSentinel {
-        /// The name the sentinels monitor the primary under.
-        master_name: String,
-        /// The sentinels, `redis://host:26379` (`rediss://` when they speak TLS).
-        sentinels: Vec<String>,
-        /// ACL user and password, over those of the URL (the password may come from the
-        /// environment or a file).
-        username: Option<String>,
-        password: Option<super::units::SecretSource>,
-        /// TLS (`rediss://`): the CA that signed the server's certificate (default: the
-        /// system's roots), and a client certificate and key for servers that ask for one.
-        tls_ca_file: Option<String>,
-        tls_client_cert: Option<String>,
-        tls_client_key: Option<super::units::SecretSource>,
-        prefix: Option<String>,
-        timeout: Option<HumanDuration>,
-        breaker_failures: Option<u32>,
-        breaker_cooldown: Option<HumanDuration>,
-        expected_instances: Option<u64>,
-        heartbeat_interval: Option<HumanDuration>,
-        concurrency_slot_ttl: Option<HumanDuration>,
-        /// Deprecated name of `concurrency_slot_ttl`.
-        concurrency_lease: Option<HumanDuration>,
-    },
+    RedisSentinel,
+}
+
+impl StoreKindFile {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreKindFile::Memory => "memory",
+            StoreKindFile::Redis => "redis",
+            StoreKindFile::RedisCluster => "redis_cluster",
+            StoreKindFile::RedisSentinel => "redis_sentinel",
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

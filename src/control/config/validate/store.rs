@@ -1,8 +1,9 @@
-//! `[store]`: memory, Redis or Redis Cluster, timeouts, the breaker and the fallback.
+//! `[store]`: memory, Redis, Redis Cluster or Sentinel (one set of fields, checked per kind),
+//! timeouts, the breaker and the fallback.
 
 use super::checks::*;
 use crate::control::config::defaults;
-use crate::control::config::file::{FailureModeFile, StoreFile};
+use crate::control::config::file::{FailureModeFile, StoreFile, StoreKindFile};
 use crate::control::config::model::StoreConfig;
 use crate::control::config::units::HumanDuration;
 use crate::control::config::units::SecretSource;
@@ -10,160 +11,15 @@ use crate::limit::store::redis::{RedisAuth, RedisConfig, RedisTls, Topology};
 use crate::limit::store::{FailureMode, FailureSettings};
 use std::time::Duration;
 
-/// What every Redis store kind has besides its addresses.
-struct Common {
-    username: Option<String>,
-    password: Option<SecretSource>,
-    tls_ca_file: Option<String>,
-    tls_client_cert: Option<String>,
-    tls_client_key: Option<SecretSource>,
-    prefix: Option<String>,
-    timeout: Option<HumanDuration>,
-    breaker_failures: Option<u32>,
-    breaker_cooldown: Option<HumanDuration>,
-    expected_instances: Option<u64>,
-    heartbeat_interval: Option<HumanDuration>,
-    concurrency_slot_ttl: Option<HumanDuration>,
-    concurrency_lease: Option<HumanDuration>,
-}
-
 pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> StoreConfig {
-    let (topology, common) = match file {
-        None | Some(StoreFile::Memory {}) => return StoreConfig::Memory,
-        Some(StoreFile::Redis {
-            url,
-            username,
-            password,
-            tls_ca_file,
-            tls_client_cert,
-            tls_client_key,
-            prefix,
-            timeout,
-            breaker_failures,
-            breaker_cooldown,
-            expected_instances,
-            heartbeat_interval,
-            concurrency_slot_ttl,
-            concurrency_lease,
-        }) => {
-            check_redis_url("store.url", &url, problems);
-            (
-                Topology::Single(url),
-                Common {
-                    username,
-                    password,
-                    tls_ca_file,
-                    tls_client_cert,
-                    tls_client_key,
-                    prefix,
-                    timeout,
-                    breaker_failures,
-                    breaker_cooldown,
-                    expected_instances,
-                    heartbeat_interval,
-                    concurrency_slot_ttl,
-                    concurrency_lease,
-                },
-            )
-        }
-        Some(StoreFile::RedisCluster {
-            nodes,
-            username,
-            password,
-            tls_ca_file,
-            tls_client_cert,
-            tls_client_key,
-            prefix,
-            timeout,
-            breaker_failures,
-            breaker_cooldown,
-            expected_instances,
-            heartbeat_interval,
-            concurrency_slot_ttl,
-            concurrency_lease,
-        }) => {
-            if nodes.is_empty() {
-                problems.push("store.nodes", "at least one seed node is required");
-            }
-            for (i, url) in nodes.iter().enumerate() {
-                check_redis_url(&format!("store.nodes[{i}]"), url, problems);
-            }
-            (
-                Topology::Cluster(nodes),
-                Common {
-                    username,
-                    password,
-                    tls_ca_file,
-                    tls_client_cert,
-                    tls_client_key,
-                    prefix,
-                    timeout,
-                    breaker_failures,
-                    breaker_cooldown,
-                    expected_instances,
-                    heartbeat_interval,
-                    concurrency_slot_ttl,
-                    concurrency_lease,
-                },
-            )
-        }
-        Some(StoreFile::RedisSentinel {
-            master_name,
-            sentinels,
-            username,
-            password,
-            tls_ca_file,
-            tls_client_cert,
-            tls_client_key,
-            prefix,
-            timeout,
-            breaker_failures,
-            breaker_cooldown,
-            expected_instances,
-            heartbeat_interval,
-            concurrency_slot_ttl,
-            concurrency_lease,
-        }) => {
-            if master_name.is_empty()
-                || master_name
-                    .chars()
-                    .any(|c| c.is_whitespace() || c.is_control())
-            {
-                problems.push(
-                    "store.master_name",
-                    "expected the name the sentinels monitor the primary under",
-                );
-            }
-            if sentinels.is_empty() {
-                problems.push("store.sentinels", "at least one sentinel is required");
-            }
-            for (i, url) in sentinels.iter().enumerate() {
-                check_redis_url(&format!("store.sentinels[{i}]"), url, problems);
-            }
-            (
-                Topology::Sentinel {
-                    master: master_name,
-                    sentinels,
-                },
-                Common {
-                    username,
-                    password,
-                    tls_ca_file,
-                    tls_client_cert,
-                    tls_client_key,
-                    prefix,
-                    timeout,
-                    breaker_failures,
-                    breaker_cooldown,
-                    expected_instances,
-                    heartbeat_interval,
-                    concurrency_slot_ttl,
-                    concurrency_lease,
-                },
-            )
-        }
+    let Some(file) = file else {
+        return StoreConfig::Memory;
     };
-    let Common {
+    let kind = file.kind;
+    let Some(topology) = topology(&file, problems) else {
+        return StoreConfig::Memory;
+    };
+    let StoreFile {
         username,
         password,
         tls_ca_file,
@@ -177,7 +33,9 @@ pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> 
         heartbeat_interval,
         concurrency_slot_ttl,
         concurrency_lease,
-    } = common;
+        ..
+    } = file;
+    debug_assert_ne!(kind, StoreKindFile::Memory);
     let auth = RedisAuth {
         username,
         password: password
@@ -244,6 +102,116 @@ pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> 
             ),
         },
     )
+}
+
+/// The addresses of the store's kind, each field checked against the kind: the one it needs
+/// present, the other kinds' absent. `None` for the memory store (or when the kind's
+/// addresses are missing: the problem is recorded).
+fn topology(file: &StoreFile, problems: &mut Problems) -> Option<Topology> {
+    let kind = file.kind;
+    let present = [
+        ("url", file.url.is_some()),
+        ("nodes", file.nodes.is_some()),
+        ("master_name", file.master_name.is_some()),
+        ("sentinels", file.sentinels.is_some()),
+    ];
+    let takes: &[&str] = match kind {
+        StoreKindFile::Memory => &[],
+        StoreKindFile::Redis => &["url"],
+        StoreKindFile::RedisCluster => &["nodes"],
+        StoreKindFile::RedisSentinel => &["master_name", "sentinels"],
+    };
+    for (field, set) in present {
+        if set && !takes.contains(&field) {
+            problems.push(
+                format!("store.{field}"),
+                format!("not a setting of kind = \"{}\"", kind.as_str()),
+            );
+        }
+    }
+    if kind == StoreKindFile::Memory {
+        let redis_only = [
+            ("username", file.username.is_some()),
+            ("password", file.password.is_some()),
+            ("tls_ca_file", file.tls_ca_file.is_some()),
+            ("tls_client_cert", file.tls_client_cert.is_some()),
+            ("tls_client_key", file.tls_client_key.is_some()),
+            ("prefix", file.prefix.is_some()),
+            ("timeout", file.timeout.is_some()),
+            ("breaker_failures", file.breaker_failures.is_some()),
+            ("breaker_cooldown", file.breaker_cooldown.is_some()),
+            ("expected_instances", file.expected_instances.is_some()),
+            ("heartbeat_interval", file.heartbeat_interval.is_some()),
+            ("concurrency_slot_ttl", file.concurrency_slot_ttl.is_some()),
+            ("concurrency_lease", file.concurrency_lease.is_some()),
+        ];
+        for (field, set) in redis_only {
+            if set {
+                problems.push(
+                    format!("store.{field}"),
+                    "not a setting of kind = \"memory\" (it is one of the Redis kinds')",
+                );
+            }
+        }
+        return None;
+    }
+    let missing = |problems: &mut Problems, field: &str| {
+        problems.push(
+            format!("store.{field}"),
+            format!("required with kind = \"{}\"", kind.as_str()),
+        );
+    };
+    match kind {
+        StoreKindFile::Memory => None,
+        StoreKindFile::Redis => {
+            let Some(url) = &file.url else {
+                missing(problems, "url");
+                return None;
+            };
+            check_redis_url("store.url", url, problems);
+            Some(Topology::Single(url.clone()))
+        }
+        StoreKindFile::RedisCluster => {
+            let Some(nodes) = &file.nodes else {
+                missing(problems, "nodes");
+                return None;
+            };
+            if nodes.is_empty() {
+                problems.push("store.nodes", "at least one seed node is required");
+            }
+            for (i, url) in nodes.iter().enumerate() {
+                check_redis_url(&format!("store.nodes[{i}]"), url, problems);
+            }
+            Some(Topology::Cluster(nodes.clone()))
+        }
+        StoreKindFile::RedisSentinel => {
+            let (Some(master), Some(sentinels)) = (&file.master_name, &file.sentinels) else {
+                if file.master_name.is_none() {
+                    missing(problems, "master_name");
+                }
+                if file.sentinels.is_none() {
+                    missing(problems, "sentinels");
+                }
+                return None;
+            };
+            if master.is_empty() || master.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                problems.push(
+                    "store.master_name",
+                    "expected the name the sentinels monitor the primary under",
+                );
+            }
+            if sentinels.is_empty() {
+                problems.push("store.sentinels", "at least one sentinel is required");
+            }
+            for (i, url) in sentinels.iter().enumerate() {
+                check_redis_url(&format!("store.sentinels[{i}]"), url, problems);
+            }
+            Some(Topology::Sentinel {
+                master: master.clone(),
+                sentinels: sentinels.clone(),
+            })
+        }
+    }
 }
 
 /// `store.tls_ca_file`, `store.tls_client_cert` + `store.tls_client_key`: files that must
