@@ -19,11 +19,16 @@ pub struct MonotonicClock;
 /// algorithm state initialised at time 0 then always counts as expired.
 const EPOCH_OFFSET_MS: u64 = 1 << 40;
 
+/// The instant this process first asked for the time: the one base its monotonic
+/// milliseconds (here, and the connection guard's) count from.
+pub fn process_start() -> Instant {
+    static START: OnceLock<Instant> = OnceLock::new();
+    *START.get_or_init(Instant::now)
+}
+
 impl Clock for MonotonicClock {
     fn now_ms(&self) -> u64 {
-        static START: OnceLock<Instant> = OnceLock::new();
-        let start = *START.get_or_init(Instant::now);
-        EPOCH_OFFSET_MS + start.elapsed().as_millis() as u64
+        EPOCH_OFFSET_MS + process_start().elapsed().as_millis() as u64
     }
 }
 

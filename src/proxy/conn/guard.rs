@@ -1,81 +1,43 @@
-//! Downstream connections under a deadline for their request headers (slowloris defence).
-//!
-//! Pingora times out each *read* of a request, so a client trickling one header byte every
-//! few seconds could hold a connection for hours. Every accepted connection is therefore
-//! wrapped in a [`GuardedStream`] carrying a deadline: a read after it fails with `TimedOut`
-//! and the connection is closed. The deadline is armed when the connection opens
-//! (`header_timeout`), disarmed by the proxy as soon as a request's headers are complete
-//! (`early_request_filter`), and armed again when the response is done: the next request's
-//! headers are due `header_timeout` after its first bytes arrive, as on a new connection. Request bodies are covered by the
-//! per-read `body_timeout` instead: a pause in an upload, not its total length, is what is
-//! suspicious. Waiting costs no worker: it is one timer on the connection's task.
-//!
-//! The same timer ends idle keep-alive connections: armed after a response, the stream is
-//! *idle* until the next request's first bytes arrive, and an idle stream whose
-//! `keepalive_timeout` has passed reads as closed (end of stream), which Pingora takes as a
-//! client leaving between requests. Pingora's own keep-alive timeout is therefore left off
-//! on guarded connections: it would register a second timer on every request's read.
-//!
-//! The same wrapper gives Pingora's own refusals our problem+json body. Pingora answers some
-//! requests itself before any hook runs (an unparseable head, two `Host` headers, an
-//! absolute-form target naming another host, `CONNECT`): an empty error response. A response
-//! written while the deadline is armed can only be one of those (every response of ours is
-//! written after the proxy disarmed it), so [`GuardedStream`] writes the same status with a
-//! problem+json body instead (`chain::problem::replace_bodiless_error`).
+//! The stream every accepted connection is wrapped in: reads held to the connection's
+//! deadlines (HTTP/1: `deadline.rs`; HTTP/2: the frame watch of `h2.rs`), one timer for them
+//! (`timer.rs`), and Pingora's empty refusals written as problems (`refusal.rs`). Waiting
+//! costs no worker: it is one timer on the connection's task.
 
+use super::deadline::{Deadlines, Due};
 use super::h2::{Expiry, H2Watch, Limits};
+use super::refusal::replace_bodiless_error;
+use super::timer::{ms_since_start, Timer};
 use async_trait::async_trait;
 use pingora::protocols::{
     GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, Ssl, Stream, UniqueID,
     UniqueIDType,
 };
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Sleep;
 
-/// `at` as milliseconds since the first use in this process (a compact, atomic-friendly
-/// instant; never 0, which means "none").
-fn ms_since_base(at: Instant) -> u64 {
-    at.saturating_duration_since(base()).as_millis() as u64 + 1
-}
-
-fn base() -> Instant {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    *BASE.get_or_init(Instant::now)
-}
-
-/// A transport stream whose reads fail once its deadline has passed.
+/// A transport stream whose reads end once its deadline has passed.
 #[derive(Debug)]
 pub struct GuardedStream {
     inner: Stream,
-    /// Milliseconds (see `ms_since_base`) after which reads fail; 0 = no deadline.
-    deadline_ms: AtomicU64,
-    /// While nothing of the next request has been read: the millisecond after which the
-    /// idle connection ends (reads see end of stream); 0 = not idle.
-    idle_until_ms: AtomicU64,
-    /// Time allowed for a request's headers, from its first bytes.
-    header_timeout_ms: AtomicU64,
-    timer: Option<(u64, Pin<Box<Sleep>>)>,
+    /// HTTP/1's deadlines (unarmed on HTTP/2).
+    deadlines: Deadlines,
+    timer: Timer,
     /// A Pingora error response being replaced: our bytes, and how many are written.
     replacing: Option<(Vec<u8>, usize)>,
-    /// HTTP/2: the deadlines read off the frames (the fields above stay unarmed).
+    /// HTTP/2: the deadlines read off the frames.
     h2: Option<Box<H2Watch>>,
 }
 
 impl GuardedStream {
+    /// An HTTP/1 connection: its first request's headers are due `header_timeout` from now.
     pub fn new(inner: Stream, header_timeout: Duration) -> GuardedStream {
-        let header_timeout_ms = header_timeout.as_millis() as u64;
-        let deadline = ms_since_base(Instant::now()) + header_timeout_ms;
         GuardedStream {
             inner,
-            deadline_ms: AtomicU64::new(deadline),
-            idle_until_ms: AtomicU64::new(0),
-            header_timeout_ms: AtomicU64::new(header_timeout_ms),
-            timer: None,
+            deadlines: Deadlines::new(Instant::now(), header_timeout),
+            timer: Timer::default(),
             replacing: None,
             h2: None,
         }
@@ -85,44 +47,56 @@ impl GuardedStream {
     pub fn http2(inner: Stream, limits: Limits) -> GuardedStream {
         GuardedStream {
             inner,
-            deadline_ms: AtomicU64::new(0),
-            idle_until_ms: AtomicU64::new(0),
-            header_timeout_ms: AtomicU64::new(0),
-            timer: None,
+            deadlines: Deadlines::none(),
+            timer: Timer::default(),
             replacing: None,
             h2: Some(Box::new(H2Watch::new(
                 limits,
-                ms_since_base(Instant::now()),
+                ms_since_start(Instant::now()),
             ))),
         }
     }
 
-    /// Whether `wake_at` (ms since base) has come, on the connection's one timer. A deadline
-    /// that moved later leaves the timer where it is (HTTP/2's move on every frame): when it
-    /// fires early it is moved to the deadline then — one timer reset per wake-up, not per read.
-    fn timer_due(&mut self, cx: &mut Context<'_>, wake_at: u64) -> bool {
-        let when =
-            |at: u64| tokio::time::Instant::from_std(base() + Duration::from_millis(at.max(1) - 1));
-        let Some((at, sleep)) = self.timer.as_mut() else {
-            let mut sleep = Box::pin(tokio::time::sleep_until(when(wake_at)));
-            let due = sleep.as_mut().poll(cx).is_ready();
-            self.timer = Some((wake_at, sleep));
-            return due;
+    /// The request's headers are in (called by `early_request_filter`).
+    pub fn disarm(&self) {
+        self.deadlines.disarm();
+    }
+
+    /// The response ended (called by `logging`): see [`Deadlines::arm_idle`].
+    pub fn arm_idle(&self, now: Instant, keepalive: Duration, header_timeout: Duration) {
+        self.deadlines.arm_idle(now, keepalive, header_timeout);
+    }
+
+    /// The guard of a session's stream, if it has one.
+    pub fn of(stream: Option<&Stream>) -> Option<&GuardedStream> {
+        stream.and_then(|s| s.as_any().downcast_ref::<GuardedStream>())
+    }
+
+    /// HTTP/1 reads: after the header deadline they fail; idle past the keep-alive time
+    /// they see end of stream.
+    fn poll_read_h1(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let Some((wake_at, due)) = self.deadlines.next() else {
+            return Pin::new(&mut self.inner).poll_read(cx, buf);
         };
-        if *at > wake_at {
-            sleep.as_mut().reset(when(wake_at));
-            *at = wake_at;
+        if self.timer.due(cx, wake_at) {
+            return Poll::Ready(match due {
+                Due::Idle => Ok(()),
+                Due::Headers => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "request headers not received in time",
+                )),
+            });
         }
-        if sleep.as_mut().poll(cx).is_pending() {
-            return false;
+        let filled = buf.filled().len();
+        let read = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if due == Due::Idle && buf.filled().len() > filled {
+            self.deadlines.request_began();
         }
-        if *at < wake_at {
-            // Fired for an earlier deadline that has moved on.
-            sleep.as_mut().reset(when(wake_at));
-            *at = wake_at;
-            return sleep.as_mut().poll(cx).is_ready();
-        }
-        true
+        read
     }
 
     /// HTTP/2 reads: what arrives is shown to the watch; while nothing does, the watch's
@@ -136,17 +110,15 @@ impl GuardedStream {
         let read = Pin::new(&mut self.inner).poll_read(cx, buf);
         let watch = self.h2.as_mut().expect("an HTTP/2 guard");
         if buf.filled().len() > filled {
-            watch.received(&buf.filled()[filled..], ms_since_base(Instant::now()));
+            watch.received(&buf.filled()[filled..], ms_since_start(Instant::now()));
         }
         if read.is_ready() {
             return read;
         }
-        // Nothing to read: the deadline, as it stands now (the frames sent since may have
-        // moved it; a timer that fires early is pointed at the new one).
-        let Some((at, why)) = self.h2.as_ref().and_then(|w| w.deadline()) else {
+        let Some((at, why)) = watch.deadline() else {
             return Poll::Pending;
         };
-        if !self.timer_due(cx, at) {
+        if !self.timer.due(cx, at) {
             return Poll::Pending;
         }
         Poll::Ready(match why {
@@ -165,7 +137,7 @@ impl GuardedStream {
     /// HTTP/2: bytes written to the client, shown to the watch.
     fn sent_h2(&mut self, bufs: &[std::io::IoSlice<'_>], mut written: usize) {
         if let Some(watch) = self.h2.as_mut() {
-            let now = ms_since_base(Instant::now());
+            let now = ms_since_start(Instant::now());
             for b in bufs {
                 if written == 0 {
                     break;
@@ -176,31 +148,6 @@ impl GuardedStream {
             }
         }
     }
-
-    /// A response ended at `now`: the connection may idle for `keepalive`, then ends; a
-    /// request begun by then must send its headers within `header_timeout` of its first
-    /// bytes (the deadline is moved there when they arrive).
-    pub fn arm_idle(&self, now: Instant, keepalive: Duration, header_timeout: Duration) {
-        let idle_until = ms_since_base(now) + keepalive.as_millis() as u64;
-        let header_timeout = header_timeout.as_millis() as u64;
-        self.header_timeout_ms
-            .store(header_timeout, Ordering::Relaxed);
-        self.idle_until_ms.store(idle_until, Ordering::Relaxed);
-        // Until the next request begins, only the idle end matters.
-        self.deadline_ms
-            .store(idle_until + header_timeout, Ordering::Relaxed);
-    }
-
-    /// No deadline (the request's headers are in).
-    pub fn disarm(&self) {
-        self.deadline_ms.store(0, Ordering::Relaxed);
-        self.idle_until_ms.store(0, Ordering::Relaxed);
-    }
-
-    /// The guard of a session's stream, if it has one.
-    pub fn of(stream: Option<&Stream>) -> Option<&GuardedStream> {
-        stream.and_then(|s| s.as_any().downcast_ref::<GuardedStream>())
-    }
 }
 
 impl AsyncRead for GuardedStream {
@@ -210,55 +157,12 @@ impl AsyncRead for GuardedStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         if self.h2.is_some() {
-            return self.poll_read_h2(cx, buf);
-        }
-        let deadline = self.deadline_ms.load(Ordering::Relaxed);
-        if deadline == 0 {
-            return Pin::new(&mut self.inner).poll_read(cx, buf);
-        }
-        let idle_until = self.idle_until_ms.load(Ordering::Relaxed);
-        let wake_at = if idle_until != 0 {
-            idle_until
+            self.poll_read_h2(cx, buf)
         } else {
-            deadline
-        };
-        // One timer per connection, moved (not re-created) when the deadline changes; no
-        // clock read here.
-        let when = tokio::time::Instant::from_std(base() + Duration::from_millis(wake_at - 1));
-        match self.timer.as_mut() {
-            Some((at, sleep)) if *at != wake_at => {
-                sleep.as_mut().reset(when);
-                *at = wake_at;
-            }
-            Some(_) => {}
-            None => self.timer = Some((wake_at, Box::pin(tokio::time::sleep_until(when)))),
+            self.poll_read_h1(cx, buf)
         }
-        if let Some((_, sleep)) = self.timer.as_mut() {
-            if sleep.as_mut().poll(cx).is_ready() {
-                if idle_until != 0 {
-                    // Idle past keepalive_timeout: the connection ends quietly.
-                    return Poll::Ready(Ok(()));
-                }
-                return Poll::Ready(Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "request headers not received in time",
-                )));
-            }
-        }
-        let filled = buf.filled().len();
-        let read = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if idle_until != 0 && buf.filled().len() > filled {
-            // The next request has begun: its headers are due header_timeout from now.
-            self.idle_until_ms.store(0, Ordering::Relaxed);
-            let timeout = self.header_timeout_ms.load(Ordering::Relaxed);
-            let deadline = ms_since_base(Instant::now()) + timeout;
-            self.deadline_ms.store(deadline, Ordering::Relaxed);
-        }
-        read
     }
 }
-
-use std::future::Future;
 
 impl AsyncWrite for GuardedStream {
     fn poll_write(
@@ -266,10 +170,6 @@ impl AsyncWrite for GuardedStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        if self.replacing.is_none() && self.deadline_ms.load(Ordering::Relaxed) != 0 {
-            self.replacing =
-                crate::chain::problem::replace_bodiless_error(buf).map(|bytes| (bytes, 0));
-        }
         let this = &mut *self;
         if this.h2.is_some() {
             let written = Pin::new(&mut this.inner).poll_write(cx, buf);
@@ -277,6 +177,9 @@ impl AsyncWrite for GuardedStream {
                 this.sent_h2(&[std::io::IoSlice::new(buf)], n);
             }
             return written;
+        }
+        if this.replacing.is_none() && this.deadlines.armed() {
+            this.replacing = replace_bodiless_error(buf).map(|bytes| (bytes, 0));
         }
         let Some((bytes, written)) = this.replacing.as_mut() else {
             return Pin::new(&mut this.inner).poll_write(cx, buf);

@@ -1,11 +1,17 @@
-//! Every accepted connection, before Pingora's HTTP code sees it: wrapped in a
-//! [`GuardedStream`] that holds it to its deadlines (`guard.rs`: the header deadline and the
-//! idle end on HTTP/1; the frame deadlines of `h2.rs` on HTTP/2), and told apart as HTTP/1
-//! or HTTP/2 (ALPN, or the h2c preface).
+//! Every accepted connection, before Pingora's HTTP code sees it: told apart as HTTP/1 or
+//! HTTP/2 (ALPN, or the h2c preface) and wrapped in a [`GuardedStream`] (`guard.rs`) that
+//! holds it to its deadlines — HTTP/1's header deadline and idle end (`deadline.rs`),
+//! HTTP/2's frame deadlines (`h2.rs`), on one timer (`timer.rs`) — and writes Pingora's own
+//! empty refusals as problems (`refusal.rs`). The TLS handshake has a deadline of its own
+//! (`handshake.rs`). The proxy's hooks make two calls: [`GuardedStream::disarm`] when a
+//! request's headers are in, [`GuardedStream::arm_idle`] when its response is done.
 
+mod deadline;
 mod guard;
 pub mod h2;
 mod handshake;
+mod refusal;
+mod timer;
 
 pub use guard::GuardedStream;
 pub use handshake::HandshakeDeadline;
