@@ -51,8 +51,9 @@ fn hex(value: u64, out: &mut [u8]) {
     }
 }
 
-/// A bijection on u64 (distinct inputs give distinct outputs).
-fn splitmix64(mut z: u64) -> u64 {
+/// A bijection on u64 (distinct inputs give distinct outputs): request ids, and trace and
+/// span ids (`ops::trace::context`), from a counter.
+pub fn splitmix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

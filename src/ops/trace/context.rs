@@ -1,6 +1,7 @@
 //! W3C Trace Context (`traceparent`, `tracestate`): parsing what a client sent, the ids of
 //! new traces and spans, and the head sampling decision. Pure.
 
+use crate::chain::request_id::splitmix64;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -149,13 +150,6 @@ fn keys() -> (u64, u64) {
         b.write_u64(a.finish());
         (a.finish(), b.finish())
     })
-}
-
-fn splitmix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

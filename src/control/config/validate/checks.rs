@@ -36,14 +36,43 @@ impl Problems {
     }
 }
 
-pub(super) fn bounded(
-    path: &str,
-    value: Option<usize>,
-    default: usize,
-    min: usize,
-    max: usize,
+/// A number that must be at least 1: `value`, or `default` when absent; a 0 is a problem and
+/// reads as the default.
+pub(super) fn at_least_one<T: Copy + PartialEq + Default>(
+    path: impl Into<String>,
+    value: Option<T>,
+    default: T,
     problems: &mut Problems,
-) -> usize {
+) -> T {
+    match value {
+        Some(v) if v == T::default() => {
+            problems.push(path, "must be at least 1");
+            default
+        }
+        Some(v) => v,
+        None => default,
+    }
+}
+
+/// A 0 where at least 1 is needed is a problem.
+pub(super) fn refuse_zero<T: Copy + PartialEq + Default>(
+    path: impl Into<String>,
+    value: T,
+    problems: &mut Problems,
+) {
+    if value == T::default() {
+        problems.push(path, "must be at least 1");
+    }
+}
+
+pub(super) fn bounded<T: Copy + PartialOrd + std::fmt::Display>(
+    path: &str,
+    value: Option<T>,
+    default: T,
+    min: T,
+    max: T,
+    problems: &mut Problems,
+) -> T {
     match value {
         Some(v) if v < min || v > max => {
             problems.push(path, format!("{v}: expected {min} to {max}"));

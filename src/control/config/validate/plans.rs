@@ -33,8 +33,8 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
     let mut policies: Vec<Policy> = Vec::with_capacity(limits.len());
     let mut shadows: Vec<bool> = Vec::with_capacity(limits.len());
     let mut leases: Vec<(String, Option<u64>)> = Vec::with_capacity(limits.len());
-    if max_concurrent == Some(0) {
-        problems.push(format!("{base}.max_concurrent"), "must be at least 1");
+    if let Some(n) = max_concurrent {
+        refuse_zero(format!("{base}.max_concurrent"), n, problems);
     }
     for (i, limit) in limits.into_iter().enumerate() {
         let LimitFile {
@@ -106,7 +106,7 @@ pub(super) fn plan_lease(
                 format!("{path}.lease"),
                 "every limit of a plan that leases must lease (one local lease decides them all)",
             ),
-            Some(0) => problems.push(format!("{path}.lease"), "must be at least 1"),
+            Some(0) => refuse_zero(format!("{path}.lease"), 0, problems),
             Some(n) if *n > policy.limit() => problems.push(
                 format!("{path}.lease"),
                 format!("cannot exceed the limit ({})", policy.limit()),
@@ -163,19 +163,15 @@ pub(super) fn limit_policy(
         );
     }
     let alg = algorithm(alg);
-    if limit == 0 {
-        problems.push(format!("{path}.limit"), "must be at least 1");
-    }
+    refuse_zero(format!("{path}.limit"), limit, problems);
     let window_ms = window.0.as_millis() as u64;
     if window_ms == 0 {
         problems.push(format!("{path}.window"), "must be greater than zero");
     }
     let burst = match (alg, burst) {
-        (Algorithm::TokenBucket, Some(0)) => {
-            problems.push(format!("{path}.burst"), "must be at least 1");
-            limit
+        (Algorithm::TokenBucket, Some(b)) => {
+            at_least_one(format!("{path}.burst"), Some(b), limit, problems)
         }
-        (Algorithm::TokenBucket, Some(b)) => b,
         (Algorithm::TokenBucket, None) => limit,
         (_, Some(_)) => {
             problems.push(

@@ -50,7 +50,7 @@ pub(super) fn route_config(
     let priority = route_priority(&base, priority, upstreams.get(&upstream), problems);
     let shadow = shadow.unwrap_or(false);
     match max_concurrent {
-        Some(0) => problems.push(format!("{base}.max_concurrent"), "must be at least 1"),
+        Some(0) => refuse_zero(format!("{base}.max_concurrent"), 0, problems),
         Some(_) if auth != Some(AuthFile::ApiKey) => problems.push(
             format!("{base}.max_concurrent"),
             "a concurrency limit is per client: it needs auth = \"api_key\"",
@@ -68,14 +68,7 @@ pub(super) fn route_config(
         None | Some(AuthFile::None) => Auth::None,
         Some(AuthFile::ApiKey) => Auth::ApiKey,
     };
-    let cost = match cost {
-        Some(0) => {
-            problems.push(format!("{base}.cost"), "must be at least 1");
-            1
-        }
-        Some(c) => c,
-        None => 1,
-    };
+    let cost = at_least_one(format!("{base}.cost"), cost, 1, problems);
     let limits = route_limits(&base, limits.unwrap_or_default(), auth, shadow, problems);
     if cost > 1 && auth != Auth::ApiKey && limits.is_empty() {
         problems.push(

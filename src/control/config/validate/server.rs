@@ -115,22 +115,18 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         trusted_proxies: trusted_proxies_config(trusted_proxies.unwrap_or_default(), problems),
         grouping: grouping_config(ipv4_prefix, ipv6_prefix, problems),
         ip_limit: ip_limit.map(|l| ip_limit_config("server.ip_limit", l, problems)),
-        max_tracked_ips: match max_tracked_ips {
-            Some(0) => {
-                problems.push("server.max_tracked_ips", "must be at least 1");
-                defaults::MAX_TRACKED_IPS
-            }
-            Some(n) => n,
-            None => defaults::MAX_TRACKED_IPS,
-        },
-        max_tracked_keys: match max_tracked_keys {
-            Some(0) => {
-                problems.push("server.max_tracked_keys", "must be at least 1");
-                defaults::MAX_TRACKED_KEYS
-            }
-            Some(n) => n,
-            None => defaults::MAX_TRACKED_KEYS,
-        },
+        max_tracked_ips: at_least_one(
+            "server.max_tracked_ips",
+            max_tracked_ips,
+            defaults::MAX_TRACKED_IPS,
+            problems,
+        ),
+        max_tracked_keys: at_least_one(
+            "server.max_tracked_keys",
+            max_tracked_keys,
+            defaults::MAX_TRACKED_KEYS,
+            problems,
+        ),
         on_store_error: on_store_error.map_or(defaults::ON_STORE_ERROR, failure_mode),
         limits: RequestLimits {
             header_timeout: positive(
@@ -236,9 +232,7 @@ pub(super) fn ip_limit_config(
 ) -> IpLimitConfig {
     let IpLimitFile { rate, burst } = file;
     let burst = burst.unwrap_or(rate.amount);
-    if burst == 0 {
-        problems.push(format!("{path}.burst"), "must be at least 1");
-    }
+    refuse_zero(format!("{path}.burst"), burst, problems);
     let period_ms = rate.period.as_millis() as u64;
     if burst.saturating_mul(period_ms) > MAX_PRODUCT
         || rate.amount.saturating_mul(period_ms) > MAX_PRODUCT

@@ -55,22 +55,18 @@ pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> 
             format!("invalid prefix {prefix:?}: expected 1 to {MAX_NAME_LEN} characters of A-Z a-z 0-9 _ - . : (no braces: the hash tag is the client id)"),
         );
     }
-    let breaker_failures = match breaker_failures {
-        Some(0) => {
-            problems.push("store.breaker_failures", "must be at least 1");
-            defaults::BREAKER_FAILURES
-        }
-        Some(n) => n,
-        None => defaults::BREAKER_FAILURES,
-    };
-    let expected_instances = match expected_instances {
-        Some(0) => {
-            problems.push("store.expected_instances", "must be at least 1");
-            defaults::EXPECTED_INSTANCES
-        }
-        Some(n) => n,
-        None => defaults::EXPECTED_INSTANCES,
-    };
+    let breaker_failures = at_least_one(
+        "store.breaker_failures",
+        breaker_failures,
+        defaults::BREAKER_FAILURES,
+        problems,
+    );
+    let expected_instances = at_least_one(
+        "store.expected_instances",
+        expected_instances,
+        defaults::EXPECTED_INSTANCES,
+        problems,
+    );
     StoreConfig::Redis(
         RedisConfig {
             topology,

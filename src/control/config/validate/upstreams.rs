@@ -190,13 +190,8 @@ pub(super) fn health_check_config(
             format!("{host:?} is not a host name"),
         );
     }
-    let mut threshold = |field: &str, value: Option<usize>, default: usize| match value {
-        Some(0) => {
-            problems.push(format!("{base}.{field}"), "must be at least 1");
-            default
-        }
-        Some(n) => n,
-        None => default,
+    let mut threshold = |field: &str, value: Option<usize>, default: usize| {
+        at_least_one(format!("{base}.{field}"), value, default, problems)
     };
     let unhealthy_threshold = threshold(
         "unhealthy_threshold",

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 /// A request's policies grouped by partition (one Cluster hash slot each), with their indexes in
 /// the request.
-struct HashHashSlotGroups;
+struct HashSlotGroups;
 
 struct HashSlotGroup {
     indexes: Vec<usize>,
@@ -43,7 +43,19 @@ struct HashSlotGroup {
     partitions: Vec<Partition>,
 }
 
-impl HashHashSlotGroups {
+impl HashSlotGroup {
+    /// The part of `req` that falls in this hash slot.
+    fn request<'a>(&'a self, req: &CheckRequest<'a>) -> CheckRequest<'a> {
+        CheckRequest {
+            policies: &self.policies,
+            shadow: &self.shadow,
+            partitions: &self.partitions,
+            ..*req
+        }
+    }
+}
+
+impl HashSlotGroups {
     fn of(req: &CheckRequest<'_>) -> Vec<HashSlotGroup> {
         let mut groups: Vec<(Arc<str>, HashSlotGroup)> = Vec::new();
         for (i, policy) in req.policies.iter().enumerate() {
@@ -155,16 +167,10 @@ impl RedisStore {
     /// Between the two, another request can see those units taken and be refused for them —
     /// never admitted beyond a limit — for one round trip.
     async fn check_across_hash_slots(&self, req: &CheckRequest<'_>) -> Result<Verdict, StoreError> {
-        let groups = HashHashSlotGroups::of(req);
-        let calls = groups.iter().map(|g| async move {
-            let sub = CheckRequest {
-                policies: &g.policies,
-                shadow: &g.shadow,
-                partitions: &g.partitions,
-                ..*req
-            };
-            self.check_one_hash_slot(&sub).await
-        });
+        let groups = HashSlotGroups::of(req);
+        let calls = groups
+            .iter()
+            .map(|g| async move { self.check_one_hash_slot(&g.request(req)).await });
         let results = futures::future::join_all(calls).await;
         let all_admitted = results.iter().all(|r| r.as_ref().is_ok_and(|v| v.admitted));
         let mut refunded = vec![false; groups.len()];
@@ -174,12 +180,7 @@ impl RedisStore {
                 if !verdict.admitted {
                     continue;
                 }
-                let sub = CheckRequest {
-                    policies: &g.policies,
-                    shadow: &g.shadow,
-                    partitions: &g.partitions,
-                    ..*req
-                };
+                let sub = g.request(req);
                 let committed = |i: usize| verdict.decisions[i].allowed;
                 let Some(invocation) =
                     self.scripts
@@ -224,21 +225,13 @@ impl RedisStore {
     /// slot on Redis Cluster.
     pub async fn refund(&self, req: &CheckRequest<'_>, at: u64) -> Result<(), StoreError> {
         let groups = match self.config.topology {
-            Topology::Cluster(_) => HashHashSlotGroups::of(req),
+            Topology::Cluster(_) => HashSlotGroups::of(req),
             _ => Vec::new(),
         };
         let subs: Vec<CheckRequest<'_>> = if groups.is_empty() {
             vec![*req]
         } else {
-            groups
-                .iter()
-                .map(|g| CheckRequest {
-                    policies: &g.policies,
-                    shadow: &g.shadow,
-                    partitions: &g.partitions,
-                    ..*req
-                })
-                .collect()
+            groups.iter().map(|g| g.request(req)).collect()
         };
         for sub in &subs {
             let prefix = &self.config.prefix;
