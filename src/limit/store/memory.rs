@@ -19,8 +19,9 @@
 //! account already being limited stays limited.
 
 use crate::clock::Clock;
+use crate::limit::algorithm::Concurrency;
 use crate::limit::algorithm::State;
-use crate::limit::sharded::Sharded;
+use crate::limit::sharded::{LockedMany, Sharded};
 use crate::limit::store::request::CheckRequest;
 use crate::limit::store::request::Partition;
 use crate::limit::{Decision, Policy, Scope, Verdict};
@@ -92,31 +93,66 @@ impl<C: Clock> MemoryStore<C> {
 
     /// Decides one request against its policies (`shadow[i]`: policy `i` never blocks), at
     /// the time it asks for (normally this store's clock). Policies of several partitions
-    /// (plan limits and keyed limits) are decided under all their locks at once.
+    /// (plan limits and keyed limits) are decided under all their locks at once: the state
+    /// each policy reads ([`touched`](Self::touched)), the decision ([`decide`], pure), and —
+    /// only if every enforced policy admits — the new state written back
+    /// ([`commit`](Self::commit)), as `check.lua` does in Redis.
     pub fn check(&self, req: &CheckRequest<'_>) -> Verdict {
-        let CheckRequest {
-            client,
-            route,
-            policies,
-            shadow,
-            cost,
-            at,
-            ..
-        } = *req;
-        let now = at.resolve(|| self.clock.now_ms());
-        let is_shadow = |i: usize| shadow.get(i).copied().unwrap_or(false);
-        let has_concurrency = policies.iter().any(Policy::is_concurrency);
+        let now = req.at.resolve(|| self.clock.now_ms());
+        let has_concurrency = req.policies.iter().any(Policy::is_concurrency);
         // Lock order: the in-flight table, then the shards (in index order).
         let mut in_flight = has_concurrency.then(|| {
             self.in_flight
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
         });
-        // The (partition, route) keys this request touches; `owner[i]` is policy i's.
+        let (keys, owners, overflow_of) = self.touched(req);
+        let mut locked = self.table.lock_many(&keys);
+        let owner = self.place(&locked, &keys, owners, &overflow_of);
+        let before: Vec<State> = req
+            .policies
+            .iter()
+            .enumerate()
+            .map(|(i, policy)| {
+                if policy.is_concurrency() {
+                    let n = in_flight
+                        .as_ref()
+                        .and_then(|t| t.get(&slot_key(req.client, req.route, policy)))
+                        .copied()
+                        .unwrap_or(0);
+                    return State::Concurrency(Concurrency { in_flight: n });
+                }
+                locked
+                    .get(owner[i], &keys[owner[i]])
+                    .and_then(|s| s.iter().find(|slot| slot.policy == *policy))
+                    .map_or_else(|| State::new(policy), |slot| slot.state.clone())
+            })
+            .collect();
+        let (admitted, decisions, next) = decide(req, &before, now);
+        if admitted {
+            let commit = Commit {
+                req,
+                keys: &keys,
+                owner: &owner,
+            };
+            commit.write(&mut locked, in_flight.as_deref_mut(), next);
+        }
+        Verdict {
+            admitted,
+            decisions,
+            at_ms: now,
+            from_lease: false,
+        }
+    }
+
+    /// The (partition, route) keys a request touches, the index of each policy's key, and
+    /// for each keyed partition the index of its shard's overflow partition (locked with it,
+    /// in case the shard is full).
+    fn touched(&self, req: &CheckRequest<'_>) -> (Vec<Key>, Vec<usize>, Vec<Option<usize>>) {
         let mut keys: Vec<Key> = Vec::with_capacity(1);
-        let mut owner: Vec<usize> = (0..policies.len())
+        let owner: Vec<usize> = (0..req.policies.len())
             .map(|i| {
-                let key = (Arc::clone(req.partition_of(i)), Arc::clone(route));
+                let key = (Arc::clone(req.partition_of(i)), Arc::clone(req.route));
                 match keys.iter().position(|k| *k == key) {
                     Some(at) => at,
                     None => {
@@ -126,26 +162,30 @@ impl<C: Clock> MemoryStore<C> {
                 }
             })
             .collect();
-        // Each keyed partition's overflow partition is locked with it, in case its shard is
-        // full: `overflow_of[k]` is key k's, for keyed keys.
-        let keyed: Vec<bool> = (0..keys.len())
-            .map(|k| {
-                let first = owner
-                    .iter()
-                    .position(|o| *o == k)
-                    .expect("every key has a policy");
-                matches!(req.partitions.get(first), Some(Partition::Keyed(_)))
-            })
-            .collect();
         let mut overflow_of: Vec<Option<usize>> = vec![None; keys.len()];
-        for k in 0..keyed.len() {
-            if keyed[k] {
+        for (k, overflow) in overflow_of.iter_mut().enumerate() {
+            let first = owner
+                .iter()
+                .position(|o| *o == k)
+                .expect("every key has a policy");
+            if matches!(req.partitions.get(first), Some(Partition::Keyed(_))) {
                 let shard = self.table.shard_index(&keys[k]);
-                keys.push((Arc::clone(&self.overflow[shard]), Arc::clone(route)));
-                overflow_of[k] = Some(keys.len() - 1);
+                keys.push((Arc::clone(&self.overflow[shard]), Arc::clone(req.route)));
+                *overflow = Some(keys.len() - 1);
             }
         }
-        let mut locked = self.table.lock_many(&keys);
+        (keys, owner, overflow_of)
+    }
+
+    /// Each policy's key, a new keyed partition arriving at a full shard moved to the
+    /// shard's overflow partition.
+    fn place(
+        &self,
+        locked: &LockedMany<'_, Key, Vec<Slot>>,
+        keys: &[Key],
+        mut owner: Vec<usize>,
+        overflow_of: &[Option<usize>],
+    ) -> Vec<usize> {
         let per_shard = self.keyed_per_shard.load(Ordering::Relaxed);
         for (k, overflow) in overflow_of.iter().enumerate() {
             let Some(overflow) = *overflow else { continue };
@@ -156,100 +196,7 @@ impl<C: Clock> MemoryStore<C> {
                     .for_each(|o| *o = overflow);
             }
         }
-        let current = |i: usize, policy: &Policy| -> State {
-            if policy.is_concurrency() {
-                let n = in_flight
-                    .as_ref()
-                    .and_then(|t| {
-                        t.get(&(
-                            Arc::clone(client),
-                            scope_route(policy, route),
-                            Arc::clone(&policy.name),
-                        ))
-                    })
-                    .copied()
-                    .unwrap_or(0);
-                return State::Concurrency(crate::limit::algorithm::Concurrency { in_flight: n });
-            }
-            locked
-                .get(owner[i], &keys[owner[i]])
-                .and_then(|s| s.iter().find(|slot| slot.policy == *policy))
-                .map_or_else(|| State::new(policy), |slot| slot.state.clone())
-        };
-        let before: Vec<State> = policies
-            .iter()
-            .enumerate()
-            .map(|(i, p)| current(i, p))
-            .collect();
-        let mut decisions: Vec<Decision> = Vec::with_capacity(policies.len());
-        let mut next: Vec<State> = Vec::with_capacity(policies.len());
-        for (policy, state) in policies.iter().zip(&before) {
-            let (decision, state) = state.decide(policy, now, cost);
-            decisions.push(decision);
-            next.push(state);
-        }
-        let admitted = decisions
-            .iter()
-            .enumerate()
-            .all(|(i, d)| d.allowed || is_shadow(i));
-        if admitted {
-            for (i, (policy, state)) in policies.iter().zip(next).enumerate() {
-                // A shadow policy that would have rejected is left as it was.
-                let state = if decisions[i].allowed {
-                    state
-                } else {
-                    before[i].clone()
-                };
-                match state {
-                    State::Concurrency(c) => {
-                        if let Some(table) = in_flight.as_mut() {
-                            table.insert(
-                                (
-                                    Arc::clone(client),
-                                    scope_route(policy, route),
-                                    Arc::clone(&policy.name),
-                                ),
-                                c.in_flight,
-                            );
-                        }
-                    }
-                    state => {
-                        let k = owner[i];
-                        match locked.get_mut(k, &keys[k]) {
-                            Some(slots) => match slots.iter_mut().find(|s| s.policy == *policy) {
-                                Some(slot) => slot.state = state,
-                                None => slots.push(Slot {
-                                    policy: policy.clone(),
-                                    state,
-                                }),
-                            },
-                            None => locked.insert(
-                                k,
-                                keys[k].clone(),
-                                vec![Slot {
-                                    policy: policy.clone(),
-                                    state,
-                                }],
-                            ),
-                        }
-                    }
-                }
-            }
-        } else {
-            // Nothing is committed: policies that would have admitted the request report
-            // their state as it stays (the same decision at cost 0).
-            for ((decision, policy), state) in decisions.iter_mut().zip(policies).zip(&before) {
-                if decision.allowed {
-                    *decision = state.decide(policy, now, 0).0;
-                }
-            }
-        }
-        Verdict {
-            admitted,
-            decisions,
-            at_ms: now,
-            from_lease: false,
-        }
+        owner
     }
 
     /// Gives back what `req` counted at `at` (a request admitted and then not served): the
@@ -280,11 +227,7 @@ impl<C: Clock> MemoryStore<C> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         for policy in policies.iter().filter(|p| p.is_concurrency()) {
-            let key = (
-                Arc::clone(client),
-                scope_route(policy, route),
-                Arc::clone(&policy.name),
-            );
+            let key = slot_key(client, route, policy);
             if let Some(n) = table.get_mut(&key) {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
@@ -310,6 +253,99 @@ impl<C: Clock> MemoryStore<C> {
                 .unwrap_or_else(PoisonError::into_inner)
                 .len()
     }
+}
+
+/// The decisions for `req`'s policies in their states `before` at `now`, and whether the
+/// request is admitted (every enforced policy admits; a dry run never blocks). Admitted: the
+/// states to write. Refused: nothing is written, and the policies that would have admitted
+/// report their state as it stays (the same decision at cost 0).
+fn decide(req: &CheckRequest<'_>, before: &[State], now: u64) -> (bool, Vec<Decision>, Vec<State>) {
+    let shadow = |i: usize| req.shadow.get(i).copied().unwrap_or(false);
+    let (mut decisions, next): (Vec<Decision>, Vec<State>) = req
+        .policies
+        .iter()
+        .zip(before)
+        .map(|(policy, state)| state.decide(policy, now, req.cost))
+        .unzip();
+    let admitted = decisions
+        .iter()
+        .enumerate()
+        .all(|(i, d)| d.allowed || shadow(i));
+    if !admitted {
+        for ((decision, policy), state) in decisions.iter_mut().zip(req.policies).zip(before) {
+            if decision.allowed {
+                *decision = state.decide(policy, now, 0).0;
+            }
+        }
+        return (false, decisions, Vec::new());
+    }
+    // A dry-run policy that would have rejected keeps its state.
+    let next = next
+        .into_iter()
+        .zip(&decisions)
+        .zip(before)
+        .map(|((state, d), was)| if d.allowed { state } else { was.clone() })
+        .collect();
+    (true, decisions, next)
+}
+
+/// Where an admitted request's new states go.
+struct Commit<'r, 'a> {
+    req: &'r CheckRequest<'a>,
+    keys: &'r [Key],
+    /// `owner[i]`: the index in `keys` of policy i's key.
+    owner: &'r [usize],
+}
+
+impl Commit<'_, '_> {
+    fn write(
+        &self,
+        locked: &mut LockedMany<'_, Key, Vec<Slot>>,
+        mut in_flight: Option<&mut HashMap<SlotKey, u64>>,
+        next: Vec<State>,
+    ) {
+        for (i, (policy, state)) in self.req.policies.iter().zip(next).enumerate() {
+            match state {
+                State::Concurrency(c) => {
+                    if let Some(table) = in_flight.as_mut() {
+                        table.insert(
+                            slot_key(self.req.client, self.req.route, policy),
+                            c.in_flight,
+                        );
+                    }
+                }
+                state => {
+                    let k = self.owner[i];
+                    match locked.get_mut(k, &self.keys[k]) {
+                        Some(slots) => match slots.iter_mut().find(|s| s.policy == *policy) {
+                            Some(slot) => slot.state = state,
+                            None => slots.push(Slot {
+                                policy: policy.clone(),
+                                state,
+                            }),
+                        },
+                        None => locked.insert(
+                            k,
+                            self.keys[k].clone(),
+                            vec![Slot {
+                                policy: policy.clone(),
+                                state,
+                            }],
+                        ),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A concurrency limit's counter: (client, route or "*", policy name).
+fn slot_key(client: &Arc<str>, route: &Arc<str>, policy: &Policy) -> SlotKey {
+    (
+        Arc::clone(client),
+        scope_route(policy, route),
+        Arc::clone(&policy.name),
+    )
 }
 
 #[cfg(test)]
