@@ -1,5 +1,5 @@
 //! Fuzz targets: the parsers that see untrusted bytes, each with the invariants it must keep.
-//! `fuzz/` drives them with libFuzzer (`make fuzz`); `tests/fuzz_replay.rs` replays the
+//! `fuzz/` drives them with libFuzzer (`make fuzz`); `tests/code/fuzz_replay.rs` replays the
 //! committed corpus and random inputs through the same functions in `make test`. A crash is
 //! a panic here.
 

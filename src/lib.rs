@@ -22,7 +22,7 @@
 //! ```
 //!
 //! Imports run one way, from the bottom: `clock`, `secret` ← `limit` ← `upstream` ← `chain` ←
-//! `ops` ← `control` ← `background` ← `proxy` ← `server` (`tests/layout.rs` checks it).
+//! `ops` ← `control` ← `background` ← `proxy` ← `server` (`tests/code/layout.rs` checks it).
 
 #![recursion_limit = "256"]
 

@@ -254,6 +254,18 @@ impl Gateway {
     /// Like [`start_with`](Self::start_with), with extra lines for the generated `[admin]`
     /// table (its listen address is set by the harness).
     pub fn start_full(server_extra: &str, admin_extra: &str, config: &str) -> Gateway {
+        Gateway::start_env(server_extra, admin_extra, config, &[])
+    }
+
+    /// Like [`start_full`](Self::start_full), with environment variables for the gateway
+    /// process (secrets read from `{ env = "NAME" }`): set on the child, never on the test
+    /// process, whose other threads read its environment.
+    pub fn start_env(
+        server_extra: &str,
+        admin_extra: &str,
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> Gateway {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port();
         let admin_port = free_port();
@@ -270,7 +282,8 @@ impl Gateway {
             Command::new(env!("CARGO_BIN_EXE_turnstile"))
                 .arg("--config")
                 .arg(&config_path)
-                .env("RUST_LOG", "info"),
+                .env("RUST_LOG", "info")
+                .envs(env.iter().copied()),
             dir.path().join("turnstile.log"),
         );
         wait_until(&format!("turnstile on port {port}"), || {

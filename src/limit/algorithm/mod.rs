@@ -2,7 +2,7 @@
 //!
 //! Everything is integer milliseconds and integer arithmetic, so the Lua scripts of the Redis
 //! store (which compute with doubles, exact below 2^53) can make bit-for-bit the same
-//! decisions; `tests/lua_agrees.rs` checks that on random sequences. Validation keeps every
+//! decisions; `tests/limits/lua_agrees.rs` checks that on random sequences. Validation keeps every
 //! intermediate product below [`MAX_PRODUCT`].
 //!
 //! One file per algorithm, each mirroring its Lua script in `lua/`:

@@ -1,0 +1,21 @@
+//! Rate limiting end to end: plan and keyed limits, concurrency and shadow limits, quota
+//! leasing, several gateways on one real Redis (single node, Cluster, Sentinel, TLS), the Lua
+//! scripts held to the Rust reference, Redis failing, stalling and coming back, load shedding.
+//!
+//! One test binary per area (each links the whole crate once); the shared harness is
+//! `tests/common/`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod concurrency_and_shadow;
+mod distributed;
+mod failure_modes;
+mod keyed;
+mod leasing;
+mod lua_agrees;
+mod plan_limits;
+mod redis_store;
+mod redis_transport;
+mod shedding;
+mod stalls;

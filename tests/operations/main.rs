@@ -1,0 +1,18 @@
+//! Running the gateway: the admin listener, configuration and its errors, hot reload,
+//! secrets, logs, traces, the Grafana dashboard, the container and the compose topology.
+//!
+//! One test binary per area (each links the whole crate once); the shared harness is
+//! `tests/common/`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod admin;
+mod compose;
+mod config;
+mod container;
+mod dashboard;
+mod logs;
+mod reload;
+mod secrets;
+mod tracing;

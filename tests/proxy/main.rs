@@ -1,0 +1,18 @@
+//! The gateway in front of real upstreams, over real HTTP/1, HTTP/2 and TLS: routing and what
+//! the upstream receives, hostile and ambiguous requests, the bounds on every wait, name
+//! resolution, TLS downstream and upstream.
+//!
+//! One test binary per area (each links the whole crate once); the shared harness is
+//! `tests/common/`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod bounds;
+mod bypass;
+mod dns;
+mod gateway;
+mod hostile;
+mod readings;
+mod tls;
+mod upstream_tls;
