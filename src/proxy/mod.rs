@@ -6,18 +6,24 @@
 //! new_ctx                  the live snapshot, loaded once for the whole request
 //! early_request_filter     request.rs   header deadline off, body timeout, keep-alive, pipelining
 //! request_filter           request.rs   request id, then the chain [0]–[5], then the upstream
-//!                                       pool's shedding gate [6] → our answer or on
+//!                                       pool's shedding gate [6] → our answer (─► logging) or on
 //! request_body_filter      request.rs   body size as it streams → 413
-//! upstream_peer            upstream.rs  a healthy server of the route's pool → 502
-//! fail_to_connect          upstream.rs  retry on the next server
-//! upstream_request_filter  upstream.rs  normalised path, X-Forwarded-For, X-Request-Id,
-//!                                       X-Client-Id, API key removed
+//! upstream_peer            upstream.rs  a healthy server of the route's pool → 502 (─► fail_to_proxy)
+//!   │ connect fails ─► fail_to_connect  upstream.rs  retry? ─ yes ─► upstream_peer again
+//!   │                                                      └ no ──► fail_to_proxy
+//! upstream_request_filter  upstream.rs  chain::forward: normalised path, X-Forwarded-For,
+//!                                       X-Request-Id, X-Client-Id, no API key
+//!   │ the request or response fails ─► fail_to_proxy
 //! upstream_response_filter upstream.rs  upstream latency (and the shedding controller's sample)
 //! upstream_response_body_filter          the pool's shedding place freed at the end
 //! response_filter          response.rs  X-Request-Id, RateLimit headers
-//! fail_to_proxy            response.rs  problem+json: 502 unreachable · 504 timeout
+//! fail_to_proxy            response.rs  problem+json: 502 unreachable · 504 timeout (─► logging)
 //! logging                  response.rs  metrics, access log, next request's header deadline
 //! ```
+//!
+//! (Pingora's `docs/user_guide/phase_chart.md` has the whole graph: its connect retries go
+//! back to `upstream_peer`, any failure after it to `fail_to_proxy`, every path ends in
+//! `logging`.)
 //!
 //! `conn/` wraps every accepted connection (the header deadline and idle end on HTTP/1, the
 //! frame deadlines on HTTP/2; Pingora's own refusals as problem+json).

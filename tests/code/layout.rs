@@ -21,7 +21,8 @@ const LAYERS: &[&str] = &[
     "fuzzing",
 ];
 
-/// Source files over this many lines hold more than one job (STYLE: split along the seam).
+/// Source files over this many lines hold more than one job: split them along the seam
+/// (ARCHITECTURE.md, "Layout").
 const MAX_LINES: usize = 600;
 
 fn src() -> PathBuf {

@@ -1,14 +1,17 @@
-//! The Redis store (`store.kind = "redis"` or `"redis_cluster"`): every limit of a request is
-//! decided by one call of one Lua script (`lua/`), atomically, on Redis's clock.
+//! The Redis store (`store.kind = "redis"`, `"redis_cluster"` or `"redis_sentinel"`): every
+//! limit of a request is decided by one call of one Lua script (`lua/`), atomically, on
+//! Redis's clock.
 //!
 //! - [`connection`]: one multiplexed connection per node and lane, made lazily, scripts
-//!   loaded once and called by SHA (a `NOSCRIPT` reply after a Redis restart reloads them).
+//!   loaded once and called by SHA (a `NOSCRIPT` reply after a Redis restart reloads them);
+//!   on Sentinel, the primary the sentinels name (asked again after a failover or a timeout).
+//! - `repair.rs`: the request connection made again as soon as it is known lost.
 //! - [`keys`]: key names, the client id as the Cluster hash tag.
 //! - [`scripts`]: which Lua files make each script, the arguments of each call, the typed
 //!   reading of each reply.
 //!
 //! Every call here is bounded by `store.timeout` (a renewal of a quota lease is bounded by
-//! its caller, which may wait longer: see `leasing.rs`).
+//! its caller, which may wait longer: see `lease/renewal.rs`).
 
 pub mod config;
 pub mod connection;
