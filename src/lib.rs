@@ -26,6 +26,17 @@
 
 #![recursion_limit = "256"]
 
+/// The version and the commit it was built from: `0.2.0 (1a2b3c4d5e6f)`.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("TURNSTILE_COMMIT"),
+    ")"
+);
+
+/// The commit the binary was built from (`unknown` outside a git checkout).
+pub const COMMIT: &str = env!("TURNSTILE_COMMIT");
+
 mod background;
 pub mod chain;
 pub mod clock;

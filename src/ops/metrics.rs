@@ -251,15 +251,15 @@ impl Metrics {
         let info = gauge_vec(
             &self.registry,
             "turnstile_build_info",
-            "The running build (value 1): its version and build profile",
-            &["version", "profile"],
+            "The running build (value 1): its version, the commit it was built from, and its build profile",
+            &["version", "commit", "profile"],
         );
         let profile = if cfg!(debug_assertions) {
             "debug"
         } else {
             "release"
         };
-        info.with_label_values(&[env!("CARGO_PKG_VERSION"), profile])
+        info.with_label_values(&[env!("CARGO_PKG_VERSION"), crate::COMMIT, profile])
             .set(1);
     }
 

@@ -380,8 +380,16 @@ pub fn metric_value(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 
 /// Runs the `turnstile` binary with arguments; returns (exit code, stdout, stderr).
 pub fn turnstile(args: &[&str]) -> (i32, String, String) {
+    turnstile_env(args, &[])
+}
+
+/// [`turnstile`] with environment variables set for it (and `TURNSTILE_CONFIG` unset unless
+/// given, so the test process's environment cannot choose the file).
+pub fn turnstile_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_turnstile"))
         .args(args)
+        .env_remove("TURNSTILE_CONFIG")
+        .envs(env.iter().copied())
         .output()
         .expect("run turnstile");
     (

@@ -8,6 +8,7 @@
 mod common;
 
 mod admin;
+mod cli;
 mod compose;
 mod config;
 mod container;

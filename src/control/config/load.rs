@@ -74,8 +74,33 @@ fn parse_file(text: &str) -> Result<FileConfig, Problem> {
 fn toml_problem(text: &str, path: &str, e: &toml::de::Error) -> Problem {
     Problem {
         path: path.to_owned(),
-        message: e.message().trim().to_owned(),
+        message: suggest(e.message().trim()),
         location: e.span().map(|span| line_column(text, span.start)),
+    }
+}
+
+/// serde's "unknown field `keepalive_timout`, expected one of `a`, `b`, …" (every field of
+/// the table) becomes "unknown field `keepalive_timout`: did you mean `keepalive_timeout`?"
+/// when one name is close (a typo), and keeps the list otherwise. Other messages pass as
+/// they are.
+fn suggest(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else {
+        return message.to_owned();
+    };
+    let Some((field, expected)) = rest.split_once("`, expected ") else {
+        return message.to_owned();
+    };
+    let names = expected
+        .trim_start_matches("one of ")
+        .split(", ")
+        .map(|n| n.trim_matches('`'));
+    let closest = names
+        .map(|name| (strsim::damerau_levenshtein(field, name), name))
+        .filter(|(distance, name)| *distance <= (name.len() / 4).clamp(1, 3))
+        .min_by_key(|(distance, _)| *distance);
+    match closest {
+        Some((_, name)) => format!("unknown field `{field}`: did you mean `{name}`?"),
+        None => message.to_owned(),
     }
 }
 
@@ -84,6 +109,25 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     (line, column)
+}
+
+#[cfg(test)]
+mod suggestion_tests {
+    use super::suggest;
+
+    #[test]
+    fn a_typo_is_answered_with_the_likely_name_and_anything_else_with_the_list() {
+        let serde = "unknown field `keepalive_timout`, expected one of `listen`, `keepalive_timeout`, `body_timeout`";
+        assert_eq!(
+            suggest(serde),
+            "unknown field `keepalive_timout`: did you mean `keepalive_timeout`?"
+        );
+        let far = "unknown field `database`, expected one of `url`, `prefix`";
+        assert_eq!(suggest(far), far);
+        let one = "unknown field `lmit`, expected `limit`";
+        assert_eq!(suggest(one), "unknown field `lmit`: did you mean `limit`?");
+        assert_eq!(suggest("invalid type: integer"), "invalid type: integer");
+    }
 }
 
 #[cfg(test)]
