@@ -3,14 +3,18 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps build demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls fuzz clean
+.PHONY: all deps deps-demo build demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls fuzz clean
 
 all: build
 
+# What the tests (and benches) need; deps-demo: only what building and the demo need.
 deps:
-	@scripts/install-deps.sh
+	@scripts/install-deps.sh test
 
-build: deps
+deps-demo:
+	@scripts/install-deps.sh demo
+
+build: deps-demo
 	$(CARGO) build --release --bins
 
 demo: build

@@ -15,7 +15,8 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
-for port in 9001 9002; do
+# The gateway (8080), its admin listener (9090) and the two upstreams (9001, 9002).
+for port in 8080 9090 9001 9002; do
   if (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then
     echo "error: port $port is already in use; stop whatever listens there first" >&2
     exit 1
@@ -25,12 +26,20 @@ done
 "$BIN/orders-api" --port 9001 --name orders-1 & pids+=($!)
 "$BIN/orders-api" --port 9002 --name orders-2 & pids+=($!)
 "$BIN/turnstile" check "$CONF"
-"$BIN/turnstile" --config "$CONF" & pids+=($!)
+"$BIN/turnstile" --config "$CONF" & gw=$!; pids+=($gw)
 
+# Ready when this gateway's admin listener answers (the ports were free before it started),
+# and not while the process is gone.
+ready=
 for _ in $(seq 100); do
-  (exec 3<>/dev/tcp/127.0.0.1/8080) 2>/dev/null && break
+  if ! kill -0 "$gw" 2>/dev/null; then
+    echo "error: turnstile exited at start (see its output above)" >&2
+    exit 1
+  fi
+  if curl -fsS -o /dev/null http://127.0.0.1:9090/healthz 2>/dev/null; then ready=1; break; fi
   sleep 0.1
 done
+[ -n "$ready" ] || { echo "error: turnstile did not become ready" >&2; exit 1; }
 
 cat <<'TXT'
 

@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
-# Installs what building and testing turnstile needs and this machine lacks:
-#   cmake        — Pingora's build
+# Installs what this machine lacks for `scripts/install-deps.sh demo` (building and the demo:
+# `make demo`, `make build`) or `test` (the default: everything `make test` and the benches
+# use as well):
+#   cmake        — Pingora's build (demo)
+#   curl         — the demo tour's client, the TLS and HTTP/2 tests' client (demo)
 #   redis-server — the tests start their own Redis servers
 #   redis-tools  — redis-cli, to create the test Redis Cluster
 #   haproxy      — the load balancer of the cluster topology test (scripts/cluster.sh)
-#   curl         — the TLS and HTTP/2 tests' client (with HTTP/2 support)
 #   openssl      — the TLS tests' `openssl s_client`
 #   python3      — the framework-reading test upstream (tests/upstreams/frameworks.py)
 # Uses apt-get when root (or via passwordless sudo); otherwise says what to install.
 set -euo pipefail
 
+set_=${1:-test}
+case "$set_" in demo|test) ;; *) echo "usage: $0 [demo|test]" >&2; exit 2 ;; esac
+
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
-command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
-command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
-command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 command -v curl >/dev/null 2>&1 || need+=(curl)
-command -v openssl >/dev/null 2>&1 || need+=(openssl)
-command -v python3 >/dev/null 2>&1 || need+=(python3)
+if [ "$set_" = test ]; then
+  command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+  command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+  command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
+  command -v openssl >/dev/null 2>&1 || need+=(openssl)
+  command -v python3 >/dev/null 2>&1 || need+=(python3)
+fi
 
 if ! command -v cargo >/dev/null 2>&1; then
   echo "error: cargo not found: install Rust first (https://rustup.rs), then re-run." >&2

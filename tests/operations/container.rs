@@ -14,12 +14,11 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The runtime stage of the Dockerfile: instruction → arguments, in order (continuation
-/// lines joined).
-fn runtime_stage() -> Vec<(String, String)> {
+/// The Dockerfile's instructions → arguments, in order (continuation lines joined).
+fn instructions() -> Vec<(String, String)> {
     let text = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
     let joined = text.replace("\\\n", " ");
-    let lines: Vec<(String, String)> = joined
+    joined
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
@@ -27,7 +26,12 @@ fn runtime_stage() -> Vec<(String, String)> {
             let (op, rest) = l.split_once(' ').unwrap_or((l, ""));
             (op.to_uppercase(), rest.trim().to_owned())
         })
-        .collect();
+        .collect()
+}
+
+/// The runtime stage of the Dockerfile.
+fn runtime_stage() -> Vec<(String, String)> {
+    let lines = instructions();
     let last_from = lines.iter().rposition(|(op, _)| op == "FROM").unwrap();
     lines[last_from..].to_vec()
 }
