@@ -8,7 +8,8 @@
 #   redis-tools  — redis-cli, to create the test Redis Cluster
 #   haproxy      — the load balancer of the cluster topology test (scripts/cluster.sh)
 #   openssl      — the TLS tests' `openssl s_client`
-#   python3      — the framework-reading test upstream (tests/upstreams/frameworks.py)
+#   python3      — the framework-reading test upstream (tests/upstreams/frameworks.py), and
+#                  (python3-venv) the Kubernetes manifests' validator, from PyPI
 # Uses apt-get when root (or via passwordless sudo); otherwise says what to install.
 set -euo pipefail
 
@@ -25,6 +26,8 @@ if [ "$set_" = test ]; then
   command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
   command -v openssl >/dev/null 2>&1 || need+=(openssl)
   command -v python3 >/dev/null 2>&1 || need+=(python3)
+  # The Kubernetes manifests' test installs its validator into a virtual environment.
+  python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -13,6 +13,7 @@ mod compose;
 mod config;
 mod container;
 mod dashboard;
+mod kubernetes;
 mod logs;
 mod reload;
 mod secrets;

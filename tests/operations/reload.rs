@@ -416,3 +416,53 @@ fn with_watching_off_a_change_on_disk_waits_for_an_explicit_reload() {
     wait_until("the SIGHUP reload", || gw.config_version() == 2);
     assert_eq!(probe(&gw, &probe_key(1)), 200);
 }
+
+/// A Kubernetes ConfigMap (or Secret) volume, as the kubelet lays it out and updates it: the
+/// file is a symlink into `..data`, itself a symlink to a timestamped directory, and an update
+/// writes a new directory and swaps `..data` in one rename. The watcher follows the swap.
+#[test]
+fn a_configmap_style_symlink_swap_is_picked_up() {
+    use std::os::unix::fs::symlink;
+    let up = Upstream::start("a");
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = (common::free_port(), common::free_port());
+    let text = |limit: u64| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\npid_file = \"{d}/pid\"\nupgrade_sock = \"{d}/sock\"\n\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n[upstreams.u]\nservers = [\"{}\"]\n\n[[routes]]\nname = \"r\"\npath_prefix = \"/\"\nupstream = \"u\"\nip_limit = {{ rate = \"{limit}/h\" }}\n",
+            up.addr(),
+            d = dir.path().display()
+        )
+    };
+    let version = |name: &str, limit: u64| {
+        let v = dir.path().join(name);
+        std::fs::create_dir(&v).unwrap();
+        std::fs::write(v.join("turnstile.toml"), text(limit)).unwrap();
+    };
+    version("..2026_12_01_00_00_00.1", 1000);
+    symlink("..2026_12_01_00_00_00.1", dir.path().join("..data")).unwrap();
+    symlink("..data/turnstile.toml", dir.path().join("turnstile.toml")).unwrap();
+    let mut gw = common::Proc::spawn(
+        "turnstile (configmap)",
+        std::process::Command::new(env!("CARGO_BIN_EXE_turnstile"))
+            .arg("--config")
+            .arg(dir.path().join("turnstile.toml")),
+        dir.path().join("gw.log"),
+    );
+    wait_until("the gateway", || {
+        gw.assert_running();
+        common::port_open(port) && common::port_open(admin)
+    });
+    let version_of = || http::get(admin, "/config").json()["version"].as_u64();
+    assert_eq!(version_of(), Some(1));
+    // The kubelet's update: a new directory, `..data` swapped to it in one rename, the old
+    // one removed.
+    version("..2026_12_01_00_01_00.2", 2000);
+    symlink("..2026_12_01_00_01_00.2", dir.path().join("..data_tmp")).unwrap();
+    std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
+    std::fs::remove_dir_all(dir.path().join("..2026_12_01_00_00_00.1")).unwrap();
+    wait_until("the swapped file to be applied", || version_of() == Some(2));
+    let policy = http::get(port, "/x")
+        .header("ratelimit-policy")
+        .map(str::to_owned);
+    assert_eq!(policy.as_deref(), Some("\"ip\";q=2000;w=3600"));
+}
