@@ -206,7 +206,8 @@ fn shedding(c: &mut Criterion) {
 /// encoded at its end (the encoding runs on the export thread).
 fn tracing(c: &mut Criterion) {
     use std::time::{Duration, Instant};
-    use turnstile::trace::export::{encode, ExportSettings};
+    use turnstile::trace::export::ExportSettings;
+    use turnstile::trace::otlp::{encode, request, Compression, Protocol};
     use turnstile::trace::span::Facts;
     use turnstile::trace::{begin, ParentBased, TraceSettings};
     let settings = |ratio: f64| TraceSettings {
@@ -216,6 +217,10 @@ fn tracing(c: &mut Criterion) {
         export: ExportSettings {
             endpoint: "http://127.0.0.1:4318/v1/traces".into(),
             shown_endpoint: "http://127.0.0.1:4318/v1/traces".into(),
+            protocol: turnstile::trace::otlp::Protocol::Json,
+            compression: turnstile::trace::otlp::Compression::None,
+            headers: Vec::new(),
+            ca_pem: None,
             service_name: "bench".into(),
             queue: 1,
             batch: 1,
@@ -259,8 +264,20 @@ fn tracing(c: &mut Criterion) {
     });
     let spans = trace.finish(&facts);
     c.bench_function("trace/encode 4 spans as OTLP JSON (export thread)", |b| {
-        b.iter(|| encode("bench", black_box(&spans)))
+        b.iter(|| {
+            let r = request("bench", black_box(&spans));
+            encode(&r, Protocol::Json, Compression::None)
+        })
     });
+    c.bench_function(
+        "trace/encode 4 spans as OTLP protobuf (export thread)",
+        |b| {
+            b.iter(|| {
+                let r = request("bench", black_box(&spans));
+                encode(&r, Protocol::Protobuf, Compression::None)
+            })
+        },
+    );
 }
 
 criterion_group!(

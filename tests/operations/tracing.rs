@@ -334,3 +334,95 @@ fn the_collectors_password_never_reaches_the_log() {
     let config = gw.admin("/config").text();
     assert!(!config.contains("pw-do-not-log-7f3a"), "{config}");
 }
+
+/// A collector as hosted ones are: https with its own CA, an API key in a header, protobuf,
+/// gzip — configured in the file (the key a secret from the environment) or entirely through
+/// the standard OTEL_* variables.
+#[test]
+fn spans_reach_an_https_collector_that_wants_a_header_as_protobuf_or_json() {
+    use common::otlp::Options;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = common::tls::Ca::new();
+    let ca_file = ca.write_ca(dir.path());
+    let cert = ca.issue(dir.path(), "collector", "collector", &["127.0.0.1"]);
+    const COLLECTOR_KEY: &str = "collector-key-do-not-log-5f2c";
+    let receiver = OtlpReceiver::start_with(Options {
+        tls: Some((&cert.cert, &cert.key)),
+        require: Some(("x-collector-key", COLLECTOR_KEY)),
+    });
+    let redis = RedisServer::start();
+    let up = Upstream::start("orders");
+    let from_file = format!(
+        "[tracing]\nendpoint = \"{}\"\nca_file = \"{}\"\ncompression = \"gzip\"\nexport_interval = \"50ms\"\nheaders = {{ \"x-collector-key\" = {{ env = \"OTLP_COLLECTOR_KEY\" }} }}",
+        receiver.endpoint(),
+        ca_file.display()
+    );
+    let gw = Gateway::start_env(
+        "",
+        "",
+        &config(&up, &redis, &from_file),
+        &[("OTLP_COLLECTOR_KEY", COLLECTOR_KEY)],
+    );
+    assert_eq!(gw.get_with("/echo/a", &[("X-Api-Key", KEY)]).status, 200);
+    wait_until("spans at the https collector", || {
+        !receiver.spans().is_empty()
+    });
+    let first = &receiver.received()[0];
+    assert_eq!(first.content_type, "application/x-protobuf");
+    assert_eq!(first.content_encoding.as_deref(), Some("gzip"));
+    assert_eq!(receiver.refused(), 0);
+    let shown = gw.admin("/config").text();
+    assert!(!shown.contains(COLLECTOR_KEY), "{shown}");
+    assert!(
+        shown.contains("x-collector-key"),
+        "the header's name is shown: {shown}"
+    );
+    drop(gw);
+    // The same collector through the standard variables alone, as JSON.
+    let before = receiver.received().len();
+    let port = receiver.endpoint().replace("/v1/traces", "");
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", port.as_str()),
+        (
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "x-collector-key=collector-key-do-not-log-5f2c",
+        ),
+        ("OTEL_EXPORTER_OTLP_CERTIFICATE", ca_file.to_str().unwrap()),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+        ("OTEL_SERVICE_NAME", "edge-from-env"),
+    ];
+    let gw = Gateway::start_env(
+        "",
+        "",
+        &config(&up, &redis, "[tracing]\nexport_interval = \"50ms\""),
+        &env,
+    );
+    assert_eq!(gw.get_with("/echo/b", &[("X-Api-Key", KEY)]).status, 200);
+    wait_until("spans sent as configured by the environment", || {
+        receiver.received().len() > before
+    });
+    let last = receiver.received().pop().unwrap();
+    assert_eq!(last.content_type, "application/json");
+    assert_eq!(
+        last.body["resourceSpans"][0]["resource"]["attributes"][0]["value"]["stringValue"],
+        "edge-from-env"
+    );
+    // A wrong key: the collector refuses, the spans are counted as dropped, the key is in
+    // no log line.
+    drop(gw);
+    let gw = Gateway::start_env(
+        "",
+        "",
+        &config(&up, &redis, &from_file),
+        &[("OTLP_COLLECTOR_KEY", "the-wrong-key-1234")],
+    );
+    assert_eq!(gw.get_with("/echo/c", &[("X-Api-Key", KEY)]).status, 200);
+    wait_until("the refused export to be counted", || {
+        gw.metric(
+            "turnstile_trace_spans_total",
+            &[("result", "dropped_export")],
+        ) >= 1.0
+    });
+    assert!(receiver.refused() >= 1);
+    assert!(!gw.proc.log_text().contains("the-wrong-key-1234"));
+}

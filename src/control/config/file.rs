@@ -52,8 +52,17 @@ pub enum ParentBasedFile {
 pub struct TracingFile {
     /// `false` turns it off while keeping the table (default `true`).
     pub enabled: Option<bool>,
-    /// The collector's OTLP/HTTP traces endpoint, `http://host:4318/v1/traces`.
-    pub endpoint: String,
+    /// The collector's OTLP/HTTP traces endpoint, `http(s)://host:4318/v1/traces` (default:
+    /// from `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub endpoint: Option<String>,
+    /// `"http/protobuf"` (default) or `"http/json"`.
+    pub protocol: Option<String>,
+    /// `"gzip"` or `"none"` (default).
+    pub compression: Option<String>,
+    /// Headers sent with every export (a hosted collector's API key): name = secret.
+    pub headers: Option<std::collections::BTreeMap<String, super::units::SecretSource>>,
+    /// CA certificates (PEM) an https collector is verified against (default: Mozilla's).
+    pub ca_file: Option<String>,
     pub service_name: Option<String>,
     /// Share of new traces recorded (0 to 1).
     pub sample_ratio: Option<f64>,

@@ -50,6 +50,11 @@ pub fn render(config: &Config) -> Value {
         "store": store(&config.store),
         "tracing": config.tracing.as_ref().map(|t| json!({
             "endpoint": redact_url(&t.export.endpoint),
+            "protocol": t.export.protocol.as_str(),
+            "compression": t.export.compression.as_str(),
+            // Names only: the values are secrets.
+            "headers": t.export.headers.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>(),
+            "ca_file": if t.export.ca_pem.is_some() { "set" } else { "not set" },
             "service_name": t.export.service_name,
             "sample_ratio": t.sample_ratio,
             "parent_based": t.parent_based.as_str(),

@@ -1,23 +1,31 @@
-//! Spans leave the process in OTLP/HTTP JSON (`POST /v1/traces`), from a thread of their own:
-//! requests hand their finished spans to a bounded queue and never wait; when the queue is
-//! full the spans are dropped and counted. The thread sends a batch when it holds `batch`
-//! spans or `interval` has passed, and gives up on a call after `timeout` (its spans are
-//! counted as dropped; the collector being down never slows requests).
+//! Spans leave the process over OTLP/HTTP (`POST /v1/traces`, protobuf or JSON, optionally
+//! gzipped, over http or https, with the headers a collector asks for), from a thread of
+//! their own: requests hand their finished spans to a bounded queue and never wait; when the
+//! queue is full the spans are dropped and counted. The thread sends a batch when it holds
+//! `batch` spans or `interval` has passed, and gives up on a call after `timeout` (its spans
+//! are counted as dropped; the collector being down never slows requests).
 
-use super::span::{AttrValue, Span};
+use super::otlp::{self, Compression, Protocol};
+use super::span::Span;
+use crate::secret::Secret;
 use prometheus::IntCounter;
-use serde::ser::{SerializeMap, Serializer};
-use serde::Serialize;
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExportSettings {
-    /// `http://host:port/v1/traces`.
+    /// `http(s)://host:port/v1/traces`.
     pub endpoint: String,
     /// The endpoint as logs show it (credentials redacted).
     pub shown_endpoint: String,
     pub service_name: String,
+    pub protocol: Protocol,
+    pub compression: Compression,
+    /// Sent with every call (an API key a hosted collector wants): name, value.
+    pub headers: Vec<(String, Secret)>,
+    /// The CA certificates (PEM) an https collector is verified against; `None`: Mozilla's
+    /// roots (webpki-roots).
+    pub ca_pem: Option<Vec<u8>>,
     /// Most requests' spans waiting to be sent.
     pub queue: usize,
     /// Most spans per call.
@@ -64,12 +72,57 @@ impl Exporter {
     }
 }
 
-fn export_loop(receiver: Receiver<Vec<Span>>, settings: ExportSettings, counters: ExportCounters) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+/// The HTTP client of the export thread: the call timeout, error statuses as errors, and
+/// for https the configured CA (or Mozilla's roots).
+fn agent(settings: &ExportSettings) -> ureq::Agent {
+    use ureq::tls::{Certificate, RootCerts, TlsConfig};
+    let roots = match &settings.ca_pem {
+        Some(pem) => {
+            let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(pem)
+                .filter_map(|item| match item {
+                    Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                    _ => None,
+                })
+                .collect();
+            RootCerts::new_with_certs(&certs)
+        }
+        None => RootCerts::WebPki,
+    };
+    ureq::Agent::config_builder()
         .timeout_global(Some(settings.timeout))
         .http_status_as_error(true)
+        .tls_config(TlsConfig::builder().root_certs(roots).build())
         .build()
-        .into();
+        .into()
+}
+
+/// One call with one batch.
+fn send(agent: &ureq::Agent, settings: &ExportSettings, spans: &[Span]) -> Result<(), String> {
+    let request = otlp::request(&settings.service_name, spans);
+    let body = otlp::encode(&request, settings.protocol, settings.compression);
+    let mut call = agent
+        .post(&settings.endpoint)
+        .header("Content-Type", settings.protocol.content_type());
+    if settings.compression == Compression::Gzip {
+        call = call.header("Content-Encoding", "gzip");
+    }
+    for (name, value) in &settings.headers {
+        call = call.header(name, value.expose());
+    }
+    call.send(&body[..]).map(|_| ()).map_err(|e| {
+        // The error may quote the URL: never its credentials, nor a header's value.
+        let mut text = e
+            .to_string()
+            .replace(&settings.endpoint, &settings.shown_endpoint);
+        for (_, value) in &settings.headers {
+            text = text.replace(value.expose(), "***");
+        }
+        text
+    })
+}
+
+fn export_loop(receiver: Receiver<Vec<Span>>, settings: ExportSettings, counters: ExportCounters) {
+    let agent = agent(&settings);
     let mut pending: Vec<Span> = Vec::new();
     let mut due = Instant::now() + settings.interval;
     let mut last_error_log: Option<Instant> = None;
@@ -88,19 +141,10 @@ fn export_loop(receiver: Receiver<Vec<Span>>, settings: ExportSettings, counters
             while !pending.is_empty() {
                 let take = pending.len().min(settings.batch.max(1));
                 let batch: Vec<Span> = pending.drain(..take).collect();
-                let body = encode(&settings.service_name, &batch);
-                let sent = agent
-                    .post(&settings.endpoint)
-                    .header("Content-Type", "application/json")
-                    .send(&body[..]);
-                match sent {
-                    Ok(_) => counters.exported.inc_by(batch.len() as u64),
+                match send(&agent, &settings, &batch) {
+                    Ok(()) => counters.exported.inc_by(batch.len() as u64),
                     Err(e) => {
                         counters.dropped_export.inc_by(batch.len() as u64);
-                        // The error may quote the URL: never its credentials.
-                        let e = e
-                            .to_string()
-                            .replace(&settings.endpoint, &settings.shown_endpoint);
                         let quiet =
                             last_error_log.is_some_and(|t| t.elapsed() < Duration::from_secs(10));
                         if !quiet {
@@ -125,131 +169,11 @@ fn export_loop(receiver: Receiver<Vec<Span>>, settings: ExportSettings, counters
     }
 }
 
-/// An OTLP `ExportTraceServiceRequest` in the protocol's JSON mapping (ids in hex, enums as
-/// numbers, 64-bit integers as strings), serialized straight from the spans.
-pub fn encode(service_name: &str, spans: &[Span]) -> Vec<u8> {
-    let version = AttrValue::from(env!("CARGO_PKG_VERSION"));
-    let service = AttrValue::from(service_name);
-    let request = Request {
-        resource_spans: [ResourceSpans {
-            resource: Resource {
-                attributes: [
-                    Attribute {
-                        key: "service.name",
-                        value: &service,
-                    },
-                    Attribute {
-                        key: "service.version",
-                        value: &version,
-                    },
-                ],
-            },
-            scope_spans: [ScopeSpans {
-                scope: Scope {
-                    name: "turnstile",
-                    version: env!("CARGO_PKG_VERSION"),
-                },
-                spans: spans.iter().map(OtlpSpan).collect(),
-            }],
-        }],
-    };
-    serde_json::to_vec(&request).expect("spans serialize")
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Request<'a> {
-    resource_spans: [ResourceSpans<'a>; 1],
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ResourceSpans<'a> {
-    resource: Resource<'a>,
-    scope_spans: [ScopeSpans<'a>; 1],
-}
-
-#[derive(Serialize)]
-struct Resource<'a> {
-    attributes: [Attribute<'a>; 2],
-}
-
-#[derive(Serialize)]
-struct ScopeSpans<'a> {
-    scope: Scope,
-    spans: Vec<OtlpSpan<'a>>,
-}
-
-#[derive(Serialize)]
-struct Scope {
-    name: &'static str,
-    version: &'static str,
-}
-
-struct Attribute<'a> {
-    key: &'a str,
-    value: &'a AttrValue,
-}
-
-impl Serialize for Attribute<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        struct Value<'a>(&'a AttrValue);
-        impl Serialize for Value<'_> {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let mut m = s.serialize_map(Some(1))?;
-                match self.0 {
-                    AttrValue::Str(v) => m.serialize_entry("stringValue", &**v)?,
-                    AttrValue::Int(i) => m.serialize_entry("intValue", &i.to_string())?,
-                }
-                m.end()
-            }
-        }
-        let mut m = s.serialize_map(Some(2))?;
-        m.serialize_entry("key", self.key)?;
-        m.serialize_entry("value", &Value(self.value))?;
-        m.end()
-    }
-}
-
-struct OtlpSpan<'a>(&'a Span);
-
-impl Serialize for OtlpSpan<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        struct Status(bool);
-        impl Serialize for Status {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let mut m = s.serialize_map(Some(1))?;
-                m.serialize_entry("code", &if self.0 { 2 } else { 0 })?;
-                m.end()
-            }
-        }
-        let span = self.0;
-        let attributes: Vec<Attribute<'_>> = span
-            .attributes
-            .iter()
-            .map(|(key, value)| Attribute { key, value })
-            .collect();
-        let mut m = s.serialize_map(None)?;
-        m.serialize_entry("traceId", &span.trace_id.to_hex())?;
-        m.serialize_entry("spanId", &span.span_id.to_hex())?;
-        if let Some(parent) = span.parent {
-            m.serialize_entry("parentSpanId", &parent.to_hex())?;
-        }
-        m.serialize_entry("name", &span.name)?;
-        m.serialize_entry("kind", &(span.kind as u8))?;
-        m.serialize_entry("startTimeUnixNano", &span.start_unix_ns.to_string())?;
-        m.serialize_entry("endTimeUnixNano", &span.end_unix_ns.to_string())?;
-        m.serialize_entry("attributes", &attributes)?;
-        m.serialize_entry("status", &Status(span.error))?;
-        m.end()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ops::trace::context::{new_span_id, new_trace_id};
-    use crate::ops::trace::span::SpanKind;
+    use crate::ops::trace::span::{AttrValue, SpanKind};
 
     fn span() -> Span {
         Span {
@@ -263,23 +187,6 @@ mod tests {
             attributes: vec![("http.response.status_code", AttrValue::Int(200))],
             error: false,
         }
-    }
-
-    #[test]
-    fn spans_are_encoded_in_the_otlp_json_mapping() {
-        let s = span();
-        let v: serde_json::Value =
-            serde_json::from_slice(&encode("gw", std::slice::from_ref(&s))).unwrap();
-        let out = &v["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
-        assert_eq!(out["traceId"], s.trace_id.to_hex());
-        assert_eq!(out["kind"], 2);
-        assert_eq!(out["startTimeUnixNano"], "1");
-        assert_eq!(out["attributes"][0]["value"]["intValue"], "200");
-        assert!(out.get("parentSpanId").is_none());
-        assert_eq!(
-            v["resourceSpans"][0]["resource"]["attributes"][0]["value"]["stringValue"],
-            "gw"
-        );
     }
 
     #[test]

@@ -12,6 +12,7 @@
 mod budget;
 pub mod context;
 pub mod export;
+pub mod otlp;
 pub mod span;
 
 use self::context::{acceptable_tracestate, new_trace_id, parse_traceparent, sampled};
@@ -141,6 +142,10 @@ mod tests {
             export: ExportSettings {
                 endpoint: "http://127.0.0.1:4318/v1/traces".into(),
                 shown_endpoint: "http://127.0.0.1:4318/v1/traces".into(),
+                protocol: otlp::Protocol::Protobuf,
+                compression: otlp::Compression::None,
+                headers: Vec::new(),
+                ca_pem: None,
                 service_name: "t".into(),
                 queue: 1,
                 batch: 1,
