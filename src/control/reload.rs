@@ -11,6 +11,7 @@
 //! upgrade socket, grace periods, keep-alive pool size) keep their running value and are
 //! reported as needing a restart — see the README on graceful upgrades.
 
+use crate::control::config::restart::keep_restart_only_settings;
 use crate::control::config::{Config, ConfigError};
 use crate::control::snapshot::{Snapshot, SnapshotHandle};
 use crate::ops::access_log::AccessLog;
@@ -259,77 +260,9 @@ impl Reloader {
     }
 }
 
-/// Copies the settings a running process cannot change into `new` and returns the TOML
-/// paths of those that differed.
-pub fn keep_restart_only_settings(new: &mut Config, running: &Config) -> Vec<String> {
-    let mut pending = Vec::new();
-    macro_rules! keep {
-        ($($field:ident).+, $path:expr) => {
-            if new.$($field).+ != running.$($field).+ {
-                pending.push($path.to_owned());
-                new.$($field).+ = running.$($field).+.clone();
-            }
-        };
-    }
-    keep!(server.listen, "server.listen");
-    keep!(server.threads, "server.threads");
-    keep!(server.pid_file, "server.pid_file");
-    keep!(server.upgrade_sock, "server.upgrade_sock");
-    keep!(server.grace_period, "server.grace_period");
-    keep!(
-        server.graceful_shutdown_timeout,
-        "server.graceful_shutdown_timeout"
-    );
-    keep!(
-        server.upstream_keepalive_pool_size,
-        "server.upstream_keepalive_pool_size"
-    );
-    keep!(server.work_stealing, "server.work_stealing");
-    keep!(admin.listen, "admin.listen");
-    keep!(server.log_format, "server.log_format");
-    keep!(tracing, "tracing");
-    keep!(server.h2c, "server.h2c");
-    // The TLS listener's address and ALPN are fixed at start; its certificates are not.
-    match (&mut new.server.tls, &running.server.tls) {
-        (Some(new_tls), Some(old)) => {
-            if new_tls.listen != old.listen {
-                pending.push("server.tls.listen".to_owned());
-                new_tls.listen = old.listen;
-            }
-            if new_tls.h2 != old.h2 {
-                pending.push("server.tls.h2".to_owned());
-                new_tls.h2 = old.h2;
-            }
-        }
-        (None, None) => {}
-        (new_tls, old) => {
-            pending.push("server.tls".to_owned());
-            *new_tls = old.clone();
-        }
-    }
-    pending
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const BASE: &str = "[upstreams.u]\nservers = [\"127.0.0.1:1\"]\n[[routes]]\nname = \"r\"\npath_prefix = \"/\"\nupstream = \"u\"\n";
-
-    #[test]
-    fn restart_only_settings_keep_their_running_value_and_are_reported() {
-        let running = Config::parse(&format!(
-            "[server]\nlisten = \"127.0.0.1:8080\"\nthreads = 2\n{BASE}"
-        ))
-        .unwrap();
-        let mut new = Config::parse(&format!("[server]\nlisten = \"127.0.0.1:9999\"\nthreads = 2\n[admin]\nlisten = \"127.0.0.1:7777\"\n{BASE}")).unwrap();
-        let pending = keep_restart_only_settings(&mut new, &running);
-        assert_eq!(pending, ["server.listen", "admin.listen"]);
-        assert_eq!(new.server.listen, running.server.listen);
-        assert_eq!(new.admin.listen, running.admin.listen);
-        let mut same = running.clone();
-        assert!(keep_restart_only_settings(&mut same, &running).is_empty());
-    }
 
     #[test]
     fn hashes_are_short_hex_of_the_content() {

@@ -8,6 +8,9 @@ pub mod error;
 pub mod file;
 mod load;
 pub mod model;
+#[cfg(test)]
+mod reference;
+pub mod restart;
 pub mod units;
 mod validate;
 pub mod view;
