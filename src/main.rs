@@ -7,8 +7,9 @@
 //! ```
 //!
 //! Exit codes: 0 ran and stopped cleanly / the file is valid; 2 the configuration cannot be
-//! read or is invalid (every problem with its TOML path on stderr); 1 anything else (a
-//! listener that cannot bind, a Pingora setting file that does not load).
+//! read or is invalid (every problem with its TOML path on stderr), or the command line is
+//! wrong (clap's usage error); 1 anything else (a listener that cannot bind, a Pingora
+//! setting file that does not load).
 
 use clap::{Parser, Subcommand};
 use pingora::server::configuration::Opt;
@@ -32,7 +33,8 @@ const DEFAULT_CONFIG: &str = "/etc/turnstile/turnstile.toml";
     long_about = None,
     after_help = "\
 Exit codes: 0 stopped cleanly, or (check) the configuration is valid; 2 the configuration \
-cannot be read or is invalid (each problem with its TOML path); 1 any other failure.
+cannot be read or is invalid (each problem with its TOML path), or the command line is \
+wrong; 1 any other failure.
 
 Signals: SIGHUP reloads the configuration; SIGTERM shuts down gracefully; SIGQUIT hands \
 the listeners to a new process started with --upgrade; SIGINT stops at once.

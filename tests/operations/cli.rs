@@ -95,6 +95,10 @@ fn help_and_version_are_turnstiles() {
         .trim_start_matches(&version)
         .trim_end_matches(')');
     assert!(!commit.is_empty(), "{out}");
+    // A wrong command line is a usage error: exit 2, with the usage.
+    let (code, _, err) = turnstile(&["--conf", "x.yaml"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("Usage: turnstile"), "{err}");
 }
 
 #[test]
