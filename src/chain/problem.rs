@@ -6,7 +6,7 @@ use serde::Serialize;
 
 pub const CONTENT_TYPE: &str = "application/problem+json";
 
-/// Problem type URIs are identifiers under this base (documented in the README); they need
+/// Problem type URIs are identifiers under this base (documented in `docs/problems.md`); they need
 /// not be dereferenceable.
 pub const TYPE_BASE: &str = "https://turnstile.dev/problems/";
 
@@ -185,5 +185,50 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["detail"], "bad \"quote\"\n");
         assert!(v.get("request_id").is_none());
+    }
+
+    /// docs/problems.md has a row for each kind: its status and its type.
+    #[test]
+    fn every_kind_is_documented() {
+        let docs = include_str!("../../docs/problems.md");
+        // Exhaustive: a new kind does not compile here until it is listed.
+        let listed = |k: Kind| match k {
+            Kind::BadRequest
+            | Kind::Unauthorized
+            | Kind::RouteNotFound
+            | Kind::MethodNotAllowed
+            | Kind::PayloadTooLarge
+            | Kind::UriTooLong
+            | Kind::HeadersTooLarge
+            | Kind::QuotaExceeded
+            | Kind::LimiterUnavailable
+            | Kind::NoHealthyUpstream
+            | Kind::Overloaded
+            | Kind::UpstreamUnavailable
+            | Kind::UpstreamTimeout
+            | Kind::Internal
+            | Kind::Other(_) => k,
+        };
+        let kinds = [
+            Kind::BadRequest,
+            Kind::Unauthorized,
+            Kind::RouteNotFound,
+            Kind::MethodNotAllowed,
+            Kind::PayloadTooLarge,
+            Kind::UriTooLong,
+            Kind::HeadersTooLarge,
+            Kind::QuotaExceeded,
+            Kind::LimiterUnavailable,
+            Kind::NoHealthyUpstream,
+            Kind::Overloaded,
+            Kind::UpstreamUnavailable,
+            Kind::UpstreamTimeout,
+            Kind::Internal,
+        ];
+        for kind in kinds.map(listed) {
+            let row = format!("| {} | `{}` |", kind.status(), kind.slug());
+            assert!(docs.contains(&row), "docs/problems.md lacks {row}");
+        }
+        assert!(docs.contains(&format!("| other | `{}` |", Kind::Other(418).slug())));
     }
 }

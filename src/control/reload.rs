@@ -9,7 +9,7 @@
 //! configuration stays, the error (with its TOML path) is logged, returned to `POST /reload`
 //! and counted. Settings that only take effect at start (listen addresses, threads, pid file,
 //! upgrade socket, grace periods, keep-alive pool size) keep their running value and are
-//! reported as needing a restart — see the README on graceful upgrades.
+//! reported as needing a restart — see docs/operations.md on graceful upgrades.
 
 use crate::control::config::restart::keep_restart_only_settings;
 use crate::control::config::{Config, ConfigError};

@@ -51,8 +51,8 @@ pub struct Record {
     pub status: u16,
     pub client_id: Option<Arc<str>>,
     pub client_ip: Option<IpAddr>,
-    /// What the limiter did (see README): `allowed`, `rejected`, `unauthorized`,
-    /// `degraded_open`, `degraded_closed`, `local_fallback`, `not_limited`.
+    /// What the limiter did: an [`Outcome`](crate::chain::admission::Outcome) by name
+    /// (`docs/observability.md` lists them).
     pub decision: &'static str,
     /// The limit that refused the request, by name (never its key).
     pub limited_by: Option<Arc<str>>,
@@ -329,5 +329,53 @@ mod tests {
         assert_eq!(v["client_id"], "ada");
         assert_eq!(v["decision"], "allowed");
         assert_eq!(v["status"], 200);
+    }
+
+    /// `docs/observability.md`'s access-log table names every field a line has, and each
+    /// decision a line can carry.
+    #[test]
+    fn the_documented_fields_are_the_written_ones() {
+        let docs = include_str!("../../docs/observability.md");
+        let section = docs
+            .split_once("## Access log\n")
+            .and_then(|(_, rest)| rest.split("\n## ").next())
+            .expect("an access log section");
+        let documented: std::collections::BTreeSet<&str> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split('`').next())
+            .collect();
+        let entry = Record {
+            at_ms: 0,
+            request_id: "r1".into(),
+            method: "GET".into(),
+            path: "/".into(),
+            route: None,
+            status: 200,
+            client_id: None,
+            client_ip: None,
+            decision: "allowed",
+            limited_by: None,
+            latency_ms: 0.0,
+            upstream: None,
+            trace_id: Some("t".into()),
+        };
+        let mut out = Vec::new();
+        write_entry(&mut out, &entry).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let written: std::collections::BTreeSet<&str> =
+            v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(written, documented);
+        let decision_row = section
+            .lines()
+            .find(|l| l.starts_with("| `decision`"))
+            .unwrap();
+        for outcome in crate::chain::admission::Outcome::ALL {
+            assert!(
+                decision_row.contains(&format!("`{}`", outcome.as_str())),
+                "decision {} is not documented",
+                outcome.as_str()
+            );
+        }
     }
 }

@@ -4,5 +4,6 @@
 //! One test binary per area (each links the whole crate once); the shared harness is
 //! `tests/common/`.
 
+mod docs;
 mod fuzz_replay;
 mod layout;

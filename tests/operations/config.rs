@@ -44,6 +44,39 @@ fn every_example_config_loads() {
     }
 }
 
+/// Every TOML block of the guides (`docs/guides/`) is a whole file `turnstile check`
+/// accepts, with the variables its secrets name set.
+#[test]
+fn every_configuration_in_the_guides_passes_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut guides: Vec<PathBuf> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/guides"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "md"))
+            .collect();
+    guides.sort();
+    let mut blocks = 0;
+    for guide in &guides {
+        let text = std::fs::read_to_string(guide).unwrap();
+        for (i, block) in text.split("```toml\n").skip(1).enumerate() {
+            let toml = block.split("```").next().unwrap();
+            let file = dir.path().join(format!("guide-{blocks}.toml"));
+            std::fs::write(&file, toml).unwrap();
+            let (code, out, err) = common::turnstile_env(
+                &["check", file.to_str().unwrap()],
+                &[
+                    ("TURNSTILE_KEY_HASH_SECRET", "a-long-enough-hash-secret"),
+                    ("ACME_API_KEY", "acme-key-0123456789abcdef"),
+                ],
+            );
+            assert_eq!(code, 0, "{} block {}: {out}{err}", guide.display(), i + 1);
+            blocks += 1;
+        }
+    }
+    assert!(guides.len() >= 4 && blocks >= 5, "{guides:?}: {blocks}");
+}
+
 #[test]
 fn every_invalid_fixture_fails_naming_its_path() {
     let files = files_in("tests/fixtures/invalid");

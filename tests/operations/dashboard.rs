@@ -141,4 +141,62 @@ ip_limit = {{ rate = "100/s" }}
         .filter(|m| !exported.contains(m.as_str()))
         .collect();
     assert!(missing.is_empty(), "queried, not exported: {missing:?}");
+
+    // docs/observability.md's metric table: every family this gateway exports is there, and
+    // every name there is one the code defines (or the process collector exports).
+    let families: BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    let documented = documented_metrics();
+    let undocumented: Vec<&&str> = families
+        .iter()
+        .filter(|f| !documented.contains(**f))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "exported, not in docs/observability.md: {undocumented:?}"
+    );
+    let source =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/ops/metrics.rs"))
+            .unwrap();
+    for name in &documented {
+        let defined = if name.starts_with("process_") {
+            families.contains(name.as_str())
+        } else {
+            source.contains(&format!("\"{name}\""))
+        };
+        assert!(
+            defined,
+            "docs/observability.md names {name}, which is not exported"
+        );
+    }
+}
+
+/// The metric names in the first column of docs/observability.md's metrics table.
+fn documented_metrics() -> BTreeSet<String> {
+    let docs = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/observability.md"
+    ))
+    .unwrap();
+    let section = docs
+        .split_once("## Metrics\n")
+        .and_then(|(_, rest)| rest.split("\n## ").next())
+        .expect("a metrics section");
+    let names: BTreeSet<String> = section
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .filter_map(|l| l.split('|').nth(1))
+        .flat_map(|cell| {
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(names.len() > 20, "{names:?}");
+    names
 }

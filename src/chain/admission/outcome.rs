@@ -59,6 +59,20 @@ impl Outcome {
         }
     }
 
+    /// Every outcome (the test `all_lists_every_outcome` fails to compile when one is added
+    /// without it).
+    pub const ALL: [Outcome; 9] = [
+        Outcome::NotLimited,
+        Outcome::Unauthorized,
+        Outcome::Allowed,
+        Outcome::Rejected,
+        Outcome::DegradedOpen,
+        Outcome::DegradedClosed,
+        Outcome::LocalFallback,
+        Outcome::ShadowRejected,
+        Outcome::Shed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::NotLimited => "not_limited",
@@ -71,5 +85,28 @@ impl Outcome {
             Outcome::ShadowRejected => "shadow_rejected",
             Outcome::Shed => "shed",
         }
+    }
+}
+
+#[cfg(test)]
+mod all_tests {
+    use super::Outcome;
+
+    #[test]
+    fn all_lists_every_outcome() {
+        // Exhaustive: a new variant is a compile error here until it has a place.
+        let place = |o: Outcome| match o {
+            Outcome::NotLimited => 0,
+            Outcome::Unauthorized => 1,
+            Outcome::Allowed => 2,
+            Outcome::Rejected => 3,
+            Outcome::DegradedOpen => 4,
+            Outcome::DegradedClosed => 5,
+            Outcome::LocalFallback => 6,
+            Outcome::ShadowRejected => 7,
+            Outcome::Shed => 8,
+        };
+        let places: Vec<usize> = Outcome::ALL.iter().map(|o| place(*o)).collect();
+        assert_eq!(places, (0..Outcome::ALL.len()).collect::<Vec<_>>());
     }
 }

@@ -58,7 +58,7 @@ pub struct ServerConfig {
     pub dns_servers: Vec<SocketAddr>,
     /// The TLS listener (its address and ALPN: restart; its certificates: reload).
     pub tls: Option<TlsListenerConfig>,
-    /// Secret of keyed limits' keyed hash; `None`: a built-in one (see the README).
+    /// Secret of keyed limits' keyed hash; `None`: a built-in one (docs/configuration.md).
     pub key_hash_secret: Option<super::units::Secret>,
     pub trusted_proxies: TrustedProxies,
     pub grouping: Grouping,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// How long a renewal whose request gave up (the store timed out) may still be answered: its
 /// grant, when it comes, becomes this instance's lease instead of units the store counted but
-/// nobody can spend. Past this, the renewal is dropped (see README: a grant lost with it).
+/// nobody can spend. Past this, the renewal is dropped (docs/limits.md, quota leasing: a grant lost with it).
 pub const LATE_RENEWAL: Duration = crate::limit::store::redis::LATE_REPLY;
 
 /// A lease renewal in flight: it runs as a task of its own, so that it outlives a request
