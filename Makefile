@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps deps-demo build demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls fuzz clean
+.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls fuzz clean
 
 all: build
 
@@ -19,6 +19,10 @@ build: deps-demo
 
 demo: build
 	@scripts/demo.sh
+
+# The release binary as an archive with the docs, and SHA256SUMS, in dist/ (nothing published).
+release: deps-demo
+	@scripts/release.sh
 
 # The docker-compose topology without Docker: Redis, 2 orders-api, 3 gateways, HAProxy.
 cluster-demo: build

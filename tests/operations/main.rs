@@ -1,5 +1,6 @@
 //! Running the gateway: the admin listener, configuration and its errors, hot reload,
-//! secrets, logs, traces, the Grafana dashboard, the container and the compose topology.
+//! secrets, logs, traces, the Grafana dashboard, the container, the compose topology,
+//! Kubernetes and the release archive.
 //!
 //! One test binary per area (each links the whole crate once); the shared harness is
 //! `tests/common/`.
@@ -15,6 +16,7 @@ mod container;
 mod dashboard;
 mod kubernetes;
 mod logs;
+mod release;
 mod reload;
 mod secrets;
 mod tracing;
