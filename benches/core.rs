@@ -144,12 +144,16 @@ fn keyed(c: &mut Criterion) {
         headers: &headers,
         query: None,
         body: Some(&body),
+        token: None,
+        cert: None,
     };
     let account = [KeyPart::parse("body:username").expect("a key part")];
     let pair = [KeyPart::Ip, account[0].clone()];
     let unicode = BodyFields::from_pairs([("username", "Jos\u{e9}.Ｇarcía@example.com")]);
     let unicode_inputs = KeyInputs {
         body: Some(&unicode),
+        token: None,
+        cert: None,
         ..inputs
     };
     c.bench_function("keys/partition body:username (non-ASCII)", |b| {

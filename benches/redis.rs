@@ -112,6 +112,8 @@ async fn run(
                             headers: &headers,
                             query: None,
                             body: Some(&body),
+                            token: None,
+                            cert: None,
                         };
                         let key = hasher
                             .partition(&parts, Missing::Reject, &inputs)

@@ -236,6 +236,8 @@ pub fn one_reading(data: &[u8]) {
                 headers: &headers,
                 query,
                 body: Some(fields),
+                token: None,
+                cert: None,
             };
             hasher.partition(&parts, Missing::Reject, &inputs).ok()
         };

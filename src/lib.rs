@@ -19,9 +19,11 @@
 //!              config file watch and SIGHUP
 //! server.rs    assembles the Pingora services
 //! clock.rs, secret.rs   time (monotonic, or driven by tests) and values never printed
+//! outbound.rs  the gateway's own HTTP calls (OTLP export, JWKS): bounded, blocking, off the
+//!              request path
 //! ```
 //!
-//! Imports run one way, from the bottom: `clock`, `secret` ← `limit` ← `upstream` ← `chain` ←
+//! Imports run one way, from the bottom: `clock`, `secret`, `outbound` ← `limit` ← `upstream` ← `chain` ←
 //! `ops` ← `control` ← `background` ← `proxy` ← `server` (`tests/code/layout.rs` checks it).
 
 #![recursion_limit = "256"]
@@ -45,6 +47,7 @@ mod control;
 pub mod fuzzing;
 pub mod limit;
 mod ops;
+pub mod outbound;
 mod proxy;
 pub mod secret;
 pub mod server;

@@ -3,6 +3,7 @@
 
 use crate::background::health::HealthChecker;
 use crate::background::heartbeat::Heartbeat;
+use crate::background::jwks::KeyRefresher;
 use crate::background::sweeper::Sweeper;
 use crate::background::watch::{SighupListener, Watcher};
 use crate::control::admin::Admin;
@@ -13,7 +14,7 @@ use crate::ops::access_log::AccessLog;
 use crate::ops::metrics::Metrics;
 use crate::ops::trace::Tracer;
 use crate::proxy::conn::{Bounded, Guarded, HandshakeDeadline};
-use crate::proxy::tls::CertResolver;
+use crate::proxy::tls::{CertResolver, LiveClientVerifier, PeerCertReader};
 use crate::proxy::Gateway;
 use arc_swap::ArcSwap;
 use pingora::server::configuration::{Opt, ServerConf};
@@ -117,6 +118,10 @@ pub fn build(path: &Path, mut opt: Opt) -> anyhow::Result<Server> {
         Sweeper::new(Arc::clone(&snapshots)),
     ));
     server.add_service(background_service(
+        "issuer key refresh",
+        KeyRefresher::new(Arc::clone(&snapshots)),
+    ));
+    server.add_service(background_service(
         "store heartbeat",
         Heartbeat::new(Arc::clone(&snapshots)),
     ));
@@ -151,9 +156,11 @@ pub fn build(path: &Path, mut opt: Opt) -> anyhow::Result<Server> {
 /// (so a reload replaces them for new handshakes), ALPN `h2` and `http/1.1` (or only the
 /// latter).
 fn tls_settings(h2: bool, snapshots: &SnapshotHandle) -> pingora::listeners::tls::TlsSettings {
-    let mut settings = pingora::listeners::tls::TlsSettings::intermediate("", "")
-        .expect("settings without files cannot fail");
+    let mut settings =
+        pingora::listeners::tls::TlsSettings::with_callbacks(Box::new(PeerCertReader))
+            .expect("settings without files cannot fail");
     settings.set_cert_resolver(Arc::new(CertResolver::new(Arc::clone(snapshots))));
+    settings.set_client_cert_verifier(Arc::new(LiveClientVerifier::new(Arc::clone(snapshots))));
     if h2 {
         settings.enable_h2();
     } else {

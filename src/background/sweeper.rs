@@ -1,6 +1,7 @@
 //! Background housekeeping of in-process limiter state: every [`INTERVAL`], drop per-IP
 //! buckets that have refilled completely and store entries that no longer affect any decision
-//! (both are exactly equivalent to absent state, so sweeping never changes a decision).
+//! (both are exactly equivalent to absent state, so sweeping never changes a decision), and
+//! verified tokens past their `exp` (never used again anyway).
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::control::snapshot::SnapshotHandle;
@@ -29,7 +30,11 @@ impl Sweeper {
             .values()
             .map(|t| t.limiter.sweep(now))
             .sum();
-        ip + snapshot.store.sweep()
+        let unix_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        ip + snapshot.store.sweep() + snapshot.identity.tokens.sweep(unix_now)
     }
 }
 

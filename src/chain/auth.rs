@@ -49,11 +49,48 @@ impl fmt::Debug for KeyDigest {
     }
 }
 
-/// Whether a route needs an API key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Auth {
-    None,
-    ApiKey,
+/// How a route identifies its callers: any one of the methods it lists (none: anonymous).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Auth {
+    pub api_key: bool,
+    pub jwt: bool,
+    pub client_cert: bool,
+}
+
+impl Auth {
+    pub const NONE: Auth = Auth {
+        api_key: false,
+        jwt: false,
+        client_cert: false,
+    };
+    pub const API_KEY: Auth = Auth {
+        api_key: true,
+        jwt: false,
+        client_cert: false,
+    };
+
+    /// Whether every request of the route has an identified client (plans apply).
+    pub fn identifies(self) -> bool {
+        self.api_key || self.jwt || self.client_cert
+    }
+
+    /// As configured: `none`, or the methods' names.
+    pub fn names(self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.api_key {
+            out.push("api_key");
+        }
+        if self.jwt {
+            out.push("jwt");
+        }
+        if self.client_cert {
+            out.push("client_cert");
+        }
+        if out.is_empty() {
+            out.push("none");
+        }
+        out
+    }
 }
 
 /// A configured client: its id (the partition key of every per-client limit) and its plan.

@@ -5,7 +5,8 @@
 //! an [`UpstreamHead`] (Pingora's request header in `proxy/upstream.rs`, a plain one in tests).
 
 use crate::chain::auth::{bearer_token, API_KEY};
-use http::header::{AUTHORIZATION, EXPECT};
+use crate::chain::credential::TokenFrom;
+use http::header::{AUTHORIZATION, COOKIE, EXPECT};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use std::net::IpAddr;
 
@@ -68,6 +69,8 @@ pub trait UpstreamHead {
     fn headers(&self) -> &HeaderMap;
     /// Sets `name` to `value`, replacing every value it had.
     fn set(&mut self, name: &'static str, value: HeaderValue) -> Result<(), String>;
+    /// [`UpstreamHead::set`] for a configured name.
+    fn set_named(&mut self, name: &HeaderName, value: HeaderValue) -> Result<(), String>;
     /// Removes every value of `name`.
     fn remove(&mut self, name: &HeaderName);
     fn query(&self) -> Option<&str>;
@@ -82,10 +85,17 @@ pub struct Forward<'a> {
     pub request_id: &'a HeaderValue,
     /// The normal form of the path, when it differs from the one received.
     pub path: Option<&'a str>,
-    /// The authenticated client.
+    /// The authenticated client, as the upstream knows it (an API-key client's id, a token's
+    /// subject, a certificate's name).
     pub client: Option<&'a str>,
     /// The route passes the client's API key on.
     pub forward_api_key: bool,
+    /// The request was identified by a bearer token: where it was, and whether the upstream
+    /// gets it.
+    pub token: Option<(&'a TokenFrom, bool)>,
+    /// Headers set from the token's claims (`None`: the claim is absent; the incoming header
+    /// is removed either way).
+    pub claims: &'a [(&'a HeaderName, Option<&'a str>)],
     /// The gateway answered `Expect: 100-continue` itself.
     pub continued: bool,
 }
@@ -124,11 +134,17 @@ pub fn forward(f: &Forward<'_>, head: &mut impl UpstreamHead) -> Result<(), Stri
         head.remove(&EXPECT);
     }
     if let Some(client) = f.client {
-        let value = HeaderValue::try_from(client).map_err(|e| e.to_string())?;
-        head.set(CLIENT_ID_HEADER, value)?;
-        if !f.forward_api_key {
+        head.set(CLIENT_ID_HEADER, header_text(client))?;
+        let token = f.token;
+        if !f.forward_api_key || token.is_some() {
             // Every value: a key in any of them stays here.
             head.remove(&API_KEY);
+        }
+        let strip_bearer = match token {
+            Some((TokenFrom::Authorization, forward)) => !forward,
+            _ => !f.forward_api_key,
+        };
+        if strip_bearer {
             let bearer = head
                 .headers()
                 .get_all(AUTHORIZATION)
@@ -138,6 +154,66 @@ pub fn forward(f: &Forward<'_>, head: &mut impl UpstreamHead) -> Result<(), Stri
                 head.remove(&AUTHORIZATION);
             }
         }
+        match token {
+            Some((TokenFrom::Header(name), false)) => head.remove(name),
+            Some((TokenFrom::Cookie(name), false)) => strip_cookie(head, name)?,
+            _ => {}
+        }
+        for (name, value) in f.claims {
+            head.remove(name);
+            if let Some(value) = value {
+                head.set_named(name, header_text(value))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `text` as a header value: visible ASCII as it is, every other byte (and `%`)
+/// percent-encoded, so a claim or name with spaces, controls or Unicode arrives as one
+/// unambiguous value.
+pub fn header_text(text: &str) -> HeaderValue {
+    use std::fmt::Write;
+    if text
+        .bytes()
+        .all(|b| (0x21..=0x7e).contains(&b) && b != b'%')
+    {
+        if let Ok(v) = HeaderValue::from_str(text) {
+            return v;
+        }
+    }
+    let mut out = String::with_capacity(text.len() * 3);
+    for b in text.bytes() {
+        if (0x21..=0x7e).contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    HeaderValue::from_str(&out).expect("visible ASCII")
+}
+
+/// Removes cookie `name` from every `Cookie` header (dropping a header left empty).
+fn strip_cookie(head: &mut impl UpstreamHead, name: &str) -> Result<(), String> {
+    let kept: Vec<String> = head
+        .headers()
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| {
+            let text = String::from_utf8_lossy(v.as_bytes());
+            let pairs: Vec<&str> = text
+                .split(';')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .filter(|p| p.split_once('=').is_none_or(|(n, _)| n.trim() != name))
+                .collect();
+            (!pairs.is_empty()).then(|| pairs.join("; "))
+        })
+        .collect();
+    head.remove(&COOKIE);
+    if !kept.is_empty() {
+        let value = HeaderValue::try_from(kept.join("; ")).map_err(|e| e.to_string())?;
+        head.set_named(&COOKIE, value)?;
     }
     Ok(())
 }
@@ -199,6 +275,10 @@ mod tests {
         fn remove(&mut self, name: &HeaderName) {
             self.headers.remove(name);
         }
+        fn set_named(&mut self, name: &HeaderName, value: HeaderValue) -> Result<(), String> {
+            self.headers.insert(name.clone(), value);
+            Ok(())
+        }
         fn query(&self) -> Option<&str> {
             self.target.split_once('?').map(|(_, q)| q)
         }
@@ -229,6 +309,8 @@ mod tests {
             path: None,
             client: Some("ada"),
             forward_api_key: false,
+            token: None,
+            claims: &[],
             continued: false,
         }
     }

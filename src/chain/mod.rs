@@ -24,10 +24,13 @@
 pub mod admission;
 pub mod auth;
 pub mod body;
+pub mod cert;
+pub mod credential;
 pub mod fold;
 pub mod forward;
 pub mod headers;
 pub mod identity;
+pub mod jwt;
 pub mod message;
 pub mod partition;
 pub mod path;

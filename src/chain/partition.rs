@@ -1,6 +1,7 @@
 //! What a keyed limit counts by: a key made of parts of the request — the client address, the
-//! authenticated client, a header, a field of the body, or the route itself (one count for
-//! everybody) — combined (`["ip", "body:username"]` is per address *and* account).
+//! authenticated client, a header, a field of the body, a claim of the verified token, a name
+//! of the client certificate, or the route itself (one count for everybody) — combined
+//! (`["ip", "body:username"]` is per address *and* account, `["jwt:org.id"]` per tenant).
 //!
 //! Raw input never names state: each part is folded to the strictest reading common
 //! frameworks share (`chain::fold`: NFKC, case folding, trimmed — `Ada@Example.com`,
@@ -18,7 +19,9 @@
 //! the query first).
 
 use crate::chain::body::{query_names, BodyFields, Field};
+use crate::chain::cert::PeerCert;
 use crate::chain::fold;
+use crate::chain::jwt::claims::ClaimPath;
 use hmac::{Hmac, Mac};
 use http::HeaderMap;
 use sha2::Sha256;
@@ -38,6 +41,21 @@ pub enum KeyPart {
     Header(http::HeaderName),
     /// A top-level string field of a JSON or form-urlencoded body.
     Body(BodyField),
+    /// A claim of the request's verified token (routes with `auth` including "jwt").
+    Claim(ClaimPath),
+    /// A name of the connection's verified client certificate.
+    Cert(CertName),
+}
+
+/// Which name of a client certificate a key part reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CertName {
+    /// The first URI subject alternative name, else the first DNS one.
+    San,
+    /// The subject's common name.
+    Subject,
+    /// The SHA-256 of the certificate.
+    Fingerprint,
 }
 
 /// A body field a key reads: its name, and the name folded (`chain::fold::name`) to find the
@@ -58,16 +76,15 @@ impl BodyField {
 }
 
 impl KeyPart {
-    /// `ip`, `client`, `route`, `header:<name>`, `body:<field>`.
+    /// `ip`, `client`, `route`, `header:<name>`, `body:<field>`, `jwt:<claim>`,
+    /// `cert:san|subject|fingerprint`.
     pub fn parse(text: &str) -> Result<KeyPart, String> {
         match text.split_once(':') {
             None => match text {
                 "ip" => Ok(KeyPart::Ip),
                 "client" => Ok(KeyPart::Client),
                 "route" => Ok(KeyPart::Route),
-                _ => Err(format!(
-                    "{text:?}: expected \"ip\", \"client\", \"route\", \"header:NAME\" or \"body:FIELD\""
-                )),
+                _ => Err(format!("{text:?}: expected {PART_SHAPES}")),
             },
             Some(("header", name)) => http::HeaderName::from_bytes(name.as_bytes())
                 .map(KeyPart::Header)
@@ -84,9 +101,16 @@ impl KeyPart {
             Some(("body", field)) => Err(format!(
                 "{field:?}: a body field name is 1 to 64 characters of A-Z a-z 0-9 _ - ."
             )),
-            Some(_) => Err(format!(
-                "{text:?}: expected \"ip\", \"client\", \"route\", \"header:NAME\" or \"body:FIELD\""
-            )),
+            Some(("jwt", claim)) => ClaimPath::parse(claim).map(KeyPart::Claim),
+            Some(("cert", name)) => match name {
+                "san" => Ok(KeyPart::Cert(CertName::San)),
+                "subject" => Ok(KeyPart::Cert(CertName::Subject)),
+                "fingerprint" => Ok(KeyPart::Cert(CertName::Fingerprint)),
+                _ => Err(format!(
+                    "{name:?}: expected \"cert:san\", \"cert:subject\" or \"cert:fingerprint\""
+                )),
+            },
+            Some(_) => Err(format!("{text:?}: expected {PART_SHAPES}")),
         }
     }
 
@@ -97,8 +121,20 @@ impl KeyPart {
             KeyPart::Route => "route".into(),
             KeyPart::Header(h) => format!("header:{h}"),
             KeyPart::Body(f) => format!("body:{}", f.name),
+            KeyPart::Claim(c) => format!("jwt:{c}"),
+            KeyPart::Cert(CertName::San) => "cert:san".into(),
+            KeyPart::Cert(CertName::Subject) => "cert:subject".into(),
+            KeyPart::Cert(CertName::Fingerprint) => "cert:fingerprint".into(),
         }
     }
+}
+
+/// The shapes a key part is written in (for errors).
+pub const PART_SHAPES: &str = "\"ip\", \"client\", \"route\", \"header:NAME\", \"body:FIELD\", \"jwt:CLAIM\" or \"cert:san|subject|fingerprint\"";
+
+/// The claims of a request's verified token, as text (`chain::jwt` keeps them).
+pub trait TokenClaims {
+    fn claim(&self, path: &ClaimPath) -> Option<&str>;
 }
 
 /// What a request lacking a key part gets.
@@ -133,6 +169,10 @@ pub struct KeyInputs<'a> {
     pub query: Option<&'a str>,
     /// The body's fields, when the route reads them and the body could be read.
     pub body: Option<&'a BodyFields>,
+    /// The verified token's claims, when the request was authenticated by one.
+    pub token: Option<&'a (dyn TokenClaims + Sync)>,
+    /// The connection's verified client certificate, if any.
+    pub cert: Option<&'a PeerCert>,
 }
 
 /// Why a key could not be made.
@@ -162,6 +202,21 @@ impl KeyHasher {
         KeyHasher {
             mac: Hmac::new_from_slice(secret).expect("HMAC takes a key of any length"),
         }
+    }
+
+    /// 32 hex digits naming `value` in `domain` (a token's subject as a client id): the same
+    /// on every instance with the same secret, and revealing nothing of the value.
+    pub fn name(&self, domain: &str, value: &[u8]) -> String {
+        let mut mac = self.mac.clone();
+        mac.update(&(domain.len() as u32).to_be_bytes());
+        mac.update(domain.as_bytes());
+        mac.update(value);
+        let digest = mac.finalize().into_bytes();
+        let mut out = String::with_capacity(32);
+        for b in &digest[..16] {
+            let _ = write!(out, "{b:02x}");
+        }
+        out
     }
 
     /// The partition for `parts` of a request: `k:` and 32 hex digits, or why not. With
@@ -212,6 +267,22 @@ fn value(part: &KeyPart, inputs: &KeyInputs<'_>) -> Result<Vec<u8>, PartError> {
         KeyPart::Route => Ok(inputs.route.as_bytes().to_vec()),
         KeyPart::Header(name) => header(inputs.headers, name),
         KeyPart::Body(field) => body_field(inputs, field),
+        KeyPart::Claim(path) => inputs
+            .token
+            .and_then(|t| t.claim(path))
+            .and_then(|v| fold::value(v.as_bytes()))
+            .map(String::into_bytes)
+            .ok_or_else(|| PartError::Missing(format!("the token claim {path}"))),
+        KeyPart::Cert(name) => inputs
+            .cert
+            .and_then(|c| match name {
+                CertName::San => c.san.as_deref(),
+                CertName::Subject => c.subject.as_deref(),
+                CertName::Fingerprint => Some(c.fingerprint.as_str()),
+            })
+            .and_then(|v| fold::value(v.as_bytes()))
+            .map(String::into_bytes)
+            .ok_or_else(|| PartError::Missing("a client certificate name".into())),
     }
 }
 
@@ -292,6 +363,8 @@ mod tests {
             headers,
             query: None,
             body,
+            token: None,
+            cert: None,
         }
     }
 

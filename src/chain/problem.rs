@@ -23,6 +23,9 @@ pub enum Kind {
     QuotaExceeded,
     /// The limiter's store failed and the route fails closed.
     LimiterUnavailable,
+    /// An issuer's keys were never loaded (its JWKS endpoint has not answered): the token
+    /// cannot be checked, through no fault of the client.
+    IdentityUnavailable,
     NoHealthyUpstream,
     /// The upstream pool is at its concurrency limit: the request was shed.
     Overloaded,
@@ -62,7 +65,7 @@ impl Kind {
             Kind::PayloadTooLarge => 413,
             Kind::UriTooLong => 414,
             Kind::HeadersTooLarge => 431,
-            Kind::LimiterUnavailable | Kind::Overloaded => 503,
+            Kind::LimiterUnavailable | Kind::Overloaded | Kind::IdentityUnavailable => 503,
             Kind::NoHealthyUpstream | Kind::UpstreamUnavailable => 502,
             Kind::UpstreamTimeout => 504,
             Kind::Internal => 500,
@@ -81,6 +84,7 @@ impl Kind {
             Kind::UriTooLong => "uri-too-long",
             Kind::HeadersTooLarge => "headers-too-large",
             Kind::LimiterUnavailable => "limiter-unavailable",
+            Kind::IdentityUnavailable => "identity-provider-unavailable",
             Kind::NoHealthyUpstream => "no-healthy-upstream",
             Kind::Overloaded => "overloaded",
             Kind::UpstreamUnavailable => "upstream-unavailable",
@@ -100,7 +104,9 @@ impl Kind {
             Kind::PayloadTooLarge => "Content Too Large",
             Kind::UriTooLong => "URI Too Long",
             Kind::HeadersTooLarge => "Request Header Fields Too Large",
-            Kind::LimiterUnavailable | Kind::Overloaded => "Service Unavailable",
+            Kind::LimiterUnavailable | Kind::Overloaded | Kind::IdentityUnavailable => {
+                "Service Unavailable"
+            }
             Kind::NoHealthyUpstream | Kind::UpstreamUnavailable => "Bad Gateway",
             Kind::UpstreamTimeout => "Gateway Timeout",
             Kind::Internal => "Internal Server Error",
@@ -202,6 +208,7 @@ mod tests {
             | Kind::HeadersTooLarge
             | Kind::QuotaExceeded
             | Kind::LimiterUnavailable
+            | Kind::IdentityUnavailable
             | Kind::NoHealthyUpstream
             | Kind::Overloaded
             | Kind::UpstreamUnavailable
@@ -219,6 +226,7 @@ mod tests {
             Kind::HeadersTooLarge,
             Kind::QuotaExceeded,
             Kind::LimiterUnavailable,
+            Kind::IdentityUnavailable,
             Kind::NoHealthyUpstream,
             Kind::Overloaded,
             Kind::UpstreamUnavailable,

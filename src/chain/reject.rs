@@ -2,6 +2,8 @@
 //! mapped to the problem+json kind and detail the client gets.
 
 use crate::chain::auth::ApiKeyError;
+use crate::chain::credential::CredentialError;
+use crate::chain::jwt::verify::TokenError;
 use crate::chain::problem::Kind;
 use crate::limit::store::StoreError;
 use crate::upstream::shed::Shed;
@@ -24,6 +26,10 @@ pub enum Reject {
         allow: String,
     },
     Key(ApiKeyError),
+    /// No single credential among the route's methods.
+    Credential(CredentialError),
+    /// The bearer token is refused.
+    Token(TokenError),
     /// A limit rejected the request; the decisions are in the request's [`LimitStatus`].
     TooManyRequests,
     /// The store could not decide (down, slow, refusing).
@@ -44,9 +50,13 @@ impl Reject {
             | Reject::CaseMismatch(_)
             | Reject::MissingKeyPart(_)
             | Reject::AmbiguousKeyPart(_)
-            | Reject::Key(ApiKeyError::Ambiguous | ApiKeyError::RepeatedAuthorization) => {
-                Kind::BadRequest
-            }
+            | Reject::Key(ApiKeyError::Ambiguous | ApiKeyError::RepeatedAuthorization)
+            | Reject::Credential(
+                CredentialError::Ambiguous(_)
+                | CredentialError::Key(ApiKeyError::Ambiguous | ApiKeyError::RepeatedAuthorization),
+            ) => Kind::BadRequest,
+            Reject::Token(TokenError::NoKeys) => Kind::IdentityUnavailable,
+            Reject::Credential(_) | Reject::Token(_) => Kind::Unauthorized,
             Reject::UriTooLong(_) => Kind::UriTooLong,
             Reject::HeadersTooLarge(_) => Kind::HeadersTooLarge,
             Reject::BodyTooLarge(_) => Kind::PayloadTooLarge,
@@ -71,6 +81,8 @@ impl Reject {
             | Reject::AmbiguousKeyPart(d)
             | Reject::MethodNotAllowed { detail: d, .. } => d.clone(),
             Reject::Key(e) => e.detail().to_owned(),
+            Reject::Credential(e) => e.detail(),
+            Reject::Token(e) => e.detail(),
             Reject::TooManyRequests => {
                 "rate limit exceeded; retry after the time in Retry-After".to_owned()
             }
@@ -101,5 +113,11 @@ pub fn closes_connection(reject: &Reject) -> bool {
             | Reject::BodyTooLarge(_)
             | Reject::BadPath(_)
             | Reject::Key(ApiKeyError::Ambiguous | ApiKeyError::RepeatedAuthorization)
+            | Reject::Credential(
+                CredentialError::Ambiguous(_)
+                    | CredentialError::Key(
+                        ApiKeyError::Ambiguous | ApiKeyError::RepeatedAuthorization
+                    )
+            )
     )
 }

@@ -1,9 +1,10 @@
 //! The admin listener (its own address, loopback by default): `GET /metrics` (Prometheus
 //! text), `GET /healthz` (the process is up), `GET /readyz` (ready to serve: configuration
-//! loaded, at least one healthy upstream server for every route; the store is reported but
-//! never makes the gateway unready, since every route has decided what to do without it),
-//! `GET /config` (the running configuration, secrets redacted, with its version and hash),
-//! `POST /reload` (reload the file now; 422 with the problems if it is invalid).
+//! loaded, at least one healthy upstream server for every route, and keys for every token
+//! issuer a route accepts; the store is reported but never makes the gateway unready, since
+//! every route has decided what to do without it, and a JWKS endpoint failing once keys were
+//! had is reported per issuer, the keys in use staying), `GET /config` (the running
+//! configuration, secrets redacted, with its version and hash), `POST /reload` (reload the file now; 422 with the problems if it is invalid).
 //!
 //! With `admin.token` set, every request must carry `Authorization: Bearer <token>`
 //! (compared in constant time) or gets 401.
@@ -159,11 +160,37 @@ impl Admin {
             .collect();
         let breaker = snapshot.store.breaker_state();
         let health = snapshot.store.health();
-        let ready = unhealthy_routes.is_empty();
+        // A route's issuer that never had keys cannot identify anybody yet; once it has had
+        // some, a failing JWKS endpoint is reported (the keys in use stay), not unready.
+        let without_keys: Vec<&str> = snapshot
+            .routes
+            .iter()
+            .filter(|r| r.issuers.iter().any(|i| i.source.keys().is_none()))
+            .map(|r| &*r.rules.name)
+            .collect();
+        let ready = unhealthy_routes.is_empty() && without_keys.is_empty();
+        let issuers: serde_json::Map<String, serde_json::Value> = snapshot
+            .identity
+            .issuers
+            .iter()
+            .map(|(name, issuer)| {
+                let status = issuer.source.status();
+                (
+                    name.clone(),
+                    json!({
+                        "keys": status.keys,
+                        "loaded_seconds_ago": status.age_secs,
+                        "last_fetch_error": status.last_error,
+                    }),
+                )
+            })
+            .collect();
         let body = json!({
             "ready": ready,
             "config": "loaded",
             "routes_without_healthy_upstream": unhealthy_routes,
+            "routes_without_issuer_keys": without_keys,
+            "issuers": issuers,
             "store": {
                 "kind": snapshot.store.kind(),
                 "circuit_breaker": breaker.as_str(),

@@ -10,7 +10,9 @@
 //! reloads (and serves the metrics and health endpoints operators scrape).
 
 pub mod admin;
+pub mod client_auth;
 pub mod config;
+pub mod identity;
 pub mod reload;
 pub mod snapshot;
 pub mod tls;

@@ -9,11 +9,14 @@
 use crate::chain::admission::{IpRule, KeyedLimit, RouteRules};
 use crate::chain::auth::{Client, KeyRing, Plan};
 use crate::chain::headers::policy_header;
+use crate::chain::jwt::issuer::Issuer;
 use crate::chain::partition::KeyHasher;
 use crate::chain::router::{RouteSpec, Router};
+use crate::control::client_auth::ClientAuth;
 use crate::control::config::{
     Config, ConfigError, IpLimitChoice, IpLimitConfig, Problem, RouteConfig, StoreConfig,
 };
+use crate::control::identity::Identity;
 use crate::control::tls::CertStore;
 use crate::limit::ip::IpLimiter;
 use crate::limit::store::Store;
@@ -50,12 +53,18 @@ pub struct Snapshot {
     pub pools: BTreeMap<String, Arc<Pool>>,
     pub ip_tables: BTreeMap<IpTableId, IpTable>,
     pub keys: KeyRing,
+    /// Bearer token issuers, the verified-token cache, client certificate callers.
+    pub identity: Identity,
+    /// The keyed hash of partitions and of token / certificate client ids.
+    pub hasher: Arc<KeyHasher>,
     pub store: Arc<Store>,
     pub metrics: Arc<Metrics>,
     /// Counters of requests no route matched.
     pub unrouted: RouteMetrics,
     /// The TLS listener's certificates (chosen per handshake from the live snapshot).
     pub tls: Option<Arc<CertStore>>,
+    /// The TLS listener's client certificate verifier, when it asks for certificates.
+    pub client_auth: Option<Arc<ClientAuth>>,
 }
 
 /// Label used for requests that matched no route.
@@ -67,6 +76,10 @@ pub struct Route {
     /// failure mode, per-IP table, the route's concurrency limit.
     pub rules: RouteRules,
     pub pool: Arc<Pool>,
+    /// With `auth.jwt`: the issuers whose tokens it accepts.
+    pub issuers: Vec<Arc<Issuer>>,
+    /// A keyed limit reads the client certificate (`cert:` parts).
+    pub reads_cert: bool,
     pub metrics: RouteMetrics,
     pub upstream_latency: prometheus::Histogram,
 }
@@ -105,6 +118,13 @@ impl Snapshot {
                 }
             }
         }
+        let plans = build_plans(&config, slot_ttl_ms)?;
+        let identity = Identity::build(
+            &config,
+            &plans,
+            previous.map(|p| (&*p.config, &p.identity)),
+            metrics,
+        )?;
         let routes = config
             .routes
             .iter()
@@ -156,6 +176,16 @@ impl Snapshot {
                     },
                     config: r.clone(),
                     pool: Arc::clone(&pools[&r.upstream]),
+                    issuers: r
+                        .issuers
+                        .iter()
+                        .filter_map(|name| identity.issuers.get(name).cloned())
+                        .collect(),
+                    reads_cert: r
+                        .limits
+                        .iter()
+                        .flat_map(|l| &l.key)
+                        .any(|p| matches!(p, crate::chain::partition::KeyPart::Cert(_))),
                     metrics: metrics.route(
                         &r.name,
                         pools[&r.upstream]
@@ -178,11 +208,23 @@ impl Snapshot {
             )),
             None => None,
         };
-        let keys = key_ring(&config, slot_ttl_ms)?;
+        let keys = key_ring(&config, &plans);
+        let client_auth = match config
+            .server
+            .tls
+            .as_ref()
+            .and_then(|t| t.client_auth.as_ref())
+        {
+            Some(c) => Some(Arc::new(
+                ClientAuth::load(c).map_err(|p| ConfigError::Invalid(vec![p]))?,
+            )),
+            None => None,
+        };
         // Last, once nothing can fail: a refused reload leaves the running store as it was.
         store.set_max_tracked_keys(config.server.max_tracked_keys);
         Ok(Snapshot {
             tls,
+            client_auth,
             router: Router::new(config.routes.iter().map(|r| RouteSpec {
                 prefix: r.path_prefix.clone(),
                 host: r.host.clone(),
@@ -192,6 +234,8 @@ impl Snapshot {
             pools,
             ip_tables,
             keys,
+            identity,
+            hasher,
             store,
             unrouted: metrics.route(UNROUTED, None, []),
             metrics: Arc::clone(metrics),
@@ -303,8 +347,12 @@ fn invalid(path: &str, e: impl std::fmt::Display) -> ConfigError {
     }])
 }
 
-fn key_ring(config: &Config, slot_ttl_ms: u64) -> Result<KeyRing, ConfigError> {
-    let mut plans: BTreeMap<&str, Arc<Plan>> = BTreeMap::new();
+/// Every plan, its concurrency limit a policy of its own.
+fn build_plans(
+    config: &Config,
+    slot_ttl_ms: u64,
+) -> Result<BTreeMap<String, Arc<Plan>>, ConfigError> {
+    let mut plans = BTreeMap::new();
     for p in config.plans.values() {
         let mut policies = p.limits.clone();
         let mut shadow = p.shadow.clone();
@@ -318,15 +366,19 @@ fn key_ring(config: &Config, slot_ttl_ms: u64) -> Result<KeyRing, ConfigError> {
         let plan = Plan::with_shadow(&p.name, policies, shadow)
             .with_lease(p.lease)
             .with_priority(p.priority);
-        plans.insert(p.name.as_str(), Arc::new(plan));
+        plans.insert(p.name.clone(), Arc::new(plan));
     }
-    Ok(KeyRing::new(config.clients.iter().flat_map(|c| {
+    Ok(plans)
+}
+
+fn key_ring(config: &Config, plans: &BTreeMap<String, Arc<Plan>>) -> KeyRing {
+    KeyRing::new(config.clients.iter().flat_map(|c| {
         let client = Arc::new(Client {
             id: Arc::from(c.id.as_str()),
-            plan: Arc::clone(&plans[c.plan.as_str()]),
+            plan: Arc::clone(&plans[&c.plan]),
         });
         c.api_keys
             .iter()
             .map(move |digest| (*digest, Arc::clone(&client)))
-    })))
+    }))
 }

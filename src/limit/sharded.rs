@@ -62,6 +62,11 @@ impl<K: Hash + Eq, V> Locked<'_, K, V> {
         self.table.len()
     }
 
+    /// Keeps this shard's entries for which `keep` is true.
+    pub fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) {
+        self.table.retain(|(k, v)| keep(k, v));
+    }
+
     pub fn is_empty(&self) -> bool {
         self.table.is_empty()
     }

@@ -48,7 +48,28 @@ pub struct Metrics {
     live_instances: IntGauge,
     pub access_log_dropped: IntCounter,
     trace_spans: IntCounterVec,
+    jwks_fetches: IntCounterVec,
+    jwks_keys: IntGaugeVec,
+    jwks_loaded: IntGaugeVec,
+    /// `turnstile_token_checks_total`, resolved per result.
+    token_checks: Vec<(&'static str, IntCounter)>,
 }
+
+/// The results a bearer token check is counted by.
+pub const TOKEN_RESULTS: [&str; 12] = [
+    "cached",
+    "verified",
+    "malformed",
+    "algorithm",
+    "issuer",
+    "unknown_key",
+    "signature",
+    "expired",
+    "not_yet_valid",
+    "audience",
+    "claims",
+    "no_keys",
+];
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
@@ -233,6 +254,28 @@ impl Metrics {
                 "Spans of sampled requests by fate: exported, dropped_queue (the export queue was full), dropped_export (the collector did not take them)",
                 &["result"],
             ),
+            jwks_fetches: counter_vec(
+                &registry,
+                "turnstile_jwks_fetches_total",
+                "Fetches of an issuer's JWKS by result (ok; error: the keys in use stay)",
+                &["issuer", "result"],
+            ),
+            jwks_keys: gauge_vec(&registry, "turnstile_jwks_keys", "Keys in use per issuer", &["issuer"]),
+            jwks_loaded: gauge_vec(
+                &registry,
+                "turnstile_jwks_loaded_timestamp_seconds",
+                "When the keys in use per issuer were loaded (Unix time; 0: never)",
+                &["issuer"],
+            ),
+            token_checks: {
+                let v = counter_vec(
+                    &registry,
+                    "turnstile_token_checks_total",
+                    "Bearer tokens checked, by result: cached, verified, or why refused (malformed, algorithm, issuer, unknown_key, signature, expired, not_yet_valid, audience, claims, no_keys)",
+                    &["result"],
+                );
+                TOKEN_RESULTS.iter().map(|r| (*r, v.with_label_values(&[r]))).collect()
+            },
             registry,
         };
         metrics.register_process_and_build();
@@ -304,6 +347,23 @@ impl Metrics {
                 self.breaker_transitions
                     .with_label_values(&[state.as_str()])
             }),
+        }
+    }
+
+    /// An issuer's key source handles (the source does not know the registry).
+    pub fn key_source(&self, issuer: &str) -> crate::chain::jwt::source::SourceMetrics {
+        crate::chain::jwt::source::SourceMetrics {
+            fetched: self.jwks_fetches.with_label_values(&[issuer, "ok"]),
+            failed: self.jwks_fetches.with_label_values(&[issuer, "error"]),
+            keys: self.jwks_keys.with_label_values(&[issuer]),
+            loaded_at: self.jwks_loaded.with_label_values(&[issuer]),
+        }
+    }
+
+    /// Counts one bearer token check by its result (a fixed set of labels).
+    pub fn token_checked(&self, result: &str) {
+        if let Some((_, c)) = self.token_checks.iter().find(|(r, _)| *r == result) {
+            c.inc();
         }
     }
 

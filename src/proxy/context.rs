@@ -2,6 +2,8 @@
 
 use crate::chain::admission::Admission;
 use crate::chain::auth::Client;
+use crate::chain::cert::PeerCert;
+use crate::chain::jwt::issuer::TokenIdentity;
 use crate::control::snapshot::{Route, Snapshot};
 use crate::ops::trace::span::RequestTrace;
 use crate::upstream::shed::Permit;
@@ -21,6 +23,13 @@ pub struct RequestCtx {
     pub upstream_tries: usize,
     /// The authenticated client.
     pub client: Option<Arc<Client>>,
+    /// The verified bearer token the client was identified by.
+    pub token: Option<Arc<TokenIdentity>>,
+    /// The connection's verified client certificate, when the route reads it.
+    pub cert: Option<PeerCert>,
+    /// The client as the upstream knows it, when not its id: a token's subject, a
+    /// certificate's name (`X-Client-Id`).
+    pub caller: Option<String>,
     /// What the limits decided (header parts, dry runs, held slots, the outcome).
     pub admission: Admission,
     /// The request's trace, when tracing is on.
@@ -51,6 +60,9 @@ impl RequestCtx {
             request_id: HeaderValue::from_static(""),
             upstream_tries: 0,
             client: None,
+            token: None,
+            cert: None,
+            caller: None,
             admission: Admission::default(),
             permit: None,
             trace: None,

@@ -30,6 +30,7 @@
 
 pub mod conn;
 mod context;
+mod identify;
 mod request;
 mod response;
 pub mod tls;

@@ -8,7 +8,7 @@ use crate::chain::forward::X_FORWARDED_FOR;
 use crate::chain::identity::{client_ip, group_key};
 use crate::chain::partition::KeyInputs;
 use crate::chain::reject::Reject;
-use crate::chain::{auth, message, request_id, router};
+use crate::chain::{message, request_id, router};
 use crate::clock::{Clock, MonotonicClock};
 use crate::proxy::conn::GuardedStream;
 use crate::proxy::context::RequestCtx;
@@ -56,11 +56,13 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
         }
         checked?;
     }
-    if route.config.auth == auth::Auth::ApiKey {
-        let client = auth::authenticate(&snapshot.keys, &session.req_header().headers)
-            .map_err(Reject::Key)
+    if route.config.auth.identifies() {
+        crate::proxy::identify::identify(session, ctx, route)
+            .await
             .inspect_err(|_| ctx.admission.unauthorized())?;
-        ctx.client = Some(client);
+    }
+    if route.reads_cert && ctx.cert.is_none() {
+        ctx.cert = crate::proxy::identify::peer_cert(session);
     }
     let body = if route.config.reads_body() {
         read_key_body(session, ctx, route.config.body_key_bytes)
@@ -85,6 +87,11 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
         headers: &req.headers,
         query: req.uri.query(),
         body: body.as_ref(),
+        token: ctx
+            .token
+            .as_deref()
+            .map(|t| t as &(dyn crate::chain::partition::TokenClaims + Sync)),
+        cert: ctx.cert.as_ref(),
     };
     let traced = ctx.trace.as_ref().is_some_and(|t| t.sampled);
     ctx.admission.time_store = traced;

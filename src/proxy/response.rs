@@ -5,6 +5,7 @@
 use crate::chain::forward::X_FORWARDED_FOR;
 use crate::chain::headers::{self, would_limit_value, HeadersMode, WOULD_LIMIT_HEADER};
 use crate::chain::identity;
+use crate::chain::jwt::verify::TokenError;
 use crate::chain::problem::{self, Kind};
 use crate::chain::reject::{closes_connection, Reject};
 use crate::chain::request_id;
@@ -84,7 +85,22 @@ pub async fn respond_reject(
             }
             problem::render(kind, &reject.detail(), request_id)
         }
-        Reject::Key(_) if kind == Kind::Unauthorized => {
+        Reject::Token(TokenError::NoKeys) => {
+            extra.push((RETRY_AFTER, HeaderValue::from_static("5")));
+            problem::render(kind, &reject.detail(), request_id)
+        }
+        Reject::Token(e) => {
+            // RFC 6750 §3: the error code, and a description that never quotes the token.
+            let challenge = format!(
+                "Bearer realm=\"turnstile\", error=\"invalid_token\", error_description=\"{}\"",
+                e.detail().replace('"', "'")
+            );
+            if let Ok(value) = HeaderValue::try_from(challenge) {
+                extra.push((WWW_AUTHENTICATE, value));
+            }
+            problem::render(kind, &reject.detail(), request_id)
+        }
+        Reject::Key(_) | Reject::Credential(_) if kind == Kind::Unauthorized => {
             extra.push((
                 WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer realm=\"turnstile\""),

@@ -77,6 +77,27 @@ pub fn upstream_request_filter(
     ctx: &mut RequestCtx,
 ) -> Result<()> {
     let forward_api_key = ctx.route().is_some_and(|r| r.config.forward_api_key);
+    let route = ctx.route.map(|i| &ctx.snapshot.routes[i]);
+    let token = ctx
+        .token
+        .as_ref()
+        .zip(route)
+        .map(|(_, r)| (&r.config.token_from, r.config.forward_token));
+    let claims: Vec<(&http::HeaderName, Option<&str>)> = match (route, ctx.token.as_deref()) {
+        (Some(r), Some(t)) => r
+            .config
+            .forward_claims
+            .iter()
+            .map(|(name, claim)| (name, t.claim(claim)))
+            .collect(),
+        (Some(r), None) => r
+            .config
+            .forward_claims
+            .iter()
+            .map(|(n, _)| (n, None))
+            .collect(),
+        _ => Vec::new(),
+    };
     let policy = Forward {
         peer: session
             .client_addr()
@@ -84,8 +105,13 @@ pub fn upstream_request_filter(
             .map(|a| a.ip()),
         request_id: &ctx.request_id,
         path: ctx.forward_path.as_deref(),
-        client: ctx.client.as_ref().map(|c| &*c.id),
+        client: ctx
+            .caller
+            .as_deref()
+            .or_else(|| ctx.client.as_ref().map(|c| &*c.id)),
         forward_api_key,
+        token,
+        claims: &claims,
         continued: ctx.continued,
     };
     forward(&policy, &mut PingoraHead(upstream_request))
@@ -123,6 +149,16 @@ impl UpstreamHead for PingoraHead<'_> {
 
     fn remove(&mut self, name: &http::HeaderName) {
         self.0.remove_header(name);
+    }
+
+    fn set_named(
+        &mut self,
+        name: &http::HeaderName,
+        value: HeaderValue,
+    ) -> std::result::Result<(), String> {
+        self.0
+            .insert_header(name.clone(), value)
+            .map_err(|e| e.to_string())
     }
 
     fn query(&self) -> Option<&str> {

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&str] = &[
     "clock",
     "secret",
+    "outbound",
     "limit",
     "upstream",
     "chain",

@@ -53,6 +53,8 @@ impl Admission {
             headers: &headers,
             query: None,
             body: None,
+            token: None,
+            cert: None,
         };
         self.check_limits(rules, store, Some(client), &inputs, slot_id, record)
             .await
@@ -288,6 +290,8 @@ async fn attempt(
         headers: &headers,
         query: None,
         body: Some(body),
+        token: None,
+        cert: None,
     };
     let mut a = Admission::default();
     let result = a

@@ -66,3 +66,15 @@ pub mod shedding {
     pub const RESERVE_CRITICAL: f64 = 0.1;
     pub const RESERVE_DEFAULT: f64 = 0.2;
 }
+
+/// Bearer tokens (`[issuers.NAME]`): clock skew allowed on `exp` / `nbf` / `iat`, and its
+/// most.
+pub const JWT_LEEWAY: Duration = Duration::from_secs(30);
+pub const MAX_JWT_LEEWAY: Duration = Duration::from_secs(300);
+/// A JWKS endpoint: fetched this often, at most this often on unknown `kid`s, each fetch
+/// bounded by this.
+pub const JWKS_REFRESH: Duration = Duration::from_secs(300);
+pub const JWKS_MIN_REFRESH: Duration = Duration::from_secs(30);
+pub const JWKS_TIMEOUT: Duration = Duration::from_secs(5);
+/// Verified tokens remembered (`server.max_cached_tokens`).
+pub const MAX_CACHED_TOKENS: usize = 10_000;

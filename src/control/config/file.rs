@@ -3,6 +3,9 @@
 //! Conversion to the typed [`super::Config`] (and every cross-reference check) lives in
 //! `super::validate`.
 
+pub use super::file_auth::{
+    AuthFile, AuthMethodFile, ClientCertModeFile, ClientIdentityFile, IssuerFile,
+};
 use super::units::{HumanDuration, Rate};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -27,6 +30,9 @@ pub struct FileConfig {
     pub plans: BTreeMap<String, PlanFile>,
     #[serde(default)]
     pub clients: Vec<ClientFile>,
+    /// Identity providers whose signed tokens (JWT) routes accept.
+    #[serde(default)]
+    pub issuers: BTreeMap<String, IssuerFile>,
     pub tracing: Option<TracingFile>,
 }
 
@@ -127,6 +133,8 @@ pub struct ServerFile {
     pub max_tracked_ips: Option<usize>,
     /// Most keyed-limit keys the in-process stores track (memory store, local fallback).
     pub max_tracked_keys: Option<usize>,
+    /// Verified bearer tokens remembered (0: every request's token is verified).
+    pub max_cached_tokens: Option<usize>,
     /// Failure mode of routes that do not choose their own.
     pub on_store_error: Option<FailureModeFile>,
     /// Total time to receive a request's headers.
@@ -150,6 +158,14 @@ pub struct TlsListenerFile {
     /// Offer HTTP/2 by ALPN (default `true`).
     pub h2: Option<bool>,
     pub certificates: Vec<CertificateFile>,
+    /// Ask clients for a certificate (mTLS): `optional` or `required`.
+    pub client_certificates: Option<ClientCertModeFile>,
+    /// The CA client certificates must chain to.
+    pub client_ca_file: Option<String>,
+    /// Which name of a client certificate identifies it (default `san`).
+    pub client_identity: Option<ClientIdentityFile>,
+    /// The plan of callers identified by their certificate.
+    pub client_plan: Option<String>,
 }
 
 /// One certificate of the TLS listener.
@@ -375,13 +391,6 @@ pub enum FailureModeFile {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum AuthFile {
-    None,
-    ApiKey,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
 pub enum LogFormatFile {
     Text,
     Json,
@@ -501,6 +510,14 @@ pub struct RouteFile {
     pub body_key_bytes: Option<u64>,
     /// Load-shedding class of this route's requests (default `default`).
     pub priority: Option<PriorityFile>,
+    /// With `auth` including "jwt": the issuers accepted (default: every one).
+    pub issuers: Option<Vec<String>>,
+    /// Where the token is: "authorization" (Bearer, the default), "header:NAME", "cookie:NAME".
+    pub token_from: Option<String>,
+    /// Pass the bearer token on to the upstream (default: true).
+    pub forward_token: Option<bool>,
+    /// Upstream header → claim, set from the verified token (the incoming header removed).
+    pub forward_claims: Option<BTreeMap<String, String>>,
 }
 
 /// A route's own limit, counted per key.

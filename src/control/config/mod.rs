@@ -6,6 +6,7 @@
 pub mod defaults;
 pub mod error;
 pub mod file;
+mod file_auth;
 mod load;
 pub mod model;
 #[cfg(test)]

@@ -5,6 +5,7 @@ use super::units::Rate;
 use crate::chain::auth::{Auth, KeyDigest};
 use crate::chain::headers::HeadersMode;
 use crate::chain::identity::{Grouping, TrustedProxies};
+use crate::chain::jwt::claims::ClaimPath;
 use crate::chain::message::RequestLimits;
 use crate::limit::store::redis::RedisConfig;
 use crate::limit::store::{FailureMode, FailureSettings};
@@ -26,6 +27,8 @@ pub struct Config {
     pub store: StoreConfig,
     pub plans: BTreeMap<String, PlanConfig>,
     pub clients: Vec<ClientConfig>,
+    /// Identity providers whose tokens routes accept, by name.
+    pub issuers: BTreeMap<String, IssuerConfig>,
     /// OpenTelemetry tracing; `None`: off (restart).
     pub tracing: Option<crate::ops::trace::TraceSettings>,
     /// Other files it reads (secret files, certificates, keys): watched with it, and part of
@@ -68,6 +71,8 @@ pub struct ServerConfig {
     pub max_tracked_ips: usize,
     /// Most keyed-limit keys each in-process store (memory store, local fallback) tracks.
     pub max_tracked_keys: usize,
+    /// Most verified bearer tokens remembered (0: none).
+    pub max_cached_tokens: usize,
     /// Failure mode of routes that do not choose their own.
     pub on_store_error: FailureMode,
     pub limits: RequestLimits,
@@ -185,6 +190,13 @@ pub struct RouteConfig {
     pub body_key_bytes: u64,
     /// Load-shedding class of the route's requests (a plan's own wins).
     pub priority: crate::upstream::shed::Priority,
+    /// With `auth.jwt`: the issuers whose tokens it accepts (names, at least one).
+    pub issuers: Vec<String>,
+    pub token_from: crate::chain::credential::TokenFrom,
+    /// The bearer token reaches the upstream.
+    pub forward_token: bool,
+    /// Upstream headers set from claims of the verified token.
+    pub forward_claims: Vec<(http::HeaderName, ClaimPath)>,
 }
 
 /// A route's limit, counted per key (per IP, account, header value, or route-wide).
@@ -214,6 +226,48 @@ pub struct TlsListenerConfig {
     /// ALPN offers `h2` as well as `http/1.1`.
     pub h2: bool,
     pub certificates: Vec<CertificateConfig>,
+    /// Client certificates (mTLS), when asked for.
+    pub client_auth: Option<ClientAuthConfig>,
+}
+
+/// The TLS listener's client certificates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientAuthConfig {
+    /// A handshake without a certificate from the CA fails (else routes decide).
+    pub required: bool,
+    pub ca_file: std::path::PathBuf,
+    /// The CA file's certificates (PEM).
+    pub ca_pem: Vec<u8>,
+    pub identity: crate::chain::cert::ClientIdentity,
+    /// The plan of callers identified by their certificate.
+    pub plan: Option<String>,
+}
+
+/// `[issuers.NAME]`, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IssuerConfig {
+    pub name: String,
+    pub issuer: String,
+    pub audiences: Vec<String>,
+    pub algorithms: Vec<jsonwebtoken::Algorithm>,
+    pub keys: IssuerKeys,
+    pub leeway: Duration,
+    pub required: Vec<ClaimPath>,
+    pub client_id_claim: ClaimPath,
+    pub plan: String,
+    pub plan_claim: Option<ClaimPath>,
+    /// `plan_claim` value → plan name.
+    pub plans: BTreeMap<String, String>,
+}
+
+/// Where an issuer's keys come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IssuerKeys {
+    Jwks(crate::chain::jwt::source::JwksSettings),
+    /// PEM public keys, a JWK or a JWKS document (checked when loaded).
+    Fixed(super::units::Secret),
+    /// An HMAC secret.
+    Hmac(super::units::Secret),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

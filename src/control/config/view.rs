@@ -4,7 +4,6 @@
 
 use super::model::{Config, IpLimitChoice, IpLimitConfig, StoreConfig};
 use super::units::format_duration;
-use crate::chain::auth::Auth;
 use crate::chain::headers::HeadersMode;
 use crate::limit::store::redis::Topology;
 use crate::limit::store::FailureMode;
@@ -33,6 +32,15 @@ pub fn render(config: &Config) -> Value {
                     "key": "set",
                     "names": c.names,
                 })).collect::<Vec<_>>(),
+                "client_certificates": t.client_auth.as_ref().map(|c| json!({
+                    "required": c.required,
+                    "client_ca_file": c.ca_file.display().to_string(),
+                    "client_identity": match c.identity {
+                        crate::chain::cert::ClientIdentity::San => "san",
+                        crate::chain::cert::ClientIdentity::Subject => "subject",
+                    },
+                    "client_plan": c.plan,
+                })),
             })),
             "key_hash_secret": if s.key_hash_secret.is_some() { "set" } else { "not set" },
             "trusted_proxies": s.trusted_proxies.nets().iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -41,6 +49,7 @@ pub fn render(config: &Config) -> Value {
             "ip_limit": s.ip_limit.as_ref().map(ip_limit),
             "max_tracked_ips": s.max_tracked_ips,
             "max_tracked_keys": s.max_tracked_keys,
+            "max_cached_tokens": s.max_cached_tokens,
             "on_store_error": s.on_store_error.as_str(),
         },
         "admin": {
@@ -92,7 +101,7 @@ pub fn render(config: &Config) -> Value {
                 IpLimitChoice::Off => json!("off"),
                 IpLimitChoice::Own(l) => ip_limit(&l),
             },
-            "auth": match r.auth { Auth::None => "none", Auth::ApiKey => "api_key" },
+            "auth": match r.auth.names().as_slice() { [one] => json!(one), many => json!(many) },
             "cost": r.cost,
             "rate_limit_headers": match r.rate_limit_headers {
                 HeadersMode::On => "on",
@@ -116,6 +125,10 @@ pub fn render(config: &Config) -> Value {
             })).collect::<Vec<_>>(),
             "body_key_bytes": r.body_key_bytes,
             "priority": r.priority.as_str(),
+            "issuers": r.issuers,
+            "token_from": r.auth.jwt.then(|| r.token_from.describe()),
+            "forward_token": r.forward_token,
+            "forward_claims": r.forward_claims.iter().map(|(h, c)| (h.to_string(), json!(c.as_str()))).collect::<serde_json::Map<_, _>>(),
         })).collect::<Vec<_>>(),
         "plans": config.plans.values().map(|p| json!({
             "name": p.name,
@@ -136,6 +149,30 @@ pub fn render(config: &Config) -> Value {
             "plan": c.plan,
             "api_keys": format!("{} redacted", c.api_keys.len()),
         })).collect::<Vec<_>>(),
+        "issuers": config.issuers.values().map(issuer).collect::<Vec<_>>(),
+    })
+}
+
+/// An issuer without its secrets: a JWKS URL's credentials and query redacted, fixed keys
+/// and HMAC secrets only as "set".
+fn issuer(i: &super::model::IssuerConfig) -> Value {
+    use super::model::IssuerKeys;
+    json!({
+        "name": i.name,
+        "issuer": i.issuer,
+        "audiences": i.audiences,
+        "algorithms": i.algorithms.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>(),
+        "jwks_url": match &i.keys { IssuerKeys::Jwks(j) => Some(j.shown_url.clone()), _ => None },
+        "jwks_refresh": match &i.keys { IssuerKeys::Jwks(j) => Some(format_duration(j.refresh)), _ => None },
+        "jwks_min_refresh": match &i.keys { IssuerKeys::Jwks(j) => Some(format_duration(j.min_refresh)), _ => None },
+        "keys": if matches!(i.keys, IssuerKeys::Fixed(_)) { "set" } else { "not set" },
+        "secret": if matches!(i.keys, IssuerKeys::Hmac(_)) { "set" } else { "not set" },
+        "leeway": format_duration(i.leeway),
+        "required_claims": i.required.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+        "client_id_claim": i.client_id_claim.as_str(),
+        "plan": i.plan,
+        "plan_claim": i.plan_claim.as_ref().map(|c| c.as_str()),
+        "plans": i.plans,
     })
 }
 

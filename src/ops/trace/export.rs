@@ -75,25 +75,7 @@ impl Exporter {
 /// The HTTP client of the export thread: the call timeout, error statuses as errors, and
 /// for https the configured CA (or Mozilla's roots).
 fn agent(settings: &ExportSettings) -> ureq::Agent {
-    use ureq::tls::{Certificate, RootCerts, TlsConfig};
-    let roots = match &settings.ca_pem {
-        Some(pem) => {
-            let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(pem)
-                .filter_map(|item| match item {
-                    Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
-                    _ => None,
-                })
-                .collect();
-            RootCerts::new_with_certs(&certs)
-        }
-        None => RootCerts::WebPki,
-    };
-    ureq::Agent::config_builder()
-        .timeout_global(Some(settings.timeout))
-        .http_status_as_error(true)
-        .tls_config(TlsConfig::builder().root_certs(roots).build())
-        .build()
-        .into()
+    crate::outbound::agent(settings.timeout, settings.ca_pem.as_deref())
 }
 
 /// One call with one batch.

@@ -7,7 +7,9 @@ mod access_log;
 mod admin;
 mod checks;
 mod clients;
+mod issuers;
 mod plans;
+mod route_auth;
 mod routes;
 mod server;
 mod shedding;
@@ -21,6 +23,7 @@ use self::access_log::*;
 use self::admin::*;
 use self::checks::*;
 use self::clients::*;
+use self::issuers::*;
 use self::plans::*;
 use self::routes::*;
 use self::server::*;
@@ -28,7 +31,9 @@ use self::store::*;
 use self::upstreams::*;
 use crate::control::config::error::Problem;
 use crate::control::config::file::FileConfig;
-use crate::control::config::model::{Config, PlanConfig, RouteConfig, StoreConfig, UpstreamConfig};
+use crate::control::config::model::{
+    Config, IssuerConfig, PlanConfig, RouteConfig, StoreConfig, UpstreamConfig,
+};
 use std::collections::BTreeMap;
 
 impl TryFrom<FileConfig> for Config {
@@ -44,6 +49,7 @@ impl TryFrom<FileConfig> for Config {
             store,
             plans,
             clients,
+            issuers,
             tracing,
         } = file;
         let mut server = server;
@@ -68,6 +74,25 @@ impl TryFrom<FileConfig> for Config {
             .collect();
         entries.extend(clients_from_file(clients_file, &mut problems));
         let clients = clients_config(entries, &plans, &mut problems);
+        let issuers: BTreeMap<String, IssuerConfig> = issuers
+            .into_iter()
+            .filter_map(|(name, issuer)| {
+                issuer_config(&name, issuer, &plans, &mut problems).map(|cfg| (name, cfg))
+            })
+            .collect();
+        if let Some(plan) = server
+            .tls
+            .as_ref()
+            .and_then(|t| t.client_auth.as_ref())
+            .and_then(|c| c.plan.as_ref())
+        {
+            if !plans.contains_key(plan) {
+                problems.push(
+                    "server.tls.client_plan",
+                    format!("unknown plan {plan:?}: define [plans.{plan}]"),
+                );
+            }
+        }
         let upstreams: BTreeMap<String, UpstreamConfig> = upstreams
             .into_iter()
             .map(|(name, up)| {
@@ -81,17 +106,19 @@ impl TryFrom<FileConfig> for Config {
         let routes: Vec<RouteConfig> = routes
             .into_iter()
             .enumerate()
-            .map(|(i, r)| route_config(i, r, &upstreams, &server, &mut problems))
+            .map(|(i, r)| route_config(i, r, &upstreams, &server, &issuers, &mut problems))
             .collect();
         if server.key_hash_secret.is_none()
             && matches!(store, StoreConfig::Redis(..))
-            && routes.iter().any(|r| !r.limits.is_empty())
+            && routes
+                .iter()
+                .any(|r| !r.limits.is_empty() || r.auth.jwt || r.auth.client_cert)
         {
             // An error, not a warning: one instance without it (or with another) names other
             // keys, splitting every keyed limit across the fleet.
             problems.push(
                 "server.key_hash_secret",
-                "required with a shared store and keyed limits: set the same secret on every instance (with another one, or none, an instance counts every keyed limit apart)",
+                "required with a shared store and keyed limits or token / certificate auth: set the same secret on every instance (with another one, or none, an instance counts every keyed limit and every token's client apart)",
             );
         }
         check_route_overlaps(&routes, &mut problems);
@@ -106,6 +133,7 @@ impl TryFrom<FileConfig> for Config {
                 store,
                 plans,
                 clients,
+                issuers,
                 tracing,
                 files: problems.files,
                 warnings: problems.warnings,

@@ -2,6 +2,7 @@
 
 use super::checks::*;
 use super::plans::limit_policy;
+use super::route_auth::*;
 use super::server::*;
 use super::store::*;
 use crate::chain::auth::Auth;
@@ -9,10 +10,11 @@ use crate::chain::headers::HeadersMode;
 use crate::chain::partition::{KeyPart, Missing};
 use crate::control::config::defaults;
 use crate::control::config::file::{
-    AuthFile, HeadersModeFile, IpLimitSetting, MissingFile, RouteFile, RouteLimitFile,
+    HeadersModeFile, IpLimitSetting, MissingFile, RouteFile, RouteLimitFile,
 };
 use crate::control::config::model::{
-    IpLimitChoice, PlanConfig, RouteConfig, RouteLimitConfig, ServerConfig, UpstreamConfig,
+    IpLimitChoice, IssuerConfig, PlanConfig, RouteConfig, RouteLimitConfig, ServerConfig,
+    UpstreamConfig,
 };
 use std::collections::BTreeMap;
 
@@ -21,6 +23,7 @@ pub(super) fn route_config(
     file: RouteFile,
     upstreams: &BTreeMap<String, UpstreamConfig>,
     server: &ServerConfig,
+    issuers: &BTreeMap<String, IssuerConfig>,
     problems: &mut Problems,
 ) -> RouteConfig {
     let RouteFile {
@@ -45,18 +48,14 @@ pub(super) fn route_config(
         limits,
         body_key_bytes,
         priority,
+        issuers: route_issuers,
+        token_from,
+        forward_token,
+        forward_claims,
     } = file;
     let base = format!("routes[{index}]");
     let priority = route_priority(&base, priority, upstreams.get(&upstream), problems);
     let shadow = shadow.unwrap_or(false);
-    match max_concurrent {
-        Some(0) => refuse_zero(format!("{base}.max_concurrent"), 0, problems),
-        Some(_) if auth != Some(AuthFile::ApiKey) => problems.push(
-            format!("{base}.max_concurrent"),
-            "a concurrency limit is per client: it needs auth = \"api_key\"",
-        ),
-        _ => {}
-    }
     let ip_limit = match ip_limit {
         None => IpLimitChoice::ServerDefault,
         Some(IpLimitSetting::Off) => IpLimitChoice::Off,
@@ -64,16 +63,40 @@ pub(super) fn route_config(
             IpLimitChoice::Own(ip_limit_config(&format!("{base}.ip_limit"), l, problems))
         }
     };
-    let auth = match auth {
-        None | Some(AuthFile::None) => Auth::None,
-        Some(AuthFile::ApiKey) => Auth::ApiKey,
-    };
+    let auth = route_auth(&base, auth, server, problems);
+    match max_concurrent {
+        Some(0) => refuse_zero(format!("{base}.max_concurrent"), 0, problems),
+        Some(_) if !auth.identifies() => problems.push(
+            format!("{base}.max_concurrent"),
+            "a concurrency limit is per client: it needs auth (api_key, jwt or client_cert)",
+        ),
+        _ => {}
+    }
+    let tokens = route_tokens(
+        &base,
+        auth,
+        RouteTokenFiles {
+            issuers: route_issuers,
+            token_from,
+            forward_token,
+            forward_claims,
+        },
+        issuers,
+        problems,
+    );
     let cost = at_least_one(format!("{base}.cost"), cost, 1, problems);
-    let limits = route_limits(&base, limits.unwrap_or_default(), auth, shadow, problems);
-    if cost > 1 && auth != Auth::ApiKey && limits.is_empty() {
+    let limits = route_limits(
+        &base,
+        limits.unwrap_or_default(),
+        auth,
+        server,
+        shadow,
+        problems,
+    );
+    if cost > 1 && !auth.identifies() && limits.is_empty() {
         problems.push(
             format!("{base}.cost"),
-            "cost applies to plan limits (auth = \"api_key\") and the route's own limits: this route has neither",
+            "cost applies to plan limits (routes with auth) and the route's own limits: this route has neither",
         );
     }
     let body_key_bytes = match body_key_bytes {
@@ -182,6 +205,10 @@ pub(super) fn route_config(
         limits,
         body_key_bytes,
         priority,
+        issuers: tokens.issuers,
+        token_from: tokens.token_from,
+        forward_token: tokens.forward_token,
+        forward_claims: tokens.forward_claims,
     }
 }
 
@@ -215,6 +242,7 @@ fn route_limits(
     base: &str,
     files: Vec<RouteLimitFile>,
     auth: Auth,
+    server: &ServerConfig,
     route_shadow: bool,
     problems: &mut Problems,
 ) -> Vec<RouteLimitConfig> {
@@ -241,7 +269,10 @@ fn route_limits(
         if key.is_empty() {
             problems.push(
                 format!("{path}.key"),
-                "at least one part: \"ip\", \"client\", \"route\", \"header:NAME\" or \"body:FIELD\"",
+                format!(
+                    "at least one part: {}",
+                    crate::chain::partition::PART_SHAPES
+                ),
             );
         }
         let mut parts: Vec<KeyPart> = Vec::with_capacity(key.len());
@@ -251,10 +282,22 @@ fn route_limits(
                     format!("{path}.key[{j}]"),
                     format!("{text:?} is listed twice"),
                 ),
-                Ok(KeyPart::Client) if auth != Auth::ApiKey => problems.push(
+                Ok(KeyPart::Client) if !auth.identifies() => problems.push(
                     format!("{path}.key[{j}]"),
-                    "\"client\" needs auth = \"api_key\" on the route",
+                    "\"client\" needs auth (api_key, jwt or client_cert) on the route",
                 ),
+                Ok(KeyPart::Claim(_)) if !auth.jwt => problems.push(
+                    format!("{path}.key[{j}]"),
+                    format!("{text:?} needs auth including \"jwt\" on the route"),
+                ),
+                Ok(KeyPart::Cert(_))
+                    if server.tls.as_ref().is_none_or(|t| t.client_auth.is_none()) =>
+                {
+                    problems.push(
+                        format!("{path}.key[{j}]"),
+                        format!("{text:?} needs [server.tls] client_certificates"),
+                    )
+                }
                 Ok(part) => parts.push(part),
                 Err(msg) => problems.push(format!("{path}.key[{j}]"), msg),
             }
@@ -328,7 +371,7 @@ pub(super) fn check_costs(
                     ),
                 );
             }
-            if route.auth != Auth::ApiKey {
+            if !route.auth.identifies() {
                 continue;
             }
             for plan in plans.values() {
@@ -343,7 +386,7 @@ pub(super) fn check_costs(
                 }
             }
         }
-        if route.auth != Auth::ApiKey {
+        if !route.auth.identifies() {
             continue;
         }
         for plan in plans.values() {

@@ -38,6 +38,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         ip_limit,
         max_tracked_ips,
         max_tracked_keys,
+        max_cached_tokens,
         on_store_error,
         header_timeout,
         body_timeout,
@@ -127,6 +128,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
             defaults::MAX_TRACKED_KEYS,
             problems,
         ),
+        max_cached_tokens: max_cached_tokens.unwrap_or(defaults::MAX_CACHED_TOKENS),
         on_store_error: on_store_error.map_or(defaults::ON_STORE_ERROR, failure_mode),
         limits: RequestLimits {
             header_timeout: positive(
@@ -259,7 +261,18 @@ fn tls_listener_config(
         listen,
         h2,
         certificates,
+        client_certificates,
+        client_ca_file,
+        client_identity,
+        client_plan,
     } = file;
+    let client_auth = client_auth_config(
+        client_certificates,
+        client_ca_file,
+        client_identity,
+        client_plan,
+        problems,
+    );
     let addr = listen.parse::<SocketAddr>().unwrap_or_else(|_| {
         problems.push(
             "server.tls.listen",
@@ -314,5 +327,59 @@ fn tls_listener_config(
         listen: addr,
         h2: h2.unwrap_or(true),
         certificates,
+        client_auth,
     }
+}
+
+/// `[server.tls]`'s client certificates: asked for (`client_certificates`) against a CA.
+fn client_auth_config(
+    mode: Option<crate::control::config::file::ClientCertModeFile>,
+    ca_file: Option<String>,
+    identity: Option<crate::control::config::file::ClientIdentityFile>,
+    plan: Option<String>,
+    problems: &mut Problems,
+) -> Option<crate::control::config::model::ClientAuthConfig> {
+    use crate::chain::cert::ClientIdentity;
+    use crate::control::config::file::{ClientCertModeFile, ClientIdentityFile};
+    let Some(mode) = mode else {
+        for (key, given) in [
+            ("client_ca_file", ca_file.is_some()),
+            ("client_identity", identity.is_some()),
+            ("client_plan", plan.is_some()),
+        ] {
+            if given {
+                problems.push(
+                    format!("server.tls.{key}"),
+                    "only with client_certificates = \"optional\" or \"required\"",
+                );
+            }
+        }
+        return None;
+    };
+    let Some(ca_file) = ca_file else {
+        problems.push(
+            "server.tls.client_ca_file",
+            "required with client_certificates: the CA client certificates chain to",
+        );
+        return None;
+    };
+    problems.files.push(ca_file.clone().into());
+    let ca_pem = std::fs::read(&ca_file)
+        .map_err(|e| {
+            problems.push(
+                "server.tls.client_ca_file",
+                format!("cannot read {ca_file}: {}", e.kind()),
+            )
+        })
+        .ok()?;
+    Some(crate::control::config::model::ClientAuthConfig {
+        required: mode == ClientCertModeFile::Required,
+        ca_file: ca_file.into(),
+        ca_pem,
+        identity: match identity {
+            None | Some(ClientIdentityFile::San) => ClientIdentity::San,
+            Some(ClientIdentityFile::Subject) => ClientIdentity::Subject,
+        },
+        plan,
+    })
 }

@@ -1,0 +1,106 @@
+//! [4] Who the caller is, from the session: its credential (`chain::credential`) checked the
+//! way its kind is checked — an API key against the key ring, a bearer token by its issuer
+//! (`chain::jwt`), a client certificate as the TLS listener verified it. Nothing of the
+//! limiter is touched for a request that is not identified.
+
+use crate::chain::auth::{self, ApiKeyError, Auth, Client};
+use crate::chain::cert::PeerCert;
+use crate::chain::credential::{credential, Credential, CredentialError};
+use crate::chain::jwt::issuer::{authenticate, Checked, TokenCheck};
+use crate::chain::reject::Reject;
+use crate::control::snapshot::Route;
+use crate::proxy::context::RequestCtx;
+use pingora::proxy::Session;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Sets `ctx.client` (and the token or certificate it came from), or the rejection.
+pub async fn identify(
+    session: &Session,
+    ctx: &mut RequestCtx,
+    route: &Route,
+) -> Result<(), Reject> {
+    let snapshot = Arc::clone(&ctx.snapshot);
+    let auth = route.config.auth;
+    let headers = &session.req_header().headers;
+    if auth == Auth::API_KEY {
+        let client = auth::authenticate(&snapshot.keys, headers).map_err(Reject::Key)?;
+        ctx.client = Some(client);
+        return Ok(());
+    }
+    if auth.client_cert && ctx.cert.is_none() {
+        ctx.cert = peer_cert(session);
+    }
+    let found = credential(auth, &route.config.token_from, headers, ctx.cert.is_some())
+        .map_err(Reject::Credential)?;
+    match found {
+        Credential::ApiKey(key) => {
+            let client = snapshot
+                .keys
+                .lookup(key)
+                .cloned()
+                .ok_or(Reject::Key(ApiKeyError::Unknown))?;
+            ctx.client = Some(client);
+        }
+        Credential::Token(token) => {
+            let check = TokenCheck {
+                issuers: &route.issuers,
+                cache: &snapshot.identity.tokens,
+                hasher: &snapshot.hasher,
+                used_claims: &snapshot.identity.used_claims,
+            };
+            let checked = authenticate(&check, token, unix_now()).await;
+            let metrics = &snapshot.metrics;
+            let (identity, how) = checked
+                .inspect_err(|e| metrics.token_checked(e.reason()))
+                .map_err(Reject::Token)?;
+            metrics.token_checked(match how {
+                Checked::Cached => "cached",
+                Checked::Verified => "verified",
+            });
+            ctx.client = Some(Arc::clone(&identity.client));
+            ctx.caller = Some(identity.subject.clone());
+            ctx.token = Some(identity);
+        }
+        Credential::Certificate => {
+            let (plan, which) = snapshot
+                .identity
+                .cert
+                .clone()
+                .expect("routes with client_cert auth have a certificate plan (checked)");
+            let name = ctx
+                .cert
+                .as_ref()
+                .and_then(|c| c.name(which))
+                .ok_or(Reject::Credential(CredentialError::UnnamedCertificate))?;
+            let id = format!(
+                "cert:{}",
+                snapshot.hasher.name("cert client", name.as_bytes())
+            );
+            ctx.caller = Some(name.to_owned());
+            ctx.client = Some(Arc::new(Client {
+                id: id.into(),
+                plan,
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// The connection's verified client certificate, as the TLS listener read it.
+pub fn peer_cert(session: &Session) -> Option<PeerCert> {
+    session
+        .digest()?
+        .ssl_digest
+        .as_ref()?
+        .extension
+        .get::<PeerCert>()
+        .cloned()
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+}
