@@ -82,3 +82,43 @@ impl PeerCert {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn der(names: Vec<rcgen::SanType>, cn: &str) -> Vec<u8> {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::default();
+        params.subject_alt_names = names;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    #[test]
+    fn the_uri_san_then_the_dns_san_then_the_subject_name_the_holder() {
+        use rcgen::SanType;
+        let spiffe = "spiffe://example.org/ns/a/sa/b";
+        let c = PeerCert::read(&der(
+            vec![
+                SanType::DnsName("a.example.org".try_into().unwrap()),
+                SanType::URI(spiffe.try_into().unwrap()),
+            ],
+            "svc-a",
+        ))
+        .unwrap();
+        assert_eq!(c.name(ClientIdentity::San), Some(spiffe));
+        assert_eq!(c.name(ClientIdentity::Subject), Some("svc-a"));
+        assert_eq!(c.fingerprint.len(), 64);
+        let c = PeerCert::read(&der(
+            vec![SanType::DnsName("b.example.org".try_into().unwrap())],
+            "has space",
+        ))
+        .unwrap();
+        assert_eq!(c.name(ClientIdentity::San), Some("b.example.org"));
+        assert_eq!(c.name(ClientIdentity::Subject), None, "not visible ASCII");
+        assert!(PeerCert::read(b"not a certificate").is_none());
+    }
+}

@@ -373,4 +373,58 @@ mod tests {
         assert_eq!(h.headers["x-api-key"], "k");
         assert_eq!(h.target, "/a");
     }
+
+    #[test]
+    fn a_token_route_forwards_claims_and_the_token_only_as_configured() {
+        let id = HeaderValue::from_static("r");
+        let tenant = HeaderName::from_static("x-tenant-id");
+        let tier = HeaderName::from_static("x-tier");
+        let claims = [(&tenant, Some("acme")), (&tier, None)];
+        let from = TokenFrom::Authorization;
+        let mut h = head(
+            "/a",
+            &[
+                ("authorization", "Bearer eyJ.x.y"),
+                ("x-tenant-id", "spoofed"),
+                ("x-tier", "gold"),
+                ("x-api-key", "k"),
+            ],
+        );
+        let f = Forward {
+            client: Some("user 1/é"),
+            token: Some((&from, true)),
+            claims: &claims,
+            ..inputs(&id)
+        };
+        forward(&f, &mut h).unwrap();
+        assert_eq!(h.headers["x-client-id"], "user%201/%C3%A9");
+        assert_eq!(h.headers["authorization"], "Bearer eyJ.x.y");
+        assert_eq!(h.headers["x-tenant-id"], "acme");
+        assert!(
+            h.headers.get("x-tier").is_none(),
+            "absent claim: removed, not set"
+        );
+        assert!(h.headers.get("x-api-key").is_none());
+        // Kept from the upstream: from Authorization, or from a cookie among others.
+        let mut h = head("/a", &[("authorization", "Bearer eyJ.x.y")]);
+        let f = Forward {
+            token: Some((&from, false)),
+            ..inputs(&id)
+        };
+        forward(&f, &mut h).unwrap();
+        assert!(h.headers.get("authorization").is_none());
+        let cookie = TokenFrom::Cookie("session".into());
+        let mut h = head(
+            "/a",
+            &[("cookie", "a=1; session=eyJ.x.y"), ("cookie", "session=z")],
+        );
+        let f = Forward {
+            token: Some((&cookie, false)),
+            ..inputs(&id)
+        };
+        forward(&f, &mut h).unwrap();
+        assert_eq!(h.headers["cookie"], "a=1");
+        assert_eq!(header_text("plain-id_1.x"), "plain-id_1.x");
+        assert_eq!(header_text("50%"), "50%25");
+    }
 }

@@ -6,6 +6,7 @@
 pub mod dns;
 pub mod grpc;
 pub mod http;
+pub mod jwks;
 pub mod otlp;
 pub mod redis;
 pub mod tls;

@@ -1,6 +1,6 @@
 //! The gateway in front of real upstreams, over real HTTP/1, HTTP/2 and TLS: routing and what
 //! the upstream receives, hostile and ambiguous requests, the bounds on every wait, name
-//! resolution, TLS downstream and upstream.
+//! resolution, TLS downstream and upstream, identity (bearer tokens, client certificates).
 //!
 //! One test binary per area (each links the whole crate once); the shared harness is
 //! `tests/common/`.
@@ -13,6 +13,8 @@ mod bypass;
 mod dns;
 mod gateway;
 mod hostile;
+mod jwt;
+mod mtls;
 mod readings;
 mod tls;
 mod upstream_tls;

@@ -1,0 +1,630 @@
+//! Bearer tokens (JWT) through the real gateway, against a real JWKS endpoint served by the
+//! harness (HTTP, and HTTPS with a test CA), with tokens signed by real RSA, EC, Ed25519 keys
+//! and HMAC secrets: who the caller is, plans from claims, keyed limits on claims, exact
+//! counts per subject across two gateways on one Redis; every way a token can be bad → 401
+//! and no limiter state; key rotation, an endpoint that fails, a flood of unknown key ids;
+//! what the upstream receives.
+
+use crate::common;
+
+use common::jwks::{now, JwksServer, Signer};
+use common::redis::RedisServer;
+use common::tls::Ca;
+use common::{http, wait_until, Gateway, Upstream};
+use jsonwebtoken::{Algorithm, Header};
+use serde_json::{json, Value};
+
+const ISS: &str = "https://idp.test/";
+const AUD: &str = "orders-api";
+
+fn claims(sub: &str) -> Value {
+    json!({"iss": ISS, "aud": AUD, "sub": sub, "exp": now() + 600, "iat": now()})
+}
+
+fn with(mut c: Value, field: &str, value: Value) -> Value {
+    c[field] = value;
+    c
+}
+
+/// A gateway config: one issuer (`keys_line` says where its keys are), plans, and an
+/// `/echo` route with `auth` and `route_extra`.
+fn config(up: &Upstream, keys_line: &str, issuer_extra: &str, route_extra: &str) -> String {
+    format!(
+        r#"
+[upstreams.api]
+servers = ["{addr}"]
+
+[plans.free]
+limits = [{{ name = "per-hour", algorithm = "sliding_log", limit = 5, window = "1h" }}]
+
+[plans.pro]
+limits = [{{ name = "per-hour", algorithm = "sliding_log", limit = 8, window = "1h" }}]
+
+[issuers.idp]
+issuer = "{ISS}"
+audiences = ["{AUD}", "other-api"]
+{keys_line}
+plan = "free"
+{issuer_extra}
+
+[[routes]]
+name = "api"
+path_prefix = "/echo"
+upstream = "api"
+auth = "jwt"
+{route_extra}
+"#,
+        addr = up.addr()
+    )
+}
+
+fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+fn call(gw: &Gateway, token: &str) -> http::Response {
+    gw.get_with("/echo/x", &[("Authorization", &bearer(token))])
+}
+
+fn header_of(resp: &http::Response, name: &str) -> Option<String> {
+    resp.json()["headers"].as_array().and_then(|hs| {
+        hs.iter()
+            .find(|h| h[0].as_str() == Some(name))
+            .map(|h| h[1].as_str().unwrap().to_owned())
+    })
+}
+
+#[test]
+fn tokens_from_a_jwks_endpoint_are_counted_per_subject_exactly_across_two_gateways() {
+    let up = Upstream::start("api");
+    let redis = RedisServer::start();
+    let key = Signer::rsa("rsa-1");
+    let idp = JwksServer::start(&[&key]);
+    let store = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"1s\"\n",
+        redis.url()
+    );
+    let text = format!(
+        "{}{store}",
+        config(&up, &format!("jwks_url = \"{}\"", idp.url()), "", "")
+    );
+    let secret = "key_hash_secret = \"same-secret-on-every-instance\"";
+    let a = Gateway::start_with(secret, &text);
+    let b = Gateway::start_with(secret, &text);
+    wait_until("both gateways ready (keys fetched)", || {
+        a.admin("/readyz").status == 200 && b.admin("/readyz").status == 200
+    });
+
+    // The plan allows 5 per hour and subject: 12 calls alternating between the gateways,
+    // each with a freshly signed token of the same subject, admit exactly 5.
+    let statuses: Vec<u16> = (0..12)
+        .map(|i| {
+            let token = key.sign(&with(claims("alice"), "jti", json!(i)));
+            call(if i % 2 == 0 { &a } else { &b }, &token).status
+        })
+        .collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        5,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 429).count(),
+        7,
+        "{statuses:?}"
+    );
+    // Another subject has its own count.
+    assert_eq!(call(&b, &key.sign(&claims("bob"))).status, 200);
+
+    // What the upstream got: the subject as X-Client-Id, the token itself (forward_token
+    // defaults to true).
+    let token = key.sign(&claims("carol"));
+    let resp = call(&a, &token);
+    assert_eq!(header_of(&resp, "x-client-id").as_deref(), Some("carol"));
+    assert_eq!(header_of(&resp, "authorization"), Some(bearer(&token)));
+    // Store keys name a namespaced, hashed client: no subject in Redis.
+    let keys: Vec<String> = redis.cmd(&["KEYS", "*"]);
+    assert!(keys.iter().any(|k| k.contains("{jwt:idp:")), "{keys:?}");
+    assert!(!keys.iter().any(|k| k.contains("alice")), "{keys:?}");
+    // The second call of a token is remembered, not verified again.
+    call(&a, &token);
+    assert!(a.metric("turnstile_token_checks_total", &[("result", "cached")]) >= 1.0);
+    assert!(a.metric("turnstile_jwks_keys", &[("issuer", "idp")]) == 1.0);
+}
+
+#[test]
+fn the_plan_comes_from_a_claim_and_a_keyed_limit_counts_per_tenant_claim() {
+    let up = Upstream::start("api");
+    let key = Signer::ec("ec-1");
+    let idp = JwksServer::start(&[&key]);
+    let route = r#"
+forward_claims = { "X-Tenant-Id" = "org.id", "X-Tier" = "tier" }
+limits = [{ name = "per-tenant", algorithm = "sliding_log", limit = 6, window = "1h", key = ["jwt:org.id"] }]
+"#;
+    let gw = Gateway::start(&config(
+        &up,
+        &format!("jwks_url = \"{}\"\nalgorithms = [\"ES256\"]", idp.url()),
+        "plan_claim = \"tier\"\nplans = { gold = \"pro\" }",
+        route,
+    ));
+    wait_until("keys fetched", || gw.admin("/readyz").status == 200);
+    let token = |sub: &str, org: &str, tier: &str| {
+        let c = with(claims(sub), "org", json!({"id": org}));
+        key.sign(&with(c, "tier", json!(tier)))
+    };
+    // A gold user gets the pro plan's 8; a free user the free plan's 5 (the tenant limit of
+    // 6 is per organisation, and each user here is alone in theirs).
+    let count = |sub: &str, org: &str, tier: &str, n: usize| {
+        (0..n)
+            .filter(|_| call(&gw, &token(sub, org, tier)).status == 200)
+            .count()
+    };
+    assert_eq!(
+        count("gold-user", "solo-a", "gold", 10),
+        6,
+        "tenant limit first"
+    );
+    assert_eq!(count("free-user", "solo-b", "basic", 10), 5, "free plan");
+    // Three users of one tenant share its 6 ("ACME" and " acme" fold to one tenant).
+    let shared = ["u1", "u2", "u3"]
+        .iter()
+        .zip(["acme", "ACME", " acme"])
+        .map(|(u, org)| count(u, org, "gold", 3))
+        .sum::<usize>();
+    assert_eq!(shared, 6);
+    // A token without the claim: the limit's missing part → 400 (reject by default).
+    let resp = call(&gw, &key.sign(&claims("no-org")));
+    assert_eq!(resp.status, 400, "{}", resp.text());
+    // Claims as headers; a header the client sent under that name never passes.
+    let resp = gw.get_with(
+        "/echo/x",
+        &[
+            ("Authorization", &bearer(&token("h", "tenant-h", "gold"))),
+            ("X-Tenant-Id", "spoofed"),
+        ],
+    );
+    assert_eq!(resp.status, 200);
+    assert_eq!(header_of(&resp, "x-tenant-id").as_deref(), Some("tenant-h"));
+    assert_eq!(header_of(&resp, "x-tier").as_deref(), Some("gold"));
+}
+
+#[test]
+fn bad_tokens_get_401_without_echo_and_write_nothing_to_the_store() {
+    let up = Upstream::start("api");
+    let redis = RedisServer::start();
+    let rsa = Signer::rsa("rsa-1");
+    let stranger = Signer::rsa("rsa-1");
+    let idp = JwksServer::start(&[&rsa]);
+    let text = format!(
+        "{}[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"1s\"\n",
+        config(
+            &up,
+            &format!("jwks_url = \"{}\"\njwks_min_refresh = \"1h\"", idp.url()),
+            "",
+            ""
+        ),
+        redis.url()
+    );
+    let gw = Gateway::start_with(
+        "key_hash_secret = \"same-secret-on-every-instance\"\nmax_header_bytes = 262144",
+        &text,
+    );
+    wait_until("keys fetched", || gw.admin("/readyz").status == 200);
+    let n = now();
+    let good = rsa.sign(&claims("mallory"));
+    let (head, rest) = good.split_once('.').unwrap();
+    let payload = rest.split('.').next().unwrap();
+    // HS256 "signed" with the RSA public key as the secret: algorithm confusion.
+    let public = rsa.public_pem();
+    let confused =
+        Signer::hmac(&public).sign_with(Header::new(Algorithm::HS256), &claims("mallory"));
+    let mut unknown_kid = Header::new(Algorithm::RS256);
+    unknown_kid.kid = Some("nobody-knows".into());
+    let cases: Vec<(&str, String)> = vec![
+        (
+            "expired",
+            rsa.sign(&with(claims("mallory"), "exp", json!(n - 3600))),
+        ),
+        (
+            "not yet valid",
+            rsa.sign(&with(claims("mallory"), "nbf", json!(n + 3600))),
+        ),
+        (
+            "issued in the future",
+            rsa.sign(&with(claims("mallory"), "iat", json!(n + 3600))),
+        ),
+        (
+            "wrong audience",
+            rsa.sign(&with(claims("mallory"), "aud", json!("billing"))),
+        ),
+        (
+            "wrong issuer",
+            rsa.sign(&with(claims("mallory"), "iss", json!("https://evil.test/"))),
+        ),
+        ("no exp", {
+            let mut c = claims("mallory");
+            c.as_object_mut().unwrap().remove("exp");
+            rsa.sign(&c)
+        }),
+        // {"alg":"none","typ":"JWT"} and no signature.
+        (
+            "alg none",
+            format!("eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.{payload}."),
+        ),
+        ("algorithm confusion", confused),
+        (
+            "unknown kid",
+            rsa.sign_with(unknown_kid, &claims("mallory")),
+        ),
+        ("another key, same kid", stranger.sign(&claims("mallory"))),
+        ("truncated", good[..good.len() - 10].to_owned()),
+        ("header only", format!("{head}.")),
+        (
+            "100 KB",
+            format!("{head}.{}.{}", "A".repeat(100 * 1024), "B".repeat(64)),
+        ),
+        ("not a token", "not-a-token".into()),
+    ];
+    for (what, token) in &cases {
+        let resp = call(&gw, token);
+        assert_eq!(resp.status, 401, "{what}: {}", resp.text());
+        let challenge = resp
+            .header("www-authenticate")
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            challenge.contains("error=\"invalid_token\""),
+            "{what}: {challenge}"
+        );
+        let body = resp.text();
+        assert!(body.contains("unauthorized"), "{what}: {body}");
+        if token.len() > 40 {
+            assert!(!body.contains(&token[10..40]), "{what} echoed: {body}");
+            assert!(
+                !challenge.contains(&token[10..40]),
+                "{what} echoed: {challenge}"
+            );
+        }
+    }
+    // No token at all: 401 with a plain challenge.
+    let resp = gw.get("/echo/x");
+    assert_eq!(resp.status, 401);
+    // Nothing of the limiter was touched: no key in Redis but the instance heartbeat.
+    let keys: Vec<String> = redis.cmd(&["KEYS", "*"]);
+    assert!(!keys.iter().any(|k| k.contains('{')), "{keys:?}");
+    // And no token reached the log.
+    let log = gw.proc.log_text();
+    for (what, token) in &cases {
+        if token.len() > 30 {
+            assert!(!log.contains(&token[..30]), "{what} in the log");
+        }
+    }
+    // The one good token still works.
+    assert_eq!(call(&gw, &good).status, 200);
+}
+
+#[test]
+fn keys_rotate_at_the_endpoint_without_a_restart_and_outlive_an_endpoint_that_fails() {
+    let up = Upstream::start("api");
+    let old = Signer::rsa("2026-old");
+    let new = Signer::ed("2026-new");
+    let idp = JwksServer::start(&[&old]);
+    let gw = Gateway::start(&config(
+        &up,
+        &format!(
+            "jwks_url = \"{}\"\njwks_min_refresh = \"1s\"\njwks_refresh = \"1h\"\nalgorithms = [\"RS256\", \"EdDSA\"]",
+            idp.url()
+        ),
+        "",
+        "",
+    ));
+    wait_until("keys fetched", || gw.admin("/readyz").status == 200);
+    let old_token = old.sign(&claims("u"));
+    assert_eq!(call(&gw, &old_token).status, 200);
+
+    // The provider rotates: the new key only. A token with the new kid makes the gateway
+    // fetch again (once min_refresh has passed since the last fetch).
+    idp.set_keys(&[&new]);
+    wait_until("the new key", || {
+        call(&gw, &new.sign(&claims("u"))).status == 200
+    });
+    // The old key is gone: its token stops working, also the one remembered from before.
+    assert_eq!(call(&gw, &old_token).status, 401);
+
+    // The endpoint fails, then answers garbage: the keys in use stay, new tokens of the new
+    // key keep working, and /readyz says what happened.
+    idp.fail();
+    let fetches = idp.fetches();
+    wait_until("a failed fetch", || {
+        call(
+            &gw,
+            &new.sign_with(
+                {
+                    let mut h = Header::new(Algorithm::EdDSA);
+                    h.kid = Some("unknown-now".into());
+                    h
+                },
+                &claims("u"),
+            ),
+        );
+        idp.fetches() > fetches
+    });
+    for i in 0..3 {
+        let token = new.sign(&with(claims("v"), "jti", json!(i)));
+        assert_eq!(call(&gw, &token).status, 200);
+    }
+    let ready = gw.admin("/readyz");
+    assert_eq!(ready.status, 200, "keys were had: still ready");
+    let issuer = &ready.json()["issuers"]["idp"];
+    assert_eq!(issuer["keys"], 1);
+    assert!(
+        issuer["last_fetch_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("503")),
+        "{issuer}"
+    );
+    assert!(
+        gw.metric(
+            "turnstile_jwks_fetches_total",
+            &[("issuer", "idp"), ("result", "error")]
+        ) >= 1.0
+    );
+    idp.garbage();
+    let fetches = idp.fetches();
+    wait_until("a fetch of garbage", || {
+        let mut h = Header::new(Algorithm::EdDSA);
+        h.kid = Some("unknown-again".into());
+        call(&gw, &new.sign_with(h, &claims("u")));
+        idp.fetches() > fetches
+    });
+    assert_eq!(call(&gw, &new.sign(&claims("w"))).status, 200);
+}
+
+#[test]
+fn a_flood_of_unknown_key_ids_costs_at_most_one_fetch_per_min_refresh() {
+    let up = Upstream::start("api");
+    let key = Signer::rsa("k1");
+    let idp = JwksServer::start(&[&key]);
+    let gw = Gateway::start(&config(
+        &up,
+        &format!(
+            "jwks_url = \"{}\"\njwks_min_refresh = \"1h\"\njwks_refresh = \"1h\"",
+            idp.url()
+        ),
+        "",
+        "",
+    ));
+    wait_until("keys fetched", || gw.admin("/readyz").status == 200);
+    let before = idp.fetches();
+    assert_eq!(before, 1, "the fetch at start");
+    for i in 0..200 {
+        let mut h = Header::new(Algorithm::RS256);
+        h.kid = Some(format!("random-{i}"));
+        assert_eq!(call(&gw, &key.sign_with(h, &claims("x"))).status, 401);
+    }
+    // The last fetch was the one at start, less than min_refresh (1h) ago: none at all.
+    assert_eq!(idp.fetches(), before, "unknown kids made the gateway fetch");
+    assert_eq!(call(&gw, &key.sign(&claims("x"))).status, 200);
+}
+
+#[test]
+fn keys_over_https_fixed_keys_and_hmac_secrets_verify_their_own_algorithms() {
+    let up = Upstream::start("api");
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new();
+    let ca_file = ca.write_ca(dir.path());
+    let cert = ca.issue(dir.path(), "idp", "idp", &["127.0.0.1"]);
+    let ed = Signer::ed("ed-1");
+    let ec = Signer::ec("ec-1");
+    let idp = JwksServer::start_tls(&[&ed, &ec], &cert.cert, &cert.key);
+    let rsa = Signer::rsa("fixed");
+    let pem_file = dir.path().join("rsa.pub.pem");
+    std::fs::write(&pem_file, rsa.public_pem()).unwrap();
+    let secret = "an-internal-hmac-secret-of-32-bytes!!";
+    let text = format!(
+        r#"
+[upstreams.api]
+servers = ["{addr}"]
+
+[plans.free]
+limits = [{{ name = "per-hour", algorithm = "sliding_log", limit = 100, window = "1h" }}]
+
+[issuers.https]
+issuer = "https://https.test/"
+audiences = ["{AUD}"]
+jwks_url = "{url}"
+jwks_ca_file = "{ca}"
+algorithms = ["EdDSA", "ES256"]
+plan = "free"
+
+[issuers.fixed]
+issuer = "https://fixed.test/"
+audiences = ["{AUD}"]
+keys = {{ file = "{pem}" }}
+algorithms = ["RS256", "PS256"]
+plan = "free"
+
+[issuers.internal]
+issuer = "https://internal.test/"
+audiences = ["{AUD}"]
+secret = "{secret}"
+plan = "free"
+
+[[routes]]
+name = "api"
+path_prefix = "/echo"
+upstream = "api"
+auth = "jwt"
+"#,
+        addr = up.addr(),
+        url = idp.url(),
+        ca = ca_file.display(),
+        pem = pem_file.display(),
+    );
+    let gw = Gateway::start(&text);
+    wait_until("keys fetched over https", || {
+        gw.admin("/readyz").status == 200
+    });
+    let of = |iss: &str, sub: &str| {
+        let c = claims(sub);
+        with(c, "iss", json!(iss))
+    };
+    // Three issuers on one route: the token's iss chooses whose keys check it.
+    assert_eq!(
+        call(&gw, &ed.sign(&of("https://https.test/", "a"))).status,
+        200
+    );
+    assert_eq!(
+        call(&gw, &ec.sign(&of("https://https.test/", "b"))).status,
+        200
+    );
+    assert_eq!(
+        call(&gw, &rsa.sign(&of("https://fixed.test/", "c"))).status,
+        200
+    );
+    let mut ps = Header::new(Algorithm::PS256);
+    ps.kid = None;
+    assert_eq!(
+        call(&gw, &rsa.sign_with(ps, &of("https://fixed.test/", "d"))).status,
+        200
+    );
+    let hs = Signer::hmac(secret.as_bytes());
+    assert_eq!(
+        call(&gw, &hs.sign(&of("https://internal.test/", "e"))).status,
+        200
+    );
+    // Each key verifies its own issuer's tokens only, and its own algorithms only.
+    assert_eq!(
+        call(&gw, &ed.sign(&of("https://fixed.test/", "f"))).status,
+        401
+    );
+    let wrong = Signer::hmac(b"another-secret-that-is-also-32-bytes");
+    assert_eq!(
+        call(&gw, &wrong.sign(&of("https://internal.test/", "g"))).status,
+        401
+    );
+    assert_eq!(
+        call(&gw, &hs.sign(&of("https://unknown.test/", "h"))).status,
+        401
+    );
+    // An HMAC token claiming the RSA issuer, signed with its public key: refused.
+    let confused = Signer::hmac(&rsa.public_pem());
+    assert_eq!(
+        call(&gw, &confused.sign(&of("https://fixed.test/", "i"))).status,
+        401
+    );
+}
+
+#[test]
+fn an_issuer_whose_keys_never_arrived_answers_503_and_the_gateway_is_not_ready() {
+    let up = Upstream::start("api");
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new();
+    let cert = ca.issue(dir.path(), "idp", "idp", &["127.0.0.1"]);
+    let key = Signer::rsa("k");
+    // Served over TLS with a certificate the gateway does not trust (no jwks_ca_file).
+    let idp = JwksServer::start_tls(&[&key], &cert.cert, &cert.key);
+    let gw = Gateway::start(&config(
+        &up,
+        &format!("jwks_url = \"{}\"\njwks_min_refresh = \"1s\"", idp.url()),
+        "",
+        "",
+    ));
+    wait_until("a failed fetch", || {
+        gw.admin("/readyz").json()["issuers"]["idp"]["last_fetch_error"].is_string()
+    });
+    let ready = gw.admin("/readyz");
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    assert_eq!(ready.json()["routes_without_issuer_keys"], json!(["api"]));
+    let resp = call(&gw, &key.sign(&claims("u")));
+    assert_eq!(resp.status, 503, "{}", resp.text());
+    assert!(resp.text().contains("identity-provider-unavailable"));
+    assert_eq!(resp.header("retry-after"), Some("5"));
+}
+
+#[test]
+fn an_api_key_or_a_token_on_one_route_but_never_both() {
+    let up = Upstream::start("api");
+    let key = Signer::rsa("k");
+    let idp = JwksServer::start(&[&key]);
+    let text = format!(
+        "{}\n[[clients]]\nid = \"partner\"\nplan = \"pro\"\napi_keys = [\"partner-key-0123456789\"]\n",
+        config(&up, &format!("jwks_url = \"{}\"", idp.url()), "", "")
+    )
+    .replace("auth = \"jwt\"", "auth = [\"api_key\", \"jwt\"]");
+    let gw = Gateway::start(&text);
+    wait_until("keys fetched", || gw.admin("/readyz").status == 200);
+    let token = key.sign(&claims("user-1"));
+    let by_key = gw.get_with("/echo/x", &[("X-Api-Key", "partner-key-0123456789")]);
+    assert_eq!(by_key.status, 200);
+    assert_eq!(
+        header_of(&by_key, "x-client-id").as_deref(),
+        Some("partner")
+    );
+    let by_bearer_key = gw.get_with(
+        "/echo/x",
+        &[("Authorization", "Bearer partner-key-0123456789")],
+    );
+    assert_eq!(by_bearer_key.status, 200);
+    assert_eq!(
+        header_of(&by_bearer_key, "authorization"),
+        None,
+        "an API key is not forwarded"
+    );
+    let by_token = call(&gw, &token);
+    assert_eq!(by_token.status, 200);
+    assert_eq!(
+        header_of(&by_token, "x-client-id").as_deref(),
+        Some("user-1")
+    );
+    let both = gw.get_with(
+        "/echo/x",
+        &[
+            ("X-Api-Key", "partner-key-0123456789"),
+            ("Authorization", &bearer(&token)),
+        ],
+    );
+    assert_eq!(both.status, 400, "{}", both.text());
+    // A client whose id looks like a token's client cannot share its count: API-key client
+    // ids are names without ':' (config check), token clients are `jwt:<issuer>:<hash>`.
+    assert_eq!(gw.get("/echo/x").status, 401);
+}
+
+#[test]
+fn a_token_from_a_cookie_can_be_kept_from_the_upstream() {
+    let up = Upstream::start("api");
+    let key = Signer::rsa("k");
+    let idp = JwksServer::start(&[&key]);
+    let gw = Gateway::start(&config(
+        &up,
+        &format!("jwks_url = \"{}\"", idp.url()),
+        "",
+        "token_from = \"cookie:session\"\nforward_token = false",
+    ));
+    wait_until("keys fetched", || gw.admin("/readyz").status == 200);
+    let token = key.sign(&claims("cookie-user"));
+    let resp = gw.get_with(
+        "/echo/x",
+        &[("Cookie", &format!("theme=dark; session={token}"))],
+    );
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert_eq!(header_of(&resp, "cookie").as_deref(), Some("theme=dark"));
+    assert_eq!(
+        header_of(&resp, "x-client-id").as_deref(),
+        Some("cookie-user")
+    );
+    // Twice, or also in Authorization: two readings, refused.
+    let twice = gw.get_with(
+        "/echo/x",
+        &[("Cookie", &format!("session={token}; session=x"))],
+    );
+    assert_eq!(twice.status, 400);
+    let also = gw.get_with(
+        "/echo/x",
+        &[
+            ("Cookie", &format!("session={token}")),
+            ("Authorization", &bearer(&token)),
+        ],
+    );
+    assert_eq!(also.status, 400);
+}
