@@ -6,7 +6,7 @@ use crate::chain::auth::Plan;
 use crate::chain::cert::ClientIdentity;
 use crate::chain::jwt::cache::TokenCache;
 use crate::chain::jwt::claims::ClaimPath;
-use crate::chain::jwt::issuer::Issuer;
+use crate::chain::jwt::issuer::{Issuer, TokenIdentity};
 use crate::chain::jwt::keys::KeySet;
 use crate::chain::jwt::source::KeySource;
 use crate::chain::jwt::verify::IssuerRules;
@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 pub struct Identity {
     pub issuers: BTreeMap<String, Arc<Issuer>>,
-    pub tokens: Arc<TokenCache>,
+    pub tokens: Arc<TokenCache<TokenIdentity>>,
     /// Every claim a route reads (`jwt:` key parts, `forward_claims`).
     pub used_claims: Vec<ClaimPath>,
     /// Callers identified by a client certificate: their plan and which name identifies them.

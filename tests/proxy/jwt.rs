@@ -628,3 +628,51 @@ fn a_token_from_a_cookie_can_be_kept_from_the_upstream() {
     );
     assert_eq!(also.status, 400);
 }
+
+/// The README's tour mints a token with openssl for the demo's issuer: that block, run by
+/// bash, makes a token the demo configuration accepts (and maps to the partner plan).
+#[test]
+fn the_readmes_demo_token_is_accepted_by_the_demo_configuration() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let block = readme
+        .split("```sh\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .find(|b| b.contains("TOKEN="))
+        .expect("the README mints a token");
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -e\n{block}\nprintf %s \"$TOKEN\""))
+        .output()
+        .expect("run bash");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8(out.stdout).unwrap();
+    let up = Upstream::start("orders");
+    let demo = std::fs::read_to_string(root.join("conf/demo.toml")).unwrap();
+    let tables = &demo[demo.find("[upstreams.orders]").unwrap()..];
+    let tables = tables.replace(
+        "\"127.0.0.1:9001\", \"127.0.0.1:9002\"",
+        &format!("\"{}\"", up.addr()),
+    );
+    let gw = Gateway::start(&tables);
+    let resp = gw.get_with("/orders", &[("Authorization", &bearer(&token))]);
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let policy = resp
+        .header("ratelimit-policy")
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        policy.contains("\"per-minute\";q=600"),
+        "the partner plan: {policy}"
+    );
+    // As the README forges one: the signature's last five characters replaced (the very last
+    // alone may only carry padding bits).
+    let forged = format!("{}AAAAA", &token[..token.len() - 5]);
+    let resp = gw.get_with("/orders", &[("Authorization", &bearer(&forged))]);
+    assert_eq!(resp.status, 401);
+}

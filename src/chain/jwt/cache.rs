@@ -8,7 +8,6 @@
 //! bounded: a full shard first drops its expired entries, and is emptied if that is not
 //! enough — memory cannot grow with the number of tokens seen.
 
-use super::issuer::TokenIdentity;
 use crate::limit::sharded::Sharded;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -19,15 +18,21 @@ pub fn digest(token: &str) -> TokenDigest {
     Sha256::digest(token.as_bytes()).into()
 }
 
-pub struct TokenCache {
-    table: Sharded<TokenDigest, Arc<TokenIdentity>>,
+/// What the cache keeps of a token: usable until it says otherwise.
+pub trait Remembered {
+    /// Before the token's `exp`, and its issuer's keys unchanged since it was verified.
+    fn usable_at(&self, now: u64) -> bool;
+}
+
+pub struct TokenCache<V> {
+    table: Sharded<TokenDigest, Arc<V>>,
     per_shard: usize,
     max: usize,
 }
 
-impl TokenCache {
+impl<V: Remembered> TokenCache<V> {
     /// A cache of at most about `max` tokens (0: nothing is remembered).
-    pub fn new(max: usize) -> TokenCache {
+    pub fn new(max: usize) -> TokenCache<V> {
         let table = Sharded::new(Sharded::<TokenDigest, ()>::default_shards().min(max.max(1)));
         let per_shard = max.div_ceil(table.shard_count());
         TokenCache {
@@ -42,7 +47,7 @@ impl TokenCache {
     }
 
     /// The identity of a token verified earlier, if still usable at `now` (Unix seconds).
-    pub fn get(&self, digest: &TokenDigest, now: u64) -> Option<Arc<TokenIdentity>> {
+    pub fn get(&self, digest: &TokenDigest, now: u64) -> Option<Arc<V>> {
         if self.per_shard == 0 {
             return None;
         }
@@ -53,7 +58,7 @@ impl TokenCache {
             .map(Arc::clone)
     }
 
-    pub fn insert(&self, digest: TokenDigest, identity: Arc<TokenIdentity>, now: u64) {
+    pub fn insert(&self, digest: TokenDigest, identity: Arc<V>, now: u64) {
         if self.per_shard == 0 {
             return;
         }

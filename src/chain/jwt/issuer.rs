@@ -8,7 +8,7 @@
 //! same `server.key_hash_secret`, revealing nothing in store keys). The upstream still gets
 //! the subject itself in `X-Client-Id`.
 
-use super::cache::{digest, TokenCache};
+use super::cache::{digest, Remembered, TokenCache};
 use super::claims::ClaimPath;
 use super::source::KeySource;
 use super::verify::{claimed_issuer, verify, IssuerRules, TokenError, MAX_TOKEN_BYTES};
@@ -53,9 +53,10 @@ impl TokenIdentity {
             .find(|(p, _)| p == path)
             .and_then(|(_, v)| v.as_deref())
     }
+}
 
-    /// Before `exp`, and the issuer's keys unchanged since it was verified.
-    pub fn usable_at(&self, now: u64) -> bool {
+impl Remembered for TokenIdentity {
+    fn usable_at(&self, now: u64) -> bool {
         now < self.expires && self.issuer.source.generation() == self.generation
     }
 }
@@ -70,7 +71,7 @@ impl TokenClaims for TokenIdentity {
 pub struct TokenCheck<'a> {
     /// The issuers the route accepts.
     pub issuers: &'a [Arc<Issuer>],
-    pub cache: &'a TokenCache,
+    pub cache: &'a TokenCache<TokenIdentity>,
     pub hasher: &'a KeyHasher,
     /// Every claim some route reads.
     pub used_claims: &'a [ClaimPath],
