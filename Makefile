@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls fuzz clean
+.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity fuzz clean
 
 all: build
 
@@ -63,6 +63,11 @@ bench-overload: deps
 # build without tracing adds it to the run.
 bench-tracing: deps
 	benches/load/tracing.sh
+
+# What identifying a caller costs the whole gateway: API key, cached token, RS256 and EdDSA
+# verified per request (same run).
+bench-identity: deps
+	benches/load/identity.sh
 
 # TLS handshakes/s and HTTP/2 requests/s next to nginx, same certificate.
 bench-tls: deps
