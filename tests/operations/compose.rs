@@ -267,16 +267,34 @@ fn through_the_balancer_a_client_is_limited_once_and_by_its_real_address() {
                 .status
         })
         .collect();
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 200).count(),
-        30,
-        "{statuses:?}"
-    );
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 429).count(),
-        30,
-        "{statuses:?}"
-    );
+    // The shipped config decides in the local fallback (limit ÷ 3 per replica) when Redis
+    // does not answer within its 20 ms: on a loaded machine some decisions are local, and
+    // only then may the count be off — by at most the number of local decisions.
+    let local: f64 = (0..3)
+        .map(|replica| {
+            let text = common::http::get(cluster.admin[replica], "/metrics").text();
+            common::metric_value(
+                &text,
+                "turnstile_limiter_decisions_total",
+                &[
+                    ("route", "orders"),
+                    ("policy", "per-minute"),
+                    ("outcome", "local_fallback"),
+                ],
+            )
+        })
+        .sum();
+    let admitted = statuses.iter().filter(|s| **s == 200).count();
+    if local == 0.0 {
+        assert_eq!(admitted, 30, "{statuses:?}");
+        assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 30);
+    } else {
+        eprintln!("{local} decisions were made in the local fallback (Redis slower than 20 ms)");
+        assert!(
+            admitted.abs_diff(30) as f64 <= local,
+            "{admitted} admitted, {local} local decisions: {statuses:?}"
+        );
+    }
     for replica in 0..3 {
         let ok = cluster.served(replica, "orders", "200");
         assert!(
