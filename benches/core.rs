@@ -139,6 +139,7 @@ fn keyed(c: &mut Criterion) {
     let body = BodyFields::parse(&[b"application/x-www-form-urlencoded"], form);
     let inputs = KeyInputs {
         ip: Some(0x7f00_0001),
+        addr: None,
         client: None,
         route: "login",
         headers: &headers,

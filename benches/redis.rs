@@ -107,6 +107,7 @@ async fn run(
                     if keyed {
                         let inputs = KeyInputs {
                             ip: None,
+                            addr: None,
                             client: None,
                             route: &route,
                             headers: &headers,

@@ -231,6 +231,7 @@ pub fn one_reading(data: &[u8]) {
         let key_of = |fields: &BodyFields, query: Option<&str>| {
             let inputs = KeyInputs {
                 ip: None,
+                addr: None,
                 client: None,
                 route: "login",
                 headers: &headers,

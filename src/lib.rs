@@ -12,6 +12,7 @@
 //!         ├─► upstream/  pools, balancing, name resolution, health checks, load shedding
 //!         └─► limit/     algorithms (pure, time as an argument) and where their state lives:
 //!                        the per-IP table and the stores (memory, Redis) behind one contract
+//! registry/    API clients at runtime, in the shared store: every instance's copy, admin writes
 //! control/     config (TOML → typed, validated) → snapshot (what a request reads) → reload;
 //!              the admin listener
 //! ops/         metrics, the access log, application logs, traces (W3C context, OTLP export)
@@ -23,7 +24,7 @@
 //!              request path
 //! ```
 //!
-//! Imports run one way, from the bottom: `clock`, `secret`, `outbound` ← `limit` ← `upstream` ← `chain` ←
+//! Imports run one way, from the bottom: `clock`, `secret`, `outbound` ← `limit` ← `upstream` ← `chain` ← `registry` ←
 //! `ops` ← `control` ← `background` ← `proxy` ← `server` (`tests/code/layout.rs` checks it).
 
 #![recursion_limit = "256"]
@@ -49,6 +50,7 @@ pub mod limit;
 mod ops;
 pub mod outbound;
 mod proxy;
+pub mod registry;
 pub mod secret;
 pub mod server;
 pub mod upstream;

@@ -4,6 +4,7 @@
 use crate::background::health::HealthChecker;
 use crate::background::heartbeat::Heartbeat;
 use crate::background::jwks::KeyRefresher;
+use crate::background::registry::RegistrySync;
 use crate::background::sweeper::Sweeper;
 use crate::background::watch::{SighupListener, Watcher};
 use crate::control::admin::Admin;
@@ -120,6 +121,10 @@ pub fn build(path: &Path, mut opt: Opt) -> anyhow::Result<Server> {
     server.add_service(background_service(
         "issuer key refresh",
         KeyRefresher::new(Arc::clone(&snapshots)),
+    ));
+    server.add_service(background_service(
+        "client registry sync",
+        RegistrySync::new(Arc::clone(&snapshots)),
     ));
     server.add_service(background_service(
         "store heartbeat",

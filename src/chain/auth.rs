@@ -28,6 +28,11 @@ impl KeyDigest {
         KeyDigest(Sha256::digest(key).into())
     }
 
+    /// The digest as 64 lower-case hex digits.
+    pub fn hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// Parses `sha256:<64 hex digits>`.
     pub fn from_hex(hex: &str) -> Option<KeyDigest> {
         if hex.len() != 64 {
@@ -114,6 +119,8 @@ pub struct Plan {
     pub lease: Option<u64>,
     /// Load-shedding class of the plan's requests (`None`: the route's).
     pub priority: Option<crate::upstream::shed::Priority>,
+    /// Route limits (by name) the plan's clients skip.
+    pub exempt_from: Vec<Arc<str>>,
 }
 
 impl Plan {
@@ -137,6 +144,7 @@ impl Plan {
             shadow,
             lease: None,
             priority: None,
+            exempt_from: Vec::new(),
         }
     }
 
@@ -146,6 +154,13 @@ impl Plan {
 
     pub fn with_priority(self, priority: Option<crate::upstream::shed::Priority>) -> Plan {
         Plan { priority, ..self }
+    }
+
+    pub fn with_exempt_from(self, names: &[String]) -> Plan {
+        Plan {
+            exempt_from: names.iter().map(|n| Arc::from(n.as_str())).collect(),
+            ..self
+        }
     }
 }
 
@@ -250,8 +265,12 @@ pub fn bearer_token(value: &[u8]) -> Option<&[u8]> {
     }
 }
 
-/// [4]: the client owning the request's API key.
-pub fn authenticate(keys: &KeyRing, headers: &HeaderMap) -> Result<Arc<Client>, ApiKeyError> {
+/// [4]: the client owning the request's API key, as `lookup` finds it (the configuration's
+/// key ring, then the registry's).
+pub fn authenticate(
+    headers: &HeaderMap,
+    lookup: impl FnOnce(&[u8]) -> Option<Arc<Client>>,
+) -> Result<Arc<Client>, ApiKeyError> {
     let key = extract_key(
         headers.get_all(API_KEY).iter().map(HeaderValue::as_bytes),
         headers
@@ -259,7 +278,7 @@ pub fn authenticate(keys: &KeyRing, headers: &HeaderMap) -> Result<Arc<Client>, 
             .iter()
             .map(HeaderValue::as_bytes),
     )?;
-    keys.lookup(key).cloned().ok_or(ApiKeyError::Unknown)
+    lookup(key).ok_or(ApiKeyError::Unknown)
 }
 
 #[cfg(test)]

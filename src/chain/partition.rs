@@ -162,6 +162,8 @@ impl Missing {
 pub struct KeyInputs<'a> {
     /// The grouped client address (`identity::group_key`), if an IP connection.
     pub ip: Option<u128>,
+    /// The client address itself (after trusted proxies), for exemptions by address.
+    pub addr: Option<std::net::IpAddr>,
     pub client: Option<&'a str>,
     pub route: &'a str,
     pub headers: &'a HeaderMap,
@@ -358,6 +360,7 @@ mod tests {
     fn inputs<'a>(headers: &'a HeaderMap, body: Option<&'a BodyFields>) -> KeyInputs<'a> {
         KeyInputs {
             ip: Some(0x7f00_0001),
+            addr: None,
             client: None,
             route: "login",
             headers,

@@ -25,6 +25,7 @@ pub struct Admin {
     snapshots: SnapshotHandle,
     metrics: Arc<Metrics>,
     reloader: Arc<Reloader>,
+    files: crate::control::clients_file::FileClients,
 }
 
 impl Admin {
@@ -33,6 +34,7 @@ impl Admin {
             snapshots,
             metrics,
             reloader,
+            files: Default::default(),
         }
     }
 
@@ -185,9 +187,25 @@ impl Admin {
                 )
             })
             .collect();
+        let registry = snapshot.registry.as_ref().map(|r| {
+            let state = r.state();
+            let ring = r.ring();
+            json!({
+                "version": state.version,
+                "clients": state.entries.len(),
+                // Seconds since this instance last read the whole registry: how old its copy
+                // may be when Redis is down.
+                "synced_seconds_ago": state.synced_at.map(|t| t.elapsed().unwrap_or_default().as_secs()),
+                "last_error": state.last_error,
+                "lost": state.lost,
+                "skipped": state.skipped.iter().map(|(id, why)| json!({"id": id, "why": why})).collect::<Vec<_>>(),
+                "unserved": ring.unserved.iter().map(|(id, why)| json!({"id": id, "why": why})).collect::<Vec<_>>(),
+            })
+        });
         let body = json!({
             "ready": ready,
             "config": "loaded",
+            "registry": registry,
             "routes_without_healthy_upstream": unhealthy_routes,
             "routes_without_issuer_keys": without_keys,
             "issuers": issuers,
@@ -208,17 +226,44 @@ impl Admin {
     }
 }
 
-/// `Authorization: Bearer <token>` with exactly `token`, compared in constant time.
-fn bearer_matches(header: Option<&http::HeaderValue>, token: &str) -> bool {
-    use subtle::ConstantTimeEq;
-    let Some(value) = header.map(http::HeaderValue::as_bytes) else {
-        return false;
-    };
+/// The token of `Authorization: Bearer <token>`, if that is what the header says.
+fn bearer(header: Option<&http::HeaderValue>) -> Option<&[u8]> {
+    let value = header?.as_bytes();
     match value.get(..7) {
-        Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => {
-            value[7..].trim_ascii().ct_eq(token.as_bytes()).into()
+        Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => Some(value[7..].trim_ascii()),
+        _ => None,
+    }
+}
+
+/// The request body, at most [`crate::control::clients_api::MAX_BODY`] bytes, each read
+/// bounded by `pause`.
+async fn read_body(
+    session: &mut ServerSession,
+    pause: std::time::Duration,
+) -> Result<Vec<u8>, Response<Vec<u8>>> {
+    use crate::control::clients_api::{problem, MAX_BODY};
+    let mut body = Vec::new();
+    loop {
+        match tokio::time::timeout(pause, session.read_request_body()).await {
+            Ok(Ok(Some(chunk))) => {
+                body.extend_from_slice(&chunk);
+                if body.len() > MAX_BODY {
+                    return Err(problem(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "body-too-large",
+                        &format!("the body is larger than {MAX_BODY} bytes"),
+                    ));
+                }
+            }
+            Ok(Ok(None)) => return Ok(body),
+            Ok(Err(_)) | Err(_) => {
+                return Err(problem(
+                    StatusCode::BAD_REQUEST,
+                    "bad-body",
+                    "the request body could not be read in time",
+                ))
+            }
         }
-        _ => false,
     }
 }
 
@@ -241,19 +286,39 @@ impl ServeHttp for Admin {
         session.set_keepalive(None);
         let snapshot = self.snapshots.load_full();
         let req = session.req_header();
-        if let Some(token) = &snapshot.config.admin.token {
-            if !bearer_matches(req.headers.get(http::header::AUTHORIZATION), token) {
-                let mut resp = json_response(
-                    StatusCode::UNAUTHORIZED,
-                    &json!({"error": "admin token required"}),
-                );
-                resp.headers_mut().insert(
-                    http::header::WWW_AUTHENTICATE,
-                    http::HeaderValue::from_static("Bearer realm=\"turnstile-admin\""),
-                );
+        let admin = &snapshot.config.admin;
+        let actor = bearer(req.headers.get(http::header::AUTHORIZATION))
+            .and_then(|presented| admin.token_named(presented))
+            .map(str::to_owned);
+        if !admin.tokens.is_empty() && actor.is_none() {
+            let mut resp = json_response(
+                StatusCode::UNAUTHORIZED,
+                &json!({"error": "admin token required"}),
+            );
+            resp.headers_mut().insert(
+                http::header::WWW_AUTHENTICATE,
+                http::HeaderValue::from_static("Bearer realm=\"turnstile-admin\""),
+            );
+            return resp;
+        }
+        let (method, path) = (req.method.as_str().to_owned(), req.uri.path().to_owned());
+        if path.starts_with("/clients") || path == "/registry/restore" {
+            let body = match read_body(session, snapshot.config.server.limits.header_timeout).await
+            {
+                Ok(body) => body,
+                Err(resp) => return resp,
+            };
+            let api = crate::control::clients_api::ClientsApi {
+                snapshot: &snapshot,
+                reloader: &self.reloader,
+                files: &self.files,
+                actor: actor.as_deref(),
+            };
+            if let Some(resp) = api.handle(&method, &path, &body).await {
                 return resp;
             }
         }
+        let req = session.req_header();
         match (req.method.as_str(), req.uri.path()) {
             ("GET", "/metrics") => {
                 self.refresh_gauges(&snapshot);
@@ -291,24 +356,19 @@ mod tests {
 
     #[test]
     fn bearer_tokens_must_match_exactly() {
-        let token = "admin-token-0123456789";
+        let config = crate::control::config::AdminConfig {
+            listen: "127.0.0.1:9090".parse().unwrap(),
+            tokens: vec![
+                ("admin".into(), "admin-token-0123456789".into()),
+                ("ci".into(), "ci-token-0123456789abc".into()),
+            ],
+        };
         let h = |v: &str| http::HeaderValue::from_str(v).unwrap();
-        assert!(bearer_matches(
-            Some(&h("Bearer admin-token-0123456789")),
-            token
-        ));
-        assert!(bearer_matches(
-            Some(&h("bearer admin-token-0123456789")),
-            token
-        ));
-        assert!(!bearer_matches(
-            Some(&h("Bearer admin-token-012345678")),
-            token
-        ));
-        assert!(!bearer_matches(
-            Some(&h("Basic admin-token-0123456789")),
-            token
-        ));
-        assert!(!bearer_matches(None, token));
+        let who = |v: &str| bearer(Some(&h(v))).and_then(|t| config.token_named(t));
+        assert_eq!(who("Bearer admin-token-0123456789"), Some("admin"));
+        assert_eq!(who("bearer  ci-token-0123456789abc "), Some("ci"));
+        assert_eq!(who("Bearer admin-token-012345678"), None);
+        assert_eq!(who("Basic admin-token-0123456789"), None);
+        assert_eq!(bearer(None), None);
     }
 }

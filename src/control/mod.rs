@@ -11,6 +11,8 @@
 
 pub mod admin;
 pub mod client_auth;
+pub mod clients_api;
+pub mod clients_file;
 pub mod config;
 pub mod identity;
 pub mod reload;

@@ -137,6 +137,11 @@ impl Reloader {
         &self.path
     }
 
+    /// The live snapshot.
+    pub fn snapshot(&self) -> Arc<crate::control::snapshot::Snapshot> {
+        self.snapshots.load_full()
+    }
+
     /// The configuration file and the files it reads (certificates, secrets).
     pub fn watched_files(&self) -> Vec<PathBuf> {
         let mut files = vec![self.path.clone()];

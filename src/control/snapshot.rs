@@ -24,6 +24,7 @@ use crate::limit::{
     Policy, Scope, CONCURRENCY_POLICY_NAME, RESERVED_POLICY_NAMES, ROUTE_CONCURRENCY_POLICY_NAME,
 };
 use crate::ops::metrics::{Metrics, RouteMetrics};
+use crate::registry::state::Registry;
 use crate::upstream::pool::Pool;
 use crate::upstream::resolve::NameResolver;
 use arc_swap::ArcSwap;
@@ -53,6 +54,10 @@ pub struct Snapshot {
     pub pools: BTreeMap<String, Arc<Pool>>,
     pub ip_tables: BTreeMap<IpTableId, IpTable>,
     pub keys: KeyRing,
+    /// Clients managed at runtime in the shared store (`[registry]` with Redis).
+    pub registry: Option<Arc<Registry>>,
+    /// Every plan by name.
+    pub plans: BTreeMap<String, Arc<Plan>>,
     /// Bearer token issuers, the verified-token cache, client certificate callers.
     pub identity: Identity,
     /// The keyed hash of partitions and of token / certificate client ids.
@@ -173,6 +178,18 @@ impl Snapshot {
                         keyed_header: KeyedLimit::header(&keyed, r.shadow),
                         keyed,
                         hasher: Arc::clone(&hasher),
+                        exempt: r
+                            .exempt
+                            .iter()
+                            .map(|e| crate::chain::exempt::Exemption {
+                                nets: e.nets.clone(),
+                                clients: e.clients.iter().map(|c| Arc::from(c.as_str())).collect(),
+                                limits: e
+                                    .limits
+                                    .as_ref()
+                                    .map(|l| l.iter().map(|n| Arc::from(n.as_str())).collect()),
+                            })
+                            .collect(),
                     },
                     config: r.clone(),
                     pool: Arc::clone(&pools[&r.upstream]),
@@ -220,8 +237,10 @@ impl Snapshot {
             )),
             None => None,
         };
-        // Last, once nothing can fail: a refused reload leaves the running store as it was.
+        // Last, once nothing can fail: a refused reload leaves the running store (and the
+        // registry's plans) as they were.
         store.set_max_tracked_keys(config.server.max_tracked_keys);
+        let registry = build_registry(&config, &store, previous, &plans);
         Ok(Snapshot {
             tls,
             client_auth,
@@ -234,6 +253,8 @@ impl Snapshot {
             pools,
             ip_tables,
             keys,
+            registry,
+            plans,
             identity,
             hasher,
             store,
@@ -294,6 +315,10 @@ fn build_pools(
 fn build_ip_tables(config: &Config, previous: Option<&Snapshot>) -> BTreeMap<IpTableId, IpTable> {
     let max_tracked = config.server.max_tracked_ips;
     let mut wanted: BTreeMap<IpTableId, IpLimitConfig> = BTreeMap::new();
+    // The quota endpoint is held to the server's per-IP limit.
+    if let (Some(_), Some(default)) = (&config.server.quota_path, config.server.ip_limit) {
+        wanted.insert(IpTableId::ServerDefault, default);
+    }
     for r in &config.routes {
         match (r.ip_limit, config.server.ip_limit) {
             (IpLimitChoice::ServerDefault, Some(default)) => {
@@ -347,6 +372,54 @@ fn invalid(path: &str, e: impl std::fmt::Display) -> ConfigError {
     }])
 }
 
+impl Snapshot {
+    /// The client owning an API key: the configuration's first, then the registry's.
+    pub fn lookup_key(&self, key: &[u8]) -> Option<Arc<Client>> {
+        self.keys
+            .lookup(key)
+            .cloned()
+            .or_else(|| self.registry.as_ref()?.lookup(key))
+    }
+}
+
+/// The plan of the client `id`, as the request path would find the client (configuration
+/// first, then the registry).
+pub fn plan_of(snapshot: &Snapshot, id: &str) -> Option<Arc<Plan>> {
+    let name = match snapshot.config.clients.iter().find(|c| c.id == id) {
+        Some(c) => c.plan.clone(),
+        None => {
+            let registry = snapshot.registry.as_ref()?;
+            if registry.ring().unserved.iter().any(|(u, _)| u == id) {
+                return None;
+            }
+            registry.state().entries.get(id)?.plan.clone()
+        }
+    };
+    snapshot.plans.get(&name).cloned()
+}
+
+/// The registry of a Redis store, kept across reloads while the store and its settings are
+/// the same (its copy and its polling go on), told the configuration's plans and client ids.
+fn build_registry(
+    config: &Config,
+    store: &Arc<Store>,
+    previous: Option<&Snapshot>,
+    plans: &BTreeMap<String, Arc<Plan>>,
+) -> Option<Arc<Registry>> {
+    let settings = config.registry.clone()?;
+    let redis = store.redis_backend()?;
+    let registry = previous
+        .and_then(|p| p.registry.as_ref().filter(|_| Arc::ptr_eq(&p.store, store)))
+        .filter(|r| r.settings == settings)
+        .cloned()
+        .unwrap_or_else(|| Arc::new(Registry::new(redis, settings)));
+    registry.configure(
+        plans.clone(),
+        config.clients.iter().map(|c| c.id.clone()).collect(),
+    );
+    Some(registry)
+}
+
 /// Every plan, its concurrency limit a policy of its own.
 fn build_plans(
     config: &Config,
@@ -365,7 +438,8 @@ fn build_plans(
         }
         let plan = Plan::with_shadow(&p.name, policies, shadow)
             .with_lease(p.lease)
-            .with_priority(p.priority);
+            .with_priority(p.priority)
+            .with_exempt_from(&p.exempt_from);
         plans.insert(p.name.clone(), Arc::new(plan));
     }
     Ok(plans)

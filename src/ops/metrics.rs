@@ -414,7 +414,7 @@ pub struct RouteMetrics {
     pub ip_rejections: IntCounter,
     /// Whole requests on this route.
     pub duration: Histogram,
-    decisions: HashMap<Arc<str>, [IntCounter; 6], foldhash::fast::RandomState>,
+    decisions: HashMap<Arc<str>, [IntCounter; 7], foldhash::fast::RandomState>,
     /// Shed requests of the route's pool, by priority (when it sheds load).
     shed: Option<[IntCounter; 3]>,
 }

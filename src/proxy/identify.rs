@@ -5,8 +5,9 @@
 
 use crate::chain::auth::{self, ApiKeyError, Auth, Client};
 use crate::chain::cert::PeerCert;
+use crate::chain::credential::TokenFrom;
 use crate::chain::credential::{credential, Credential, CredentialError};
-use crate::chain::jwt::issuer::{authenticate, Checked, TokenCheck};
+use crate::chain::jwt::issuer::{authenticate, Checked, Issuer, TokenCheck};
 use crate::chain::reject::Reject;
 use crate::control::snapshot::Route;
 use crate::proxy::context::RequestCtx;
@@ -14,37 +15,53 @@ use pingora::proxy::Session;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// How a caller may be identified: a route's methods, where its tokens are, whose tokens.
+pub struct Accepted<'a> {
+    pub auth: Auth,
+    pub token_from: &'a TokenFrom,
+    pub issuers: &'a [Arc<Issuer>],
+}
+
+impl<'a> Accepted<'a> {
+    pub fn of(route: &'a Route) -> Accepted<'a> {
+        Accepted {
+            auth: route.config.auth,
+            token_from: &route.config.token_from,
+            issuers: &route.issuers,
+        }
+    }
+}
+
 /// Sets `ctx.client` (and the token or certificate it came from), or the rejection.
 pub async fn identify(
     session: &Session,
     ctx: &mut RequestCtx,
-    route: &Route,
+    accepted: &Accepted<'_>,
 ) -> Result<(), Reject> {
     let snapshot = Arc::clone(&ctx.snapshot);
-    let auth = route.config.auth;
+    let auth = accepted.auth;
     let headers = &session.req_header().headers;
     if auth == Auth::API_KEY {
-        let client = auth::authenticate(&snapshot.keys, headers).map_err(Reject::Key)?;
+        let client =
+            auth::authenticate(headers, |key| snapshot.lookup_key(key)).map_err(Reject::Key)?;
         ctx.client = Some(client);
         return Ok(());
     }
     if auth.client_cert && ctx.cert.is_none() {
         ctx.cert = peer_cert(session);
     }
-    let found = credential(auth, &route.config.token_from, headers, ctx.cert.is_some())
+    let found = credential(auth, accepted.token_from, headers, ctx.cert.is_some())
         .map_err(Reject::Credential)?;
     match found {
         Credential::ApiKey(key) => {
             let client = snapshot
-                .keys
-                .lookup(key)
-                .cloned()
+                .lookup_key(key)
                 .ok_or(Reject::Key(ApiKeyError::Unknown))?;
             ctx.client = Some(client);
         }
         Credential::Token(token) => {
             let check = TokenCheck {
-                issuers: &route.issuers,
+                issuers: accepted.issuers,
                 cache: &snapshot.identity.tokens,
                 hasher: &snapshot.hasher,
                 used_claims: &snapshot.identity.used_claims,

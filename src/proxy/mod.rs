@@ -31,6 +31,7 @@
 pub mod conn;
 mod context;
 mod identify;
+mod quota;
 mod request;
 mod response;
 pub mod tls;
@@ -95,6 +96,17 @@ impl ProxyHttp for Gateway {
                 .and_then(|a| a.as_inet())
                 .is_some_and(|a| trusted.contains(a.ip()));
             ctx.trace = Some(tracer.begin(&session.req_header().headers, trusted_peer));
+        }
+        if quota::is_quota(session, ctx) {
+            let ip = request::client_key(session, ctx);
+            let answered = match request::check_head(session, ctx) {
+                Ok(()) => quota::answer(session, ctx, ip).await,
+                Err(reject) => Err(reject),
+            };
+            if let Err(reject) = answered {
+                response::respond_reject(session, ctx, &reject).await?;
+            }
+            return Ok(true);
         }
         let admitted = match request::admit(session, ctx).await {
             Ok(()) => request::pass_gate(ctx).await,

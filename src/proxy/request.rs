@@ -47,8 +47,12 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
     let index = route_request(session, ctx)?;
     let route = &snapshot.routes[index];
     let mut record = |policy: &str, outcome: Outcome| route.metrics.decision(policy, outcome);
-    let ip = client_key(session, ctx);
-    if route.rules.ip.is_some() {
+    let addr = client_addr(session, ctx);
+    let ip = addr.map(|a| group_key(a, snapshot.config.server.grouping));
+    if route.rules.ip.is_some() && crate::chain::exempt::skips_ip(&route.rules.exempt, addr) {
+        record(crate::limit::IP_POLICY_NAME, Outcome::Exempt);
+        ctx.admission.outcome = Outcome::Exempt;
+    } else if route.rules.ip.is_some() {
         let now = MonotonicClock.now_ms();
         let checked = ctx.admission.check_ip(&route.rules, ip, now, &mut record);
         if checked.is_err() {
@@ -57,7 +61,8 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
         checked?;
     }
     if route.config.auth.identifies() {
-        crate::proxy::identify::identify(session, ctx, route)
+        let accepted = crate::proxy::identify::Accepted::of(route);
+        crate::proxy::identify::identify(session, ctx, &accepted)
             .await
             .inspect_err(|_| ctx.admission.unauthorized())?;
     }
@@ -82,6 +87,7 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
     let req = session.req_header();
     let inputs = KeyInputs {
         ip,
+        addr,
         client: ctx.client.as_ref().map(|c| &*c.id),
         route: &route.rules.name,
         headers: &req.headers,
@@ -150,8 +156,8 @@ pub async fn pass_gate(ctx: &mut RequestCtx) -> Result<(), Reject> {
     }
 }
 
-/// The request id, [0] message checks and [1]–[2] the route; the route's index.
-fn route_request(session: &Session, ctx: &mut RequestCtx) -> Result<usize, Reject> {
+/// The request id and [0] message checks (every request, routed or not).
+pub fn check_head(session: &Session, ctx: &mut RequestCtx) -> Result<(), Reject> {
     let req = session.req_header();
     ctx.request_id = match req.headers.get(request_id::NAME) {
         Some(v) if request_id::is_acceptable(v.as_bytes()) => v.clone(),
@@ -163,8 +169,14 @@ fn route_request(session: &Session, ctx: &mut RequestCtx) -> Result<usize, Rejec
         .contains_key(http::header::TRANSFER_ENCODING)
         .then(|| session.as_http1().map(|h1| h1.get_headers_raw_bytes()))
         .flatten();
+    message::check_message(&ctx.snapshot.config.server.limits, req, raw_head.as_deref())
+}
+
+/// The request id, [0] message checks and [1]–[2] the route; the route's index.
+fn route_request(session: &Session, ctx: &mut RequestCtx) -> Result<usize, Reject> {
+    check_head(session, ctx)?;
+    let req = session.req_header();
     let snapshot = &ctx.snapshot;
-    message::check_message(&snapshot.config.server.limits, req, raw_head.as_deref())?;
     let host = req
         .uri
         .host()
@@ -176,21 +188,25 @@ fn route_request(session: &Session, ctx: &mut RequestCtx) -> Result<usize, Rejec
     Ok(index)
 }
 
-/// The client address (after trusted proxies), grouped by prefix; `None` on a Unix socket.
-fn client_key(session: &Session, ctx: &RequestCtx) -> Option<u128> {
+/// The client address (after trusted proxies); `None` on a Unix socket.
+pub fn client_addr(session: &Session, ctx: &RequestCtx) -> Option<std::net::IpAddr> {
     let server = &ctx.snapshot.config.server;
     session
         .client_addr()
         .and_then(PeerAddr::as_inet)
         .map(|peer| {
             let forwarded = session.req_header().headers.get_all(X_FORWARDED_FOR);
-            let ip = client_ip(
+            client_ip(
                 peer.ip(),
                 forwarded.iter().map(HeaderValue::as_bytes),
                 &server.trusted_proxies,
-            );
-            group_key(ip, server.grouping)
+            )
         })
+}
+
+/// The client address grouped by prefix (the per-IP bucket's key).
+pub fn client_key(session: &Session, ctx: &RequestCtx) -> Option<u128> {
+    client_addr(session, ctx).map(|ip| group_key(ip, ctx.snapshot.config.server.grouping))
 }
 
 /// The body of a request whose keyed limits read body fields, if it is small enough:

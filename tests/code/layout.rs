@@ -14,6 +14,7 @@ const LAYERS: &[&str] = &[
     "limit",
     "upstream",
     "chain",
+    "registry",
     "ops",
     "control",
     "background",

@@ -16,6 +16,7 @@ mod container;
 mod dashboard;
 mod kubernetes;
 mod logs;
+mod registry;
 mod release;
 mod reload;
 mod secrets;

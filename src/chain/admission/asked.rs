@@ -2,7 +2,9 @@
 //! them are dry runs.
 
 use crate::chain::admission::rules::RouteRules;
+use crate::chain::admission::Outcome;
 use crate::chain::auth::{Client, Plan};
+use crate::chain::exempt::Skips;
 use crate::chain::partition::{KeyInputs, Missing, PartError};
 use crate::chain::reject::Reject;
 use crate::limit::store::request::Partition;
@@ -15,12 +17,17 @@ use std::sync::Arc;
 pub(super) fn keyed_partitions(
     rules: &RouteRules,
     inputs: &KeyInputs<'_>,
+    skips: &Skips,
 ) -> Result<Vec<Option<Partition>>, Reject> {
     rules
         .keyed
         .iter()
-        .map(
-            |limit| match rules.hasher.partition(&limit.key, limit.missing, inputs) {
+        .map(|limit| {
+            if skips.skips(&limit.policy.name) {
+                // Exempt: not asked about, its key not even read.
+                return Ok(None);
+            }
+            match rules.hasher.partition(&limit.key, limit.missing, inputs) {
                 Ok(key) => Ok(Some(Partition::Keyed(key.into()))),
                 Err(PartError::Missing(_)) if limit.missing == Missing::Skip => Ok(None),
                 Err(PartError::Missing(what)) => Err(Reject::MissingKeyPart(format!(
@@ -28,11 +35,11 @@ pub(super) fn keyed_partitions(
                     limit.policy.name
                 ))),
                 Err(PartError::Ambiguous(what)) => Err(Reject::AmbiguousKeyPart(format!(
-                "this route's limit {:?} counts by a value the request gives ambiguously: {what}",
-                limit.policy.name
-            ))),
-            },
-        )
+                    "this route's limit {:?} counts by a value the request gives ambiguously: {what}",
+                    limit.policy.name
+                ))),
+            }
+        })
         .collect()
 }
 
@@ -43,20 +50,41 @@ pub(super) struct Asked<'a> {
     pub(super) policies: Cow<'a, [Policy]>,
     pub(super) shadow: Cow<'a, [bool]>,
     pub(super) partitions: Vec<Partition>,
-    /// A keyed limit does not apply (its key is missing and it says skip).
+    /// A keyed limit does not apply (its key is missing and it says skip, or it is exempt).
     pub(super) keyed_skipped: bool,
+    /// Some limit was left out by an exemption.
+    pub(super) exempted: bool,
 }
 
 impl<'a> Asked<'a> {
+    /// `skips`: what exemptions leave out (each recorded as `exempt`).
     pub(super) fn new(
         rules: &RouteRules,
         client: Option<&'a Arc<Client>>,
         keyed: &[Option<Partition>],
+        skips: &Skips,
+        record: &mut impl FnMut(&str, Outcome),
     ) -> Asked<'a> {
         let (mut policies, mut shadow) = match client {
             Some(c) => request_policies(rules, &c.plan),
             None => (Cow::Borrowed(&[][..]), Cow::Borrowed(&[][..])),
         };
+        let mut exempted = false;
+        if *skips != Skips::Nothing && policies.iter().any(|p| skips.skips(&p.name)) {
+            let (kept, kept_shadow): (Vec<Policy>, Vec<bool>) = policies
+                .iter()
+                .zip(shadow.iter())
+                .filter(|(p, _)| {
+                    let skip = skips.skips(&p.name);
+                    if skip {
+                        record(&p.name, Outcome::Exempt);
+                    }
+                    !skip
+                })
+                .map(|(p, s)| (p.clone(), *s))
+                .unzip();
+            (policies, shadow, exempted) = (Cow::Owned(kept), Cow::Owned(kept_shadow), true);
+        }
         let mut partitions = Vec::new();
         let mut keyed_skipped = false;
         if !keyed.is_empty() {
@@ -64,6 +92,10 @@ impl<'a> Asked<'a> {
             let (policies, shadow) = (policies.to_mut(), shadow.to_mut());
             for (limit, partition) in rules.keyed.iter().zip(keyed) {
                 let Some(partition) = partition else {
+                    if skips.skips(&limit.policy.name) {
+                        record(&limit.policy.name, Outcome::Exempt);
+                        exempted = true;
+                    }
                     keyed_skipped = true;
                     continue;
                 };
@@ -77,6 +109,7 @@ impl<'a> Asked<'a> {
             shadow,
             partitions,
             keyed_skipped,
+            exempted,
         }
     }
 }

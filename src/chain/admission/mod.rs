@@ -27,7 +27,7 @@ use crate::chain::reject::Reject;
 use crate::limit::ip::IpKey;
 use crate::limit::store::request::{CheckRequest, Counted, DecideAt};
 use crate::limit::store::{FailureMode, Store};
-use crate::limit::{Policy, IP_POLICY_NAME};
+use crate::limit::{Decision, Policy, IP_POLICY_NAME};
 use http::HeaderValue;
 use std::sync::Arc;
 use std::time::Instant;
@@ -76,6 +76,16 @@ impl Admission {
             }
             return Ok(());
         }
+        self.enforce_ip(rule, decision)
+    }
+
+    /// [3] for a request outside any route (the quota endpoint): `rule`'s bucket, enforced.
+    pub fn check_ip_rule(&mut self, rule: &IpRule, ip: IpKey, now_ms: u64) -> Result<(), Reject> {
+        let decision = rule.limiter.check(ip, now_ms);
+        self.enforce_ip(rule, decision)
+    }
+
+    fn enforce_ip(&mut self, rule: &IpRule, decision: Decision) -> Result<(), Reject> {
         self.limits.push(&rule.limiter.policy, decision);
         self.limits.push_policy_header(rule.policy_header.clone());
         if decision.allowed {
@@ -122,11 +132,24 @@ impl Admission {
         slot_id: impl FnOnce() -> String,
         record: &mut impl FnMut(&str, Outcome),
     ) -> Result<(), Reject> {
-        let keyed = keyed_partitions(rules, inputs)?;
+        let skips = crate::chain::exempt::skips(
+            &rules.exempt,
+            inputs.addr,
+            client.map(|c| &*c.id),
+            client.map_or(&[][..], |c| &c.plan.exempt_from),
+        );
+        let keyed = keyed_partitions(rules, inputs, &skips)?;
         if client.is_none() && keyed.is_empty() {
             return Ok(());
         }
-        let asked = Asked::new(rules, client, &keyed);
+        let asked = Asked::new(rules, client, &keyed, &skips, &mut *record);
+        if asked.policies.is_empty() {
+            // Everything that applied was exempt: no store call.
+            if asked.exempted {
+                self.outcome = Outcome::Exempt;
+            }
+            return Ok(());
+        }
         // Leasing spends the plan's own limits, all enforced: not on routes adding a
         // concurrency limit or keyed limits, or dry-running everything.
         let lease = client

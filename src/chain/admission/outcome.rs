@@ -23,17 +23,20 @@ pub enum Outcome {
     ShadowRejected,
     /// Admitted by the limits, then shed: its upstream pool was at its concurrency limit.
     Shed,
+    /// An exemption (by address or client) skipped the limit: no decision was asked for.
+    Exempt,
 }
 
 impl Outcome {
     /// The outcomes of a limit's decision (what metrics count per policy).
-    pub const DECISIONS: [Outcome; 6] = [
+    pub const DECISIONS: [Outcome; 7] = [
         Outcome::Allowed,
         Outcome::Rejected,
         Outcome::DegradedOpen,
         Outcome::DegradedClosed,
         Outcome::LocalFallback,
         Outcome::ShadowRejected,
+        Outcome::Exempt,
     ];
 
     /// This outcome's place in [`DECISIONS`](Self::DECISIONS), if it is a decision's.
@@ -61,7 +64,7 @@ impl Outcome {
 
     /// Every outcome (the test `all_lists_every_outcome` fails to compile when one is added
     /// without it).
-    pub const ALL: [Outcome; 9] = [
+    pub const ALL: [Outcome; 10] = [
         Outcome::NotLimited,
         Outcome::Unauthorized,
         Outcome::Allowed,
@@ -71,6 +74,7 @@ impl Outcome {
         Outcome::LocalFallback,
         Outcome::ShadowRejected,
         Outcome::Shed,
+        Outcome::Exempt,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -84,6 +88,7 @@ impl Outcome {
             Outcome::LocalFallback => "local_fallback",
             Outcome::ShadowRejected => "shadow_rejected",
             Outcome::Shed => "shed",
+            Outcome::Exempt => "exempt",
         }
     }
 }
@@ -105,6 +110,7 @@ mod all_tests {
             Outcome::LocalFallback => 6,
             Outcome::ShadowRejected => 7,
             Outcome::Shed => 8,
+            Outcome::Exempt => 9,
         };
         let places: Vec<usize> = Outcome::ALL.iter().map(|o| place(*o)).collect();
         assert_eq!(places, (0..Outcome::ALL.len()).collect::<Vec<_>>());

@@ -26,6 +26,8 @@ pub struct RouteRules {
     pub keyed_header: Option<HeaderValue>,
     /// Turns key parts into partitions (the same secret on every instance).
     pub hasher: Arc<KeyHasher>,
+    /// Callers that skip some of the route's limits.
+    pub exempt: Vec<crate::chain::exempt::Exemption>,
 }
 
 /// A route's limit counted per key.

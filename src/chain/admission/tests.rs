@@ -21,6 +21,7 @@ fn rules(shadow: bool, mode: FailureMode) -> RouteRules {
         keyed: Vec::new(),
         keyed_header: None,
         hasher: Arc::new(KeyHasher::new(b"test")),
+        exempt: Vec::new(),
     }
 }
 
@@ -48,6 +49,7 @@ impl Admission {
         let headers = http::HeaderMap::new();
         let inputs = KeyInputs {
             ip: Some(7),
+            addr: None,
             client: Some(&client.id),
             route: &rules.name,
             headers: &headers,
@@ -285,6 +287,7 @@ async fn attempt(
     let headers = http::HeaderMap::new();
     let inputs = KeyInputs {
         ip: Some(ip),
+        addr: None,
         client: client.map(|c| &*c.id),
         route: &r.name,
         headers: &headers,

@@ -4,7 +4,8 @@
 //! `super::validate`.
 
 pub use super::file_auth::{
-    AuthFile, AuthMethodFile, ClientCertModeFile, ClientIdentityFile, IssuerFile,
+    AuthFile, AuthMethodFile, ClientCertModeFile, ClientIdentityFile, ExemptFile, IssuerFile,
+    RegistryFile,
 };
 use super::units::{HumanDuration, Rate};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -33,6 +34,8 @@ pub struct FileConfig {
     /// Identity providers whose signed tokens (JWT) routes accept.
     #[serde(default)]
     pub issuers: BTreeMap<String, IssuerFile>,
+    /// API clients managed at runtime through the admin API.
+    pub registry: Option<RegistryFile>,
     pub tracing: Option<TracingFile>,
 }
 
@@ -135,6 +138,8 @@ pub struct ServerFile {
     pub max_tracked_keys: Option<usize>,
     /// Verified bearer tokens remembered (0: every request's token is verified).
     pub max_cached_tokens: Option<usize>,
+    /// Where an identified client asks for its quota on the main listener (off unless set).
+    pub quota_path: Option<String>,
     /// Failure mode of routes that do not choose their own.
     pub on_store_error: Option<FailureModeFile>,
     /// Total time to receive a request's headers.
@@ -205,6 +210,8 @@ pub struct AdminFile {
     pub listen: Option<String>,
     /// When set, every admin request needs `Authorization: Bearer <token>`.
     pub token: Option<super::units::SecretSource>,
+    /// Named tokens (the name is who the audit log says made a change).
+    pub tokens: Option<BTreeMap<String, super::units::SecretSource>>,
 }
 
 impl fmt::Debug for AdminFile {
@@ -212,6 +219,10 @@ impl fmt::Debug for AdminFile {
         f.debug_struct("AdminFile")
             .field("listen", &self.listen)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field(
+                "tokens",
+                &self.tokens.as_ref().map(|t| t.keys().collect::<Vec<_>>()),
+            )
             .finish()
     }
 }
@@ -330,6 +341,8 @@ pub struct PlanFile {
     pub max_concurrent: Option<u64>,
     /// Load-shedding class of this plan's requests (overrides the route's).
     pub priority: Option<PriorityFile>,
+    /// Route limits (by name) and the per-IP one ("ip") this plan's clients skip.
+    pub exempt_from: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -364,7 +377,10 @@ pub struct ClientFile {
     pub plan: String,
     /// Plaintext keys or `sha256:<hex>` digests (each may come from the environment or a
     /// file).
+    #[serde(default)]
     pub api_keys: Vec<super::units::SecretSource>,
+    /// Free-form names and values (shown by the admin API).
+    pub metadata: Option<BTreeMap<String, String>>,
 }
 
 impl fmt::Debug for ClientFile {
@@ -372,6 +388,7 @@ impl fmt::Debug for ClientFile {
         f.debug_struct("ClientFile")
             .field("id", &self.id)
             .field("plan", &self.plan)
+            .field("metadata", &self.metadata)
             .field(
                 "api_keys",
                 &format_args!("<{} redacted>", self.api_keys.len()),
@@ -518,6 +535,8 @@ pub struct RouteFile {
     pub forward_token: Option<bool>,
     /// Upstream header → claim, set from the verified token (the incoming header removed).
     pub forward_claims: Option<BTreeMap<String, String>>,
+    /// Callers (by address or client id) that skip some of this route's limits.
+    pub exempt: Option<Vec<ExemptFile>>,
 }
 
 /// A route's own limit, counted per key.

@@ -1,6 +1,7 @@
-//! The serde mirror of how callers are identified: `[issuers.NAME]` (who signs the bearer
-//! tokens a route accepts), a route's `auth`, and the TLS listener's client certificates.
-//! Checked and typed by `validate/issuers.rs` and `validate/routes.rs`.
+//! The serde mirror of who the callers are: `[issuers.NAME]` (who signs the bearer tokens a
+//! route accepts), a route's `auth` and `exempt`, the TLS listener's client certificates,
+//! and `[registry]` (clients managed at runtime). Checked and typed by
+//! `validate/issuers.rs`, `validate/route_auth.rs` and `validate/registry.rs`.
 
 use super::units::{HumanDuration, SecretSource};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
@@ -118,4 +119,33 @@ pub enum ClientIdentityFile {
     San,
     /// The subject's common name.
     Subject,
+}
+
+/// `[registry]`: API clients managed at runtime through the admin API — in the shared store
+/// (Redis), or in `server.clients_file` with the memory store.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryFile {
+    /// How often every instance asks whether the registry changed (default "1s").
+    pub poll: Option<HumanDuration>,
+    /// How often every instance reads the whole registry whatever (default "60s").
+    pub resync: Option<HumanDuration>,
+    /// Bound on one registry call (default "2s").
+    pub timeout: Option<HumanDuration>,
+    /// What issued keys start with (default "tsk_").
+    pub key_prefix: Option<String>,
+    pub max_clients: Option<usize>,
+    pub max_keys_per_client: Option<usize>,
+}
+
+/// One entry of a route's `exempt`: callers from these addresses, or identified as these
+/// clients, skip these limits (all of the route's, the plan's and the per-IP one by default).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExemptFile {
+    #[serde(default)]
+    pub ips: Vec<String>,
+    #[serde(default)]
+    pub clients: Vec<String>,
+    pub limits: Option<Vec<String>>,
 }

@@ -29,6 +29,10 @@ pub struct Config {
     pub clients: Vec<ClientConfig>,
     /// Identity providers whose tokens routes accept, by name.
     pub issuers: BTreeMap<String, IssuerConfig>,
+    /// Clients managed at runtime (`[registry]`), if on.
+    pub registry: Option<crate::registry::state::RegistrySettings>,
+    /// `server.clients_file`: where the memory store's runtime clients are written.
+    pub clients_file: Option<std::path::PathBuf>,
     /// OpenTelemetry tracing; `None`: off (restart).
     pub tracing: Option<crate::ops::trace::TraceSettings>,
     /// Other files it reads (secret files, certificates, keys): watched with it, and part of
@@ -73,6 +77,8 @@ pub struct ServerConfig {
     pub max_tracked_keys: usize,
     /// Most verified bearer tokens remembered (0: none).
     pub max_cached_tokens: usize,
+    /// The quota status path on the main listener, if on.
+    pub quota_path: Option<String>,
     /// Failure mode of routes that do not choose their own.
     pub on_store_error: FailureMode,
     pub limits: RequestLimits,
@@ -87,15 +93,30 @@ pub struct AccessLogConfig {
 #[derive(Clone, PartialEq, Eq)]
 pub struct AdminConfig {
     pub listen: SocketAddr,
-    /// Bearer token every admin request must carry, if set. Never printed.
-    pub token: Option<String>,
+    /// Bearer tokens admin requests may carry, by name (`token` is named "admin"); none: no
+    /// token needed, and no writes. Never printed.
+    pub tokens: Vec<(String, String)>,
+}
+
+impl AdminConfig {
+    /// The name of the token `presented` is, if any (compared in constant time).
+    pub fn token_named(&self, presented: &[u8]) -> Option<&str> {
+        use subtle::ConstantTimeEq;
+        self.tokens
+            .iter()
+            .find(|(_, t)| bool::from(t.as_bytes().ct_eq(presented)))
+            .map(|(name, _)| name.as_str())
+    }
 }
 
 impl fmt::Debug for AdminConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdminConfig")
             .field("listen", &self.listen)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field(
+                "tokens",
+                &self.tokens.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -148,6 +169,8 @@ pub struct PlanConfig {
     pub lease: Option<u64>,
     /// Load-shedding class of the plan's requests, over the route's.
     pub priority: Option<crate::upstream::shed::Priority>,
+    /// Route limits (by name) and "ip" the plan's clients skip.
+    pub exempt_from: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,6 +178,9 @@ pub struct ClientConfig {
     pub id: String,
     pub plan: String,
     pub api_keys: Vec<KeyDigest>,
+    pub metadata: BTreeMap<String, String>,
+    /// From `server.clients_file` (which the admin API may rewrite), not the main file.
+    pub in_clients_file: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -197,6 +223,17 @@ pub struct RouteConfig {
     pub forward_token: bool,
     /// Upstream headers set from claims of the verified token.
     pub forward_claims: Vec<(http::HeaderName, ClaimPath)>,
+    /// Callers that skip some of the route's limits.
+    pub exempt: Vec<ExemptRule>,
+}
+
+/// Callers from `nets` or identified as one of `clients` skip `limits` (`None`: every
+/// limit, the per-IP one included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExemptRule {
+    pub nets: Vec<ipnet::IpNet>,
+    pub clients: Vec<String>,
+    pub limits: Option<Vec<String>>,
 }
 
 /// A route's limit, counted per key (per IP, account, header value, or route-wide).

@@ -54,7 +54,9 @@ pub fn render(config: &Config) -> Value {
         },
         "admin": {
             "listen": config.admin.listen.to_string(),
-            "token": if config.admin.token.is_some() { "set" } else { "not set" },
+            "token": if config.admin.tokens.iter().any(|(n, _)| n == "admin") { "set" } else { "not set" },
+            // Names only: the values are secrets.
+            "tokens": config.admin.tokens.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
         },
         "store": store(&config.store),
         "tracing": config.tracing.as_ref().map(|t| json!({

@@ -257,6 +257,15 @@ impl<C: Clock + Clone> Store<C> {
         }
     }
 
+    /// The Redis store behind this one, for what shares its connections (the client
+    /// registry); `None` for the memory store.
+    pub fn redis_backend(&self) -> Option<Arc<RedisStore>> {
+        match &self.backend {
+            Backend::Redis(r) => Some(Arc::clone(r)),
+            Backend::Memory(_) => None,
+        }
+    }
+
     /// Periodic housekeeping: drops idle in-process state. Returns entries dropped.
     pub fn sweep(&self) -> usize {
         let local = match &self.backend {

@@ -10,7 +10,11 @@ use std::net::SocketAddr;
 pub const MIN_ADMIN_TOKEN_LEN: usize = 16;
 
 pub(super) fn admin_config(file: AdminFile, problems: &mut Problems) -> AdminConfig {
-    let AdminFile { listen, token } = file;
+    let AdminFile {
+        listen,
+        token,
+        tokens: named,
+    } = file;
     let text = listen.unwrap_or_else(|| defaults::ADMIN_LISTEN.to_owned());
     let listen = text.parse::<SocketAddr>().unwrap_or_else(|_| {
         problems.push(
@@ -21,16 +25,35 @@ pub(super) fn admin_config(file: AdminFile, problems: &mut Problems) -> AdminCon
             .parse()
             .expect("default admin address parses")
     });
-    let token = token.and_then(|t| secret("admin.token", &t, problems));
-    let token = token.map(|t| t.expose().to_owned());
-    if let Some(token) = &token {
-        if token.len() < MIN_ADMIN_TOKEN_LEN || !token.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+    let mut tokens = Vec::new();
+    let sources = token
+        .map(|t| ("admin".to_owned(), "admin.token".to_owned(), t))
+        .into_iter()
+        .chain(
+            named
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(name, t)| (name.clone(), format!("admin.tokens.{name}"), t)),
+        );
+    for (name, path, source) in sources {
+        if path != "admin.token" {
+            check_name(&path, &name, problems);
+        }
+        let Some(value) = secret(&path, &source, problems) else {
+            continue;
+        };
+        let value = value.expose().to_owned();
+        if value.len() < MIN_ADMIN_TOKEN_LEN || !value.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
             // The token itself is never echoed.
             problems.push(
-                "admin.token",
+                &path,
                 format!("must be at least {MIN_ADMIN_TOKEN_LEN} visible ASCII characters"),
             );
+        } else if tokens.iter().any(|(n, t)| *n == name || *t == value) {
+            problems.push(&path, "the same name or token twice");
+        } else {
+            tokens.push((name, value));
         }
     }
-    AdminConfig { listen, token }
+    AdminConfig { listen, tokens }
 }

@@ -18,7 +18,26 @@ pub(super) fn clients_config(
     let mut out: Vec<ClientConfig> = Vec::with_capacity(clients.len());
     let mut bases: Vec<String> = Vec::with_capacity(clients.len());
     for (base, client) in clients {
-        let ClientFile { id, plan, api_keys } = client;
+        let ClientFile {
+            id,
+            plan,
+            api_keys,
+            metadata,
+        } = client;
+        let in_clients_file = base.starts_with("clients_file(");
+        let metadata = metadata.unwrap_or_default();
+        if metadata.len() > crate::registry::model::MAX_METADATA
+            || metadata.iter().any(|(k, v)| {
+                k.is_empty()
+                    || k.len() > crate::registry::model::MAX_METADATA_TEXT
+                    || v.len() > crate::registry::model::MAX_METADATA_TEXT
+            })
+        {
+            problems.push(
+                format!("{base}.metadata"),
+                "at most 32 entries, names of 1 to 256 bytes, values of at most 256",
+            );
+        }
         check_name(&format!("{base}.id"), &id, problems);
         if let Some(j) = out.iter().position(|c| c.id == id) {
             problems.push(
@@ -36,7 +55,9 @@ pub(super) fn clients_config(
                 ),
             );
         }
-        if api_keys.is_empty() {
+        // A client of the clients file may have none yet (the admin API creates clients
+        // before it issues their keys); one in the main file without keys is a mistake.
+        if api_keys.is_empty() && !in_clients_file {
             problems.push(
                 format!("{base}.api_keys"),
                 "a client needs at least one key",
@@ -90,6 +111,8 @@ pub(super) fn clients_config(
             id,
             plan,
             api_keys: digests,
+            metadata,
+            in_clients_file,
         });
         bases.push(base);
     }

@@ -9,6 +9,7 @@ mod checks;
 mod clients;
 mod issuers;
 mod plans;
+mod registry;
 mod route_auth;
 mod routes;
 mod server;
@@ -50,15 +51,20 @@ impl TryFrom<FileConfig> for Config {
             plans,
             clients,
             issuers,
+            registry,
             tracing,
         } = file;
         let mut server = server;
         let clients_file = server.clients_file.take();
+        let clients_file_path = clients_file.clone();
         let mut problems = Problems::default();
         let server = server_config(server, &mut problems);
         let admin = admin_config(admin, &mut problems);
         let access_log = access_log_config(access_log, &mut problems);
         let store = store_config(store, &mut problems);
+        let registry = registry.map(|r| {
+            registry::registry_config(r, &store, clients_file_path.as_deref(), &mut problems)
+        });
         let tracing = tracing::tracing_config(tracing, &mut problems);
         let plans: BTreeMap<String, PlanConfig> = plans
             .into_iter()
@@ -122,6 +128,7 @@ impl TryFrom<FileConfig> for Config {
             );
         }
         check_route_overlaps(&routes, &mut problems);
+        check_exemptions(&routes, &plans, &mut problems);
         check_costs(&routes, &plans, &mut problems);
         if problems.errors.is_empty() {
             Ok(Config {
@@ -134,6 +141,8 @@ impl TryFrom<FileConfig> for Config {
                 plans,
                 clients,
                 issuers,
+                registry,
+                clients_file: clients_file_path.map(Into::into),
                 tracing,
                 files: problems.files,
                 warnings: problems.warnings,

@@ -24,6 +24,7 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
         limits,
         max_concurrent,
         priority,
+        exempt_from,
     } = file;
     let base = format!("plans.{name}");
     check_name(&base, name, problems);
@@ -76,6 +77,7 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
         max_concurrent: max_concurrent.filter(|n| *n > 0),
         lease,
         priority: super::shedding::priority(priority),
+        exempt_from: exempt_from.unwrap_or_default(),
     }
 }
 

@@ -5,8 +5,8 @@ use super::checks::*;
 use crate::chain::auth::Auth;
 use crate::chain::credential::TokenFrom;
 use crate::chain::jwt::claims::ClaimPath;
-use crate::control::config::file::{AuthFile, AuthMethodFile};
-use crate::control::config::model::{IssuerConfig, ServerConfig};
+use crate::control::config::file::{AuthFile, AuthMethodFile, ExemptFile};
+use crate::control::config::model::{ExemptRule, IssuerConfig, ServerConfig};
 use std::collections::BTreeMap;
 
 /// Headers a claim may not be forwarded as: those of the message itself, the credentials,
@@ -189,4 +189,55 @@ pub(super) fn route_tokens(
         forward_token: forward_token.unwrap_or(true),
         forward_claims: forwarded,
     }
+}
+
+/// A route's `exempt`: addresses or networks, client ids, and the limit names they skip
+/// (checked against the route's and the plans' limits by `check_exemptions`).
+pub(super) fn exempt_rules(
+    base: &str,
+    files: Vec<ExemptFile>,
+    problems: &mut Problems,
+) -> Vec<ExemptRule> {
+    files
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let at = format!("{base}.exempt[{i}]");
+            if f.ips.is_empty() && f.clients.is_empty() {
+                problems.push(&at, "say who: ips, clients, or both");
+            }
+            let nets = f
+                .ips
+                .iter()
+                .enumerate()
+                .filter_map(|(j, text)| {
+                    text.parse::<ipnet::IpNet>()
+                        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                        .map_err(|_| {
+                            problems.push(
+                                format!("{at}.ips[{j}]"),
+                                format!(
+                                    "{text:?}: expected an address or a CIDR like \"10.0.0.0/8\""
+                                ),
+                            )
+                        })
+                        .ok()
+                })
+                .collect();
+            for (j, id) in f.clients.iter().enumerate() {
+                check_name(&format!("{at}.clients[{j}]"), id, problems);
+            }
+            if f.limits.as_ref().is_some_and(Vec::is_empty) {
+                problems.push(
+                    format!("{at}.limits"),
+                    "an empty list skips nothing: leave it out to skip every limit",
+                );
+            }
+            ExemptRule {
+                nets,
+                clients: f.clients,
+                limits: f.limits,
+            }
+        })
+        .collect()
 }

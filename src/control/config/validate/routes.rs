@@ -52,6 +52,7 @@ pub(super) fn route_config(
         token_from,
         forward_token,
         forward_claims,
+        exempt,
     } = file;
     let base = format!("routes[{index}]");
     let priority = route_priority(&base, priority, upstreams.get(&upstream), problems);
@@ -209,6 +210,7 @@ pub(super) fn route_config(
         token_from: tokens.token_from,
         forward_token: tokens.forward_token,
         forward_claims: tokens.forward_claims,
+        exempt: exempt_rules(&base, exempt.unwrap_or_default(), problems),
     }
 }
 
@@ -403,6 +405,65 @@ pub(super) fn check_costs(
                         ),
                     );
                 }
+            }
+        }
+    }
+}
+
+/// Exemptions name limits that exist: a route's `exempt` the route's own limits, its plans'
+/// or "ip"; a plan's `exempt_from` route limits somewhere or "ip".
+pub(super) fn check_exemptions(
+    routes: &[RouteConfig],
+    plans: &BTreeMap<String, PlanConfig>,
+    problems: &mut Problems,
+) {
+    let plan_limit = |name: &str| {
+        plans
+            .values()
+            .any(|p| p.limits.iter().any(|l| *l.name == *name))
+    };
+    for (i, route) in routes.iter().enumerate() {
+        for (j, rule) in route.exempt.iter().enumerate() {
+            let names_ip = rule
+                .limits
+                .as_ref()
+                .is_some_and(|l| l.iter().any(|n| n == crate::limit::IP_POLICY_NAME));
+            if names_ip && rule.nets.is_empty() {
+                problems.push(
+                    format!("routes[{i}].exempt[{j}].limits"),
+                    "only addresses skip the per-IP bucket (it runs before callers are identified): add ips",
+                );
+            }
+            for (k, name) in rule.limits.iter().flatten().enumerate() {
+                let known = name == "ip"
+                    || route.limits.iter().any(|l| *l.policy.name == **name)
+                    || (route.auth.identifies() && plan_limit(name));
+                if !known {
+                    problems.push(
+                        format!("routes[{i}].exempt[{j}].limits[{k}]"),
+                        format!("no limit {name:?} applies on this route"),
+                    );
+                }
+            }
+        }
+    }
+    for plan in plans.values() {
+        for (k, name) in plan.exempt_from.iter().enumerate() {
+            if name == crate::limit::IP_POLICY_NAME {
+                problems.push(
+                    format!("plans.{}.exempt_from[{k}]", plan.name),
+                    "the per-IP bucket runs before callers are identified: exempt addresses on a route (exempt = [{ ips = [...] }]) instead",
+                );
+                continue;
+            }
+            let known = routes
+                .iter()
+                .any(|r| r.limits.iter().any(|l| *l.policy.name == **name));
+            if !known {
+                problems.push(
+                    format!("plans.{}.exempt_from[{k}]", plan.name),
+                    format!("no route has a limit {name:?}"),
+                );
             }
         }
     }

@@ -39,6 +39,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         max_tracked_ips,
         max_tracked_keys,
         max_cached_tokens,
+        quota_path,
         on_store_error,
         header_timeout,
         body_timeout,
@@ -129,6 +130,16 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
             problems,
         ),
         max_cached_tokens: max_cached_tokens.unwrap_or(defaults::MAX_CACHED_TOKENS),
+        quota_path: quota_path.filter(|p| {
+            let ok = crate::chain::path::check_path_prefix(p).is_ok() && p.len() > 1;
+            if !ok {
+                problems.push(
+                    "server.quota_path",
+                    format!("{p:?}: expected a path in normal form, like \"/_turnstile/quota\""),
+                );
+            }
+            ok
+        }),
         on_store_error: on_store_error.map_or(defaults::ON_STORE_ERROR, failure_mode),
         limits: RequestLimits {
             header_timeout: positive(

@@ -47,6 +47,14 @@ pub fn instances_key(prefix: &str) -> String {
     format!("{prefix}:instances")
 }
 
+/// The client registry's hash and version counter: one hash tag, one Cluster slot.
+pub fn registry_keys(prefix: &str) -> (String, String) {
+    (
+        format!("{{{prefix}:registry}}:clients"),
+        format!("{{{prefix}:registry}}:version"),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -323,6 +323,23 @@ impl RedisStore {
             .await
     }
 
+    /// One operation of the client registry (`registry.lua`), bounded by `bound` (the
+    /// registry's own timeout: a whole registry is more than a decision).
+    pub async fn registry(
+        &self,
+        op: &scripts::RegistryOp<'_>,
+        bound: Duration,
+    ) -> Result<redis::Value, StoreError> {
+        let invocation = self.scripts.registry_call(&self.config.prefix, op);
+        match tokio::time::timeout(bound, self.link.invoke(&invocation, Lane::Background)).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.link.timed_out();
+                Err(StoreError::Timeout(bound))
+            }
+        }
+    }
+
     /// `call` within the store timeout. A combinator, not an `async fn`, which would keep
     /// `call` twice in its state (see `Store::guarded`).
     fn bounded<'a, T: 'a>(

@@ -4,7 +4,7 @@
 
 use crate::limit::store::error::StoreError;
 use crate::limit::store::lease::{Grant, GrantWindow};
-use crate::limit::store::redis::keys::{algorithm_code, instances_key, key};
+use crate::limit::store::redis::keys::{algorithm_code, instances_key, key, registry_keys};
 use crate::limit::store::request::{CheckRequest, DecideAt};
 use crate::limit::{Decision, Policy, Verdict};
 use redis::{Cmd, Script, ToRedisArgs, Value};
@@ -68,6 +68,12 @@ script!(
     HEARTBEAT_FILES = ["heartbeat.lua"]
 );
 
+script!(
+    /// The client registry: read, compare-and-set one client, restore (`lua/registry.lua`).
+    REGISTRY_SOURCE,
+    REGISTRY_FILES = ["registry.lua"]
+);
+
 /// Every script, loaded once per connection and called by SHA.
 pub struct Scripts {
     pub check: Script,
@@ -76,6 +82,7 @@ pub struct Scripts {
     pub refund: Script,
     pub release: Script,
     pub heartbeat: Script,
+    pub registry: Script,
 }
 
 impl Scripts {
@@ -87,10 +94,11 @@ impl Scripts {
             refund: Script::new(REFUND_SOURCE),
             release: Script::new(RELEASE_SOURCE),
             heartbeat: Script::new(HEARTBEAT_SOURCE),
+            registry: Script::new(REGISTRY_SOURCE),
         }
     }
 
-    pub fn all(&self) -> [&Script; 6] {
+    pub fn all(&self) -> [&Script; 7] {
         [
             &self.check,
             &self.lease,
@@ -98,6 +106,7 @@ impl Scripts {
             &self.refund,
             &self.release,
             &self.heartbeat,
+            &self.registry,
         ]
     }
 
@@ -241,6 +250,60 @@ impl Scripts {
             .arg(instance)
             .arg(liveness.as_millis() as u64)
             .arg(if leave { "1" } else { "0" });
+        invocation
+    }
+}
+
+/// An operation of `registry.lua`.
+pub enum RegistryOp<'a> {
+    Version,
+    Read,
+    /// One client's JSON ("" when absent).
+    Get(&'a str),
+    /// Compare and set one client's JSON ("" = absent / deleted); `max` clients at most.
+    Cas {
+        id: &'a str,
+        expected: &'a str,
+        new: &'a str,
+        max: usize,
+    },
+    /// A whole registry, written only where Redis holds none.
+    Restore {
+        version: u64,
+        entries: &'a [(String, String)],
+    },
+}
+
+impl Scripts {
+    /// `registry.lua`: KEYS the clients hash and the version; ARGV the operation and its
+    /// arguments.
+    pub fn registry_call(&self, prefix: &str, op: &RegistryOp<'_>) -> Call<'_> {
+        let (clients, version) = registry_keys(prefix);
+        let mut invocation = Call::new(&self.registry, 2);
+        invocation.arg(clients).arg(version);
+        match op {
+            RegistryOp::Version => invocation.arg("version"),
+            RegistryOp::Read => invocation.arg("read"),
+            RegistryOp::Get(id) => invocation.arg("get").arg(*id),
+            RegistryOp::Cas {
+                id,
+                expected,
+                new,
+                max,
+            } => invocation
+                .arg("cas")
+                .arg(*id)
+                .arg(*expected)
+                .arg(*new)
+                .arg(*max),
+            RegistryOp::Restore { version, entries } => {
+                invocation.arg("restore").arg(*version);
+                for (id, json) in entries.iter() {
+                    invocation.arg(id.as_str()).arg(json.as_str());
+                }
+                &mut invocation
+            }
+        };
         invocation
     }
 }
@@ -407,6 +470,7 @@ mod tests {
             (REFUND_SOURCE, REFUND_FILES),
             (RELEASE_SOURCE, RELEASE_FILES),
             (HEARTBEAT_SOURCE, HEARTBEAT_FILES),
+            (REGISTRY_SOURCE, REGISTRY_FILES),
         ] {
             let expected: String = files
                 .iter()
@@ -425,6 +489,7 @@ mod tests {
                     REFUND_FILES,
                     RELEASE_FILES,
                     HEARTBEAT_FILES,
+                    REGISTRY_FILES,
                 ]
                 .iter()
                 .any(|files| files.contains(&name.as_str()));

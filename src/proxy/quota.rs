@@ -1,0 +1,80 @@
+//! The quota status endpoint (`server.quota_path`, e.g. `GET /_turnstile/quota`): an
+//! identified client asks what is left of its plan's limits on every route, read from the
+//! state the limiter decides with and without counting anything (`chain::usage`). Callers
+//! are identified as on a route accepting every method the configuration offers (API keys,
+//! bearer tokens of every issuer, client certificates); the per-IP bucket of the server
+//! applies first, as on routes.
+
+use crate::chain::admission::IpRule;
+use crate::chain::auth::Auth;
+use crate::chain::credential::TokenFrom;
+use crate::chain::reject::Reject;
+use crate::clock::{Clock, MonotonicClock};
+use crate::control::snapshot::IpTableId;
+use crate::proxy::context::RequestCtx;
+use crate::proxy::identify::{identify, Accepted};
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use std::sync::Arc;
+
+/// Whether this request is for the quota endpoint.
+pub fn is_quota(session: &Session, ctx: &RequestCtx) -> bool {
+    ctx.snapshot
+        .config
+        .server
+        .quota_path
+        .as_deref()
+        .is_some_and(|p| session.req_header().uri.path() == p)
+}
+
+/// Answers the quota endpoint (200 and the usage JSON), or the rejection.
+pub async fn answer(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    ip: Option<u128>,
+) -> Result<(), Reject> {
+    let snapshot = Arc::clone(&ctx.snapshot);
+    if session.req_header().method != http::Method::GET {
+        return Err(Reject::MethodNotAllowed {
+            detail: "the quota endpoint answers GET".into(),
+            allow: "GET".into(),
+        });
+    }
+    if let (Some(table), Some(ip)) = (snapshot.ip_tables.get(&IpTableId::ServerDefault), ip) {
+        let rule = IpRule::new(Arc::clone(&table.limiter));
+        ctx.admission
+            .check_ip_rule(&rule, ip, MonotonicClock.now_ms())?;
+    }
+    let issuers: Vec<_> = snapshot.identity.issuers.values().cloned().collect();
+    let accepted = Accepted {
+        auth: Auth {
+            api_key: true,
+            jwt: !issuers.is_empty(),
+            client_cert: snapshot.identity.cert.is_some(),
+        },
+        token_from: &TokenFrom::Authorization,
+        issuers: &issuers,
+    };
+    identify(session, ctx, &accepted).await?;
+    let client = ctx.client.clone().expect("identified");
+    let body = crate::control::clients_api::usage_body(&snapshot, &client)
+        .await
+        .map_err(|_| Reject::Store(crate::limit::store::StoreError::Unavailable("usage".into())))?;
+    let body = serde_json::to_vec_pretty(&body).expect("json serializes");
+    let write = async {
+        let mut resp = ResponseHeader::build(200, Some(4))?;
+        resp.insert_header(CONTENT_TYPE, "application/json")?;
+        resp.insert_header(CONTENT_LENGTH, body.len())?;
+        resp.insert_header(CACHE_CONTROL, "no-store")?;
+        resp.insert_header(crate::chain::request_id::HEADER, ctx.request_id.clone())?;
+        session.write_response_header(Box::new(resp), false).await?;
+        session
+            .write_response_body(Some(Bytes::from(body)), true)
+            .await
+    };
+    write
+        .await
+        .map_err(|_| Reject::BadMessage("the answer could not be written"))
+}

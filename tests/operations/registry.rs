@@ -1,0 +1,457 @@
+//! Clients managed at runtime: the admin API against two gateways on one real Redis (a key
+//! issued at one authenticates at the other, a revoked key stops on both, a plan change
+//! applies on both and keeps the counts of unchanged limits), a Redis restarted empty (every
+//! copy kept, no revoked key back, writes wait for a restore), a malformed entry skipped,
+//! the memory store's clients file rewritten and reloaded, the quota endpoint, exemptions,
+//! and writes refused without a named token.
+
+use crate::common;
+
+use common::redis::RedisServer;
+use common::{http, wait_until, Gateway, Upstream};
+use serde_json::{json, Value};
+use std::time::Instant;
+
+const TOKEN: &str = "ops-admin-token-0123456789";
+
+fn plans() -> &'static str {
+    r#"
+[plans.small]
+limits = [{ name = "per-hour", algorithm = "sliding_log", limit = 5, window = "1h" }]
+
+[plans.big]
+limits = [
+  { name = "per-hour", algorithm = "sliding_log", limit = 5, window = "1h" },
+  { name = "per-day", algorithm = "sliding_log", limit = 100, window = "1d" },
+]
+"#
+}
+
+fn config(up: &Upstream, store: &str, extra: &str) -> String {
+    format!(
+        r#"
+[upstreams.api]
+servers = ["{addr}"]
+{plans}
+[registry]
+poll = "200ms"
+resync = "5s"
+
+[[clients]]
+id = "from-file"
+plan = "small"
+api_keys = ["file-client-key-0123456789"]
+
+[[routes]]
+name = "api"
+path_prefix = "/echo"
+upstream = "api"
+auth = "api_key"
+{extra}
+{store}
+"#,
+        addr = up.addr(),
+        plans = plans(),
+    )
+}
+
+fn redis_store(redis: &RedisServer) -> String {
+    format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"1s\"\n",
+        redis.url()
+    )
+}
+
+/// An admin call with the ops token.
+fn admin(gw: &Gateway, method: &str, path: &str, body: Option<Value>) -> http::Response {
+    let auth = format!("Bearer {TOKEN}");
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut headers = vec![("Authorization", auth.as_str())];
+    if !body.is_empty() {
+        headers.push(("Content-Type", "application/json"));
+    }
+    http::request(gw.admin_port, method, path, &headers, body.as_bytes())
+}
+
+fn with_key(gw: &Gateway, key: &str) -> u16 {
+    gw.get_with("/echo/x", &[("X-Api-Key", key)]).status
+}
+
+fn start(text: &str) -> Gateway {
+    Gateway::start_full("", &format!("tokens = {{ ops = \"{TOKEN}\" }}"), text)
+}
+
+#[test]
+fn a_key_issued_at_one_gateway_works_at_the_other_and_revoking_it_stops_it_on_both() {
+    let up = Upstream::start("api");
+    let redis = RedisServer::start();
+    let text = config(&up, &redis_store(&redis), "");
+    let (a, b) = (start(&text), start(&text));
+
+    let created = admin(
+        &a,
+        "PUT",
+        "/clients/acme",
+        Some(json!({"plan": "small", "metadata": {"team": "billing"}})),
+    );
+    assert_eq!(created.status, 201, "{}", created.text());
+    // Idempotent: the same PUT again changes nothing.
+    assert_eq!(
+        admin(
+            &a,
+            "PUT",
+            "/clients/acme",
+            Some(json!({"plan": "small", "metadata": {"team": "billing"}}))
+        )
+        .status,
+        200
+    );
+    let issued = admin(&a, "POST", "/clients/acme/keys", None);
+    assert_eq!(issued.status, 201, "{}", issued.text());
+    let key = issued.json()["key"].as_str().unwrap().to_owned();
+    let key_id = issued.json()["key_id"].as_str().unwrap().to_owned();
+    assert!(key.starts_with("tsk_"), "{key}");
+    // At once at A (it read the registry after writing), within the poll bound at B.
+    assert_eq!(with_key(&a, &key), 200);
+    let started = Instant::now();
+    wait_until("the key at gateway B", || with_key(&b, &key) == 200);
+    eprintln!(
+        "a new key reached the other gateway in {:?}",
+        started.elapsed()
+    );
+
+    // The key never appears anywhere but in the answer that issued it.
+    let listed = admin(&b, "GET", "/clients/acme", None);
+    assert_eq!(listed.json()["keys"][0]["id"], key_id.as_str());
+    assert_eq!(listed.json()["metadata"]["team"], "billing");
+    assert!(!listed.text().contains(&key[4..]));
+    let stored: Vec<String> = redis.cmd(&["HVALS", "{turnstile:registry}:clients"]);
+    assert!(!stored.concat().contains(&key[4..]), "{stored:?}");
+    assert!(!a.proc.log_text().contains(&key[4..]));
+    assert!(a
+        .proc
+        .log_text()
+        .contains("actor=ops action=issue_key client=acme"));
+
+    // 3 of small's 5 spent (A, B, and this one); the plan changes to big, whose per-hour
+    // limit is the same definition: it keeps counting (2 left), on both gateways.
+    assert_eq!(with_key(&a, &key), 200);
+    assert_eq!(
+        admin(&b, "PUT", "/clients/acme", Some(json!({"plan": "big"}))).status,
+        200
+    );
+    wait_until("the new plan at A", || {
+        admin(&a, "GET", "/clients/acme", None).json()["plan"] == "big"
+    });
+    let resp = a.get_with("/echo/x", &[("X-Api-Key", &key)]);
+    assert_eq!(resp.status, 200);
+    assert!(resp
+        .header("ratelimit-policy")
+        .is_some_and(|p| p.contains("per-day")));
+    assert_eq!(with_key(&b, &key), 200);
+    assert_eq!(
+        with_key(&a, &key),
+        429,
+        "5 of the same per-hour limit spent"
+    );
+
+    // Revoked at B: refused on both.
+    assert_eq!(
+        admin(&b, "DELETE", &format!("/clients/acme/keys/{key_id}"), None).status,
+        204
+    );
+    assert_eq!(with_key(&b, &key), 401);
+    let started = Instant::now();
+    wait_until("the revocation at A", || with_key(&a, &key) == 401);
+    eprintln!(
+        "a revocation reached the other gateway in {:?}",
+        started.elapsed()
+    );
+
+    // The file's clients are not the API's; unknown plans are refused; deleting works.
+    assert_eq!(
+        admin(
+            &a,
+            "PUT",
+            "/clients/from-file",
+            Some(json!({"plan": "big"}))
+        )
+        .status,
+        409
+    );
+    assert_eq!(
+        admin(&a, "PUT", "/clients/x", Some(json!({"plan": "nope"}))).status,
+        422
+    );
+    assert_eq!(
+        admin(&a, "PUT", "/clients/bad%20id", Some(json!({"plan": "big"}))).status,
+        422
+    );
+    assert_eq!(admin(&a, "DELETE", "/clients/acme", None).status, 204);
+    assert_eq!(admin(&a, "GET", "/clients/acme", None).status, 404);
+    let problem = admin(&a, "DELETE", "/clients/acme", None);
+    assert_eq!(problem.status, 404);
+    assert_eq!(
+        problem.header("content-type"),
+        Some("application/problem+json")
+    );
+}
+
+#[test]
+fn redis_restarted_empty_keeps_every_copy_and_brings_no_revoked_key_back() {
+    let up = Upstream::start("api");
+    let mut redis = RedisServer::start();
+    let text = config(&up, &redis_store(&redis), "");
+    let (a, b) = (start(&text), start(&text));
+    assert_eq!(
+        admin(&a, "PUT", "/clients/acme", Some(json!({"plan": "big"}))).status,
+        201
+    );
+    let keep = admin(&a, "POST", "/clients/acme/keys", None).json()["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let gone = admin(&a, "POST", "/clients/acme/keys", None).json();
+    let (gone_key, gone_id) = (
+        gone["key"].as_str().unwrap(),
+        gone["key_id"].as_str().unwrap(),
+    );
+    assert_eq!(
+        admin(&a, "DELETE", &format!("/clients/acme/keys/{gone_id}"), None).status,
+        204
+    );
+    wait_until("B up to date", || with_key(&b, &keep) == 200);
+    assert_eq!(with_key(&b, gone_key), 401);
+
+    redis.restart();
+    wait_until("both gateways notice the registry is gone", || {
+        [&a, &b]
+            .iter()
+            .all(|g| admin(g, "GET", "/readyz", None).json()["registry"]["lost"] == true)
+    });
+    for gw in [&a, &b] {
+        assert_eq!(with_key(gw, &keep), 200, "the copy keeps serving");
+        assert_eq!(with_key(gw, gone_key), 401, "no revoked key comes back");
+    }
+    let refused = admin(&b, "PUT", "/clients/other", Some(json!({"plan": "big"})));
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert!(refused.text().contains("registry-lost"));
+
+    // An operator restores it from A's copy; B follows; writes work again.
+    let restored = admin(&a, "POST", "/registry/restore", None);
+    assert_eq!(restored.status, 200, "{}", restored.text());
+    wait_until("B sees the restored registry", || {
+        admin(&b, "GET", "/readyz", None).json()["registry"]["lost"] == false
+    });
+    assert_eq!(
+        admin(&b, "PUT", "/clients/other", Some(json!({"plan": "big"}))).status,
+        201
+    );
+    assert_eq!(with_key(&b, &keep), 200);
+    assert_eq!(with_key(&a, gone_key), 401);
+    // A second restore finds the registry there and overwrites nothing.
+    assert_eq!(admin(&a, "POST", "/registry/restore", None).status, 422);
+}
+
+#[test]
+fn a_malformed_registry_entry_is_skipped_and_reported() {
+    let up = Upstream::start("api");
+    let redis = RedisServer::start();
+    let gw = start(&config(&up, &redis_store(&redis), ""));
+    assert_eq!(
+        admin(&gw, "PUT", "/clients/good", Some(json!({"plan": "small"}))).status,
+        201
+    );
+    let key = admin(&gw, "POST", "/clients/good/keys", None).json()["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Someone writes garbage into Redis by hand, and an entry naming a plan that is gone.
+    let _: i64 = redis.cmd(&[
+        "HSET",
+        "{turnstile:registry}:clients",
+        "broken",
+        "{not json",
+    ]);
+    let _: i64 = redis.cmd(&[
+        "HSET",
+        "{turnstile:registry}:clients",
+        "orphan",
+        r#"{"plan":"gone"}"#,
+    ]);
+    let _: i64 = redis.cmd(&["INCR", "{turnstile:registry}:version"]);
+    wait_until("the bad entries reported", || {
+        let r = admin(&gw, "GET", "/readyz", None).json();
+        r["registry"]["skipped"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty())
+            && r["registry"]["unserved"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty())
+    });
+    assert_eq!(with_key(&gw, &key), 200);
+    assert!(gw.proc.log_text().contains("entry \"broken\" skipped"));
+}
+
+#[test]
+fn with_the_memory_store_the_clients_file_is_rewritten_and_reloaded() {
+    let up = Upstream::start("api");
+    let dir = tempfile::tempdir().unwrap();
+    let clients = dir.path().join("clients.toml");
+    std::fs::write(&clients, "").unwrap();
+    let text = config(&up, "", "");
+    let gw = Gateway::start_full(
+        &format!("clients_file = \"{}\"", clients.display()),
+        &format!("tokens = {{ ops = \"{TOKEN}\" }}"),
+        &text,
+    );
+    assert_eq!(
+        admin(&gw, "PUT", "/clients/acme", Some(json!({"plan": "small"}))).status,
+        201
+    );
+    let issued = admin(&gw, "POST", "/clients/acme/keys", None).json();
+    let key = issued["key"].as_str().unwrap();
+    assert_eq!(with_key(&gw, key), 200, "reloaded before the answer");
+    let written = std::fs::read_to_string(&clients).unwrap();
+    assert!(
+        written.contains("id = \"acme\"") && written.contains("sha256:"),
+        "{written}"
+    );
+    assert!(!written.contains(&key[4..]), "only the digest is written");
+    let listed = admin(&gw, "GET", "/clients", None).json();
+    let sources: Vec<&str> = listed["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["source"].as_str().unwrap())
+        .collect();
+    assert_eq!(sources, ["config", "clients_file"]);
+    let key_id = issued["key_id"].as_str().unwrap();
+    assert_eq!(
+        admin(&gw, "DELETE", &format!("/clients/acme/keys/{key_id}"), None).status,
+        204
+    );
+    assert_eq!(with_key(&gw, key), 401);
+    assert_eq!(
+        admin(
+            &gw,
+            "PUT",
+            "/clients/from-file",
+            Some(json!({"plan": "big"}))
+        )
+        .status,
+        409
+    );
+}
+
+#[test]
+fn writes_need_a_named_token() {
+    let up = Upstream::start("api");
+    let redis = RedisServer::start();
+    let text = config(&up, &redis_store(&redis), "");
+    let gw = start(&text);
+    let anonymous = http::request(
+        gw.admin_port,
+        "PUT",
+        "/clients/x",
+        &[],
+        br#"{"plan":"small"}"#,
+    );
+    assert_eq!(anonymous.status, 401);
+    let wrong = http::request(
+        gw.admin_port,
+        "PUT",
+        "/clients/x",
+        &[("Authorization", "Bearer not-the-token-at-all")],
+        br#"{"plan":"small"}"#,
+    );
+    assert_eq!(wrong.status, 401);
+    // Without any token configured, reads work and writes are refused.
+    let open = Gateway::start(&text);
+    assert_eq!(
+        http::request(open.admin_port, "GET", "/clients", &[], b"").status,
+        200
+    );
+    let write = http::request(
+        open.admin_port,
+        "PUT",
+        "/clients/x",
+        &[],
+        br#"{"plan":"small"}"#,
+    );
+    assert_eq!(write.status, 403, "{}", write.text());
+}
+
+#[test]
+fn the_quota_endpoint_says_what_the_next_requests_will_find() {
+    let up = Upstream::start("api");
+    let redis = RedisServer::start();
+    let text = config(&up, &redis_store(&redis), "");
+    let gw = Gateway::start_full(
+        "quota_path = \"/_turnstile/quota\"",
+        &format!("tokens = {{ ops = \"{TOKEN}\" }}"),
+        &text,
+    );
+    let key = "file-client-key-0123456789";
+    assert_eq!(with_key(&gw, key), 200);
+    let quota = |gw: &Gateway| {
+        let r = gw.get_with("/_turnstile/quota", &[("X-Api-Key", key)]);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["routes"][0]["limits"][0]["remaining"]
+            .as_u64()
+            .unwrap()
+    };
+    let left = quota(&gw);
+    assert_eq!(left, 4);
+    // Asking does not count: still 4.
+    assert_eq!(quota(&gw), 4);
+    for _ in 0..left {
+        assert_eq!(with_key(&gw, key), 200);
+    }
+    assert_eq!(with_key(&gw, key), 429);
+    assert_eq!(quota(&gw), 0);
+    // The admin view reads the same state.
+    let usage = admin(&gw, "GET", "/clients/from-file/usage", None).json();
+    assert_eq!(usage["routes"][0]["limits"][0]["remaining"], 0);
+    assert_eq!(gw.get("/_turnstile/quota").status, 401);
+}
+
+#[test]
+fn exempt_addresses_and_clients_skip_the_limits_they_name() {
+    let up = Upstream::start("api");
+    let extra = r#"ip_limit = { rate = "1/h", burst = 2 }
+exempt = [
+  { ips = ["127.0.0.5"] },
+  { clients = ["from-file"], limits = ["per-hour"] },
+]"#;
+    let gw = Gateway::start(
+        &config(&up, "", extra).replace("[registry]\npoll = \"200ms\"\nresync = \"5s\"", ""),
+    );
+    let from = |ip: [u8; 4], key: &str| {
+        let req = format!(
+            "GET /echo/x HTTP/1.1\r\nHost: x\r\nX-Api-Key: {key}\r\nConnection: close\r\n\r\n"
+        );
+        http::raw_from(Some(ip.into()), gw.port, req.as_bytes())
+            .unwrap()
+            .status
+    };
+    // The client's per-hour limit (5) does not apply to it; the per-IP bucket (2) does.
+    let key = "file-client-key-0123456789";
+    let normal: Vec<u16> = (0..4).map(|_| from([127, 0, 0, 6], key)).collect();
+    assert_eq!(normal, [200, 200, 429, 429]);
+    // From the exempt address, nothing applies.
+    let exempt: Vec<u16> = (0..8).map(|_| from([127, 0, 0, 5], key)).collect();
+    assert!(exempt.iter().all(|s| *s == 200), "{exempt:?}");
+    assert!(
+        gw.metric(
+            "turnstile_limiter_decisions_total",
+            &[("policy", "per-hour"), ("outcome", "exempt")]
+        ) >= 8.0
+    );
+    assert!(
+        gw.metric(
+            "turnstile_limiter_decisions_total",
+            &[("policy", "ip"), ("outcome", "exempt")]
+        ) >= 8.0
+    );
+}
