@@ -28,15 +28,15 @@ done
 "$BIN/turnstile" check "$CONF"
 "$BIN/turnstile" --config "$CONF" & gw=$!; pids+=($gw)
 
-# Ready when this gateway's admin listener answers (the ports were free before it started),
-# and not while the process is gone.
+# Ready when this gateway answers (the ports were free before it started), and not while
+# the process is gone.
 ready=
 for _ in $(seq 100); do
   if ! kill -0 "$gw" 2>/dev/null; then
     echo "error: turnstile exited at start (see its output above)" >&2
     exit 1
   fi
-  if curl -fsS -o /dev/null http://127.0.0.1:9090/healthz 2>/dev/null; then ready=1; break; fi
+  if curl -fsS -o /dev/null -H 'Authorization: Bearer demo-admin-token-0001' http://127.0.0.1:9090/healthz 2>/dev/null; then ready=1; break; fi
   sleep 0.1
 done
 [ -n "$ready" ] || { echo "error: turnstile did not become ready" >&2; exit 1; }

@@ -455,3 +455,136 @@ exempt = [
         ) >= 8.0
     );
 }
+
+/// The OpenAPI validator, installed into a virtual environment under `target/` once.
+fn openapi_validator() -> std::path::PathBuf {
+    const VALIDATOR: &str = "openapi-spec-validator==0.9.0";
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/openapi-validate");
+    let exe = root.join("bin/openapi-spec-validator");
+    if root.join("ready").exists() {
+        return exe;
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    let ok = std::process::Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&root)
+        .status()
+        .expect("python3 -m venv")
+        .success();
+    assert!(
+        ok,
+        "python3 -m venv failed (Debian: apt install python3-venv)"
+    );
+    let ok = std::process::Command::new(root.join("bin/pip"))
+        .args(["install", "--quiet", VALIDATOR])
+        .status()
+        .expect("pip install")
+        .success();
+    assert!(ok, "pip install {VALIDATOR} failed");
+    std::fs::write(root.join("ready"), VALIDATOR).unwrap();
+    exe
+}
+
+#[test]
+fn the_admin_api_description_is_valid_openapi_and_names_every_operation() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/admin-api.yaml");
+    let out = std::process::Command::new(openapi_validator())
+        .arg(&file)
+        .output()
+        .expect("run openapi-spec-validator");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    // Every operation the admin listener serves (control/admin.rs, control/clients_api.rs).
+    for (method, path) in [
+        ("get", "/metrics"),
+        ("get", "/healthz"),
+        ("get", "/readyz"),
+        ("get", "/config"),
+        ("post", "/reload"),
+        ("get", "/clients"),
+        ("get", "/clients/{id}"),
+        ("put", "/clients/{id}"),
+        ("delete", "/clients/{id}"),
+        ("post", "/clients/{id}/keys"),
+        ("delete", "/clients/{id}/keys/{key_id}"),
+        ("get", "/clients/{id}/usage"),
+        ("post", "/registry/restore"),
+    ] {
+        assert!(
+            doc["paths"][path][method].is_mapping(),
+            "docs/admin-api.yaml lacks {method} {path}"
+        );
+    }
+}
+
+/// The README's customer lifecycle, run by bash against the demo's configuration (the
+/// ports and the clients file moved to this test's own).
+#[test]
+fn the_readmes_customer_lifecycle_runs_against_the_demo_configuration() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let blocks: Vec<&str> = readme
+        .split("```sh\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .collect();
+    let admin_var = blocks
+        .iter()
+        .find(|b| b.starts_with("A="))
+        .expect("the README sets A");
+    let lifecycle = blocks
+        .iter()
+        .find(|b| b.contains("/clients/acme/keys"))
+        .expect("the README's lifecycle");
+    let up = Upstream::start("orders");
+    let dir = tempfile::tempdir().unwrap();
+    let clients = dir.path().join("clients.toml");
+    std::fs::write(&clients, "").unwrap();
+    let demo = std::fs::read_to_string(root.join("conf/demo.toml")).unwrap();
+    let tables = demo[demo.find("[registry]").unwrap()..].replace(
+        "\"127.0.0.1:9001\", \"127.0.0.1:9002\"",
+        &format!("\"{}\"", up.addr()),
+    );
+    let gw = Gateway::start_full(
+        &format!(
+            "clients_file = \"{}\"\nquota_path = \"/_turnstile/quota\"",
+            clients.display()
+        ),
+        "tokens = { demo = \"demo-admin-token-0001\" }",
+        &tables,
+    );
+    let script = format!(
+        "set -euo pipefail\n{}\n{}",
+        admin_var.lines().next().unwrap(),
+        lifecycle
+    )
+    .replace("127.0.0.1:9090", &format!("127.0.0.1:{}", gw.admin_port))
+    .replace("127.0.0.1:8080", &format!("127.0.0.1:{}", gw.port));
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .expect("run bash");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let codes: Vec<&str> = text
+        .lines()
+        .filter(|l| l.len() == 3 && l.bytes().all(|b| b.is_ascii_digit()))
+        .collect();
+    assert_eq!(codes, ["200", "401"], "{text}");
+    assert!(text.contains("\"remaining\""), "the quota answer: {text}");
+    assert!(
+        text.contains("\"plan\": \"partner\""),
+        "the plan change: {text}"
+    );
+}

@@ -119,9 +119,12 @@ pub(super) fn clients_config(
     out
 }
 
-/// The entries of `clients_file` (an absolute path), with their TOML paths.
+/// The entries of `clients_file` (an absolute path), with their TOML paths. With
+/// `missing_is_empty` (a `[registry]` with the memory store: the admin API writes the file)
+/// a file not there yet has no clients.
 pub(super) fn clients_from_file(
     path: Option<String>,
+    missing_is_empty: bool,
     problems: &mut Problems,
 ) -> Vec<(String, ClientFile)> {
     let Some(path) = path else {
@@ -137,6 +140,7 @@ pub(super) fn clients_from_file(
     problems.files.push(path.clone().into());
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
+        Err(e) if missing_is_empty && e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => {
             problems.push(
                 "server.clients_file",

@@ -78,7 +78,11 @@ impl TryFrom<FileConfig> for Config {
             .enumerate()
             .map(|(i, c)| (format!("clients[{i}]"), c))
             .collect();
-        entries.extend(clients_from_file(clients_file, &mut problems));
+        entries.extend(clients_from_file(
+            clients_file,
+            registry.is_some(),
+            &mut problems,
+        ));
         let clients = clients_config(entries, &plans, &mut problems);
         let issuers: BTreeMap<String, IssuerConfig> = issuers
             .into_iter()
