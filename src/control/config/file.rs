@@ -148,10 +148,10 @@ pub struct ServerFile {
     pub body_timeout: Option<HumanDuration>,
     /// Idle keep-alive connections are closed after this.
     pub keepalive_timeout: Option<HumanDuration>,
-    pub max_header_bytes: Option<usize>,
+    pub max_header_bytes: Option<super::units::ByteSize>,
     pub max_header_count: Option<usize>,
-    pub max_uri_length: Option<usize>,
-    pub max_body_bytes: Option<u64>,
+    pub max_uri_length: Option<super::units::ByteSize>,
+    pub max_body_bytes: Option<super::units::ByteSize>,
 }
 
 /// `[server.tls]`.
@@ -516,7 +516,7 @@ pub struct RouteFile {
     pub forward_api_key: Option<bool>,
     pub on_store_error: Option<FailureModeFile>,
     /// Largest request body this route accepts (default: `server.max_body_bytes`).
-    pub max_body_bytes: Option<u64>,
+    pub max_body_bytes: Option<super::units::ByteSize>,
     /// Every limit on this route decides and counts but never rejects (dry run).
     pub shadow: Option<bool>,
     /// Most requests of one client in flight on this route.
@@ -524,7 +524,7 @@ pub struct RouteFile {
     /// Keyed limits of this route (per IP, account, header, route-wide...).
     pub limits: Option<Vec<RouteLimitFile>>,
     /// Largest request body read for `body:` key parts.
-    pub body_key_bytes: Option<u64>,
+    pub body_key_bytes: Option<super::units::ByteSize>,
     /// Load-shedding class of this route's requests (default `default`).
     pub priority: Option<PriorityFile>,
     /// With `auth` including "jwt": the issuers accepted (default: every one).

@@ -7,31 +7,133 @@ use serde::Deserialize;
 use std::fmt;
 use std::time::Duration;
 
-/// A duration written as `<integer><unit>` with unit `ms`, `s`, `m`, `h` or `d`.
+/// A duration: one or more `<number><unit>` terms with unit `ms`, `s`, `m`, `h` or `d`,
+/// summed (`"250ms"`, `"1m30s"`, `"1.5s"`, `"2h45m"`), to the millisecond.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct HumanDuration(pub Duration);
 
 impl HumanDuration {
     pub const EXPECTED: &'static str =
-        "a duration like \"250ms\", \"2s\", \"1m\", \"1h\" or \"1d\"";
+        "a duration like \"250ms\", \"2s\", \"1m30s\", \"1.5s\", \"1h\" or \"1d\"";
 
     pub fn parse(text: &str) -> Option<Duration> {
-        let text = text.trim();
-        let split = text.find(|c: char| !c.is_ascii_digit())?;
-        let (digits, unit) = text.split_at(split);
-        if digits.is_empty() {
+        let mut rest = text.trim();
+        if rest.is_empty() {
             return None;
         }
+        // Micro-milliseconds (1e-6 ms) so that decimals add up exactly before rounding.
+        let mut total: u128 = 0;
+        while !rest.is_empty() {
+            let number_len = rest
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .unwrap_or(rest.len());
+            let (number, after) = rest.split_at(number_len);
+            let unit_len = after
+                .find(|c: char| c.is_ascii_digit() || c == '.')
+                .unwrap_or(after.len());
+            let (unit, next) = after.split_at(unit_len);
+            let per_ms: u128 = match unit {
+                "ms" => 1,
+                "s" => 1_000,
+                "m" => 60_000,
+                "h" => 3_600_000,
+                "d" => 86_400_000,
+                _ => return None,
+            };
+            total = total.checked_add(fraction_micro_ms(number, per_ms)?)?;
+            rest = next;
+        }
+        if total % 1_000_000 != 0 {
+            return None; // finer than a millisecond
+        }
+        u64::try_from(total / 1_000_000)
+            .ok()
+            .map(Duration::from_millis)
+    }
+}
+
+/// `number` (`"12"`, `"1.5"`) × `per_ms`, in millionths of a millisecond.
+fn fraction_micro_ms(number: &str, per_ms: u128) -> Option<u128> {
+    let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && frac.is_empty() || frac.len() > 9 || frac.contains('.') {
+        return None;
+    }
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().ok()?
+    };
+    let frac_value: u128 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().ok()?
+    };
+    let scale = 10u128.pow(frac.len() as u32);
+    let micro = per_ms.checked_mul(1_000_000)?;
+    let whole_part = whole.checked_mul(micro)?;
+    let frac_part = frac_value.checked_mul(micro)?;
+    if frac_part % scale != 0 {
+        return None;
+    }
+    whole_part.checked_add(frac_part / scale)
+}
+
+/// A number of bytes: an integer, or a string with a unit (`"512B"`, `"64KiB"`, `"10MiB"`,
+/// `"1GiB"`, and the decimal `"10KB"`, `"5MB"`, `"1GB"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    pub const EXPECTED: &'static str =
+        "a number of bytes, or a size like \"64KiB\", \"10MiB\", \"1GB\"";
+
+    pub fn parse(text: &str) -> Option<u64> {
+        let text = text.trim();
+        let split = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
+        let (digits, unit) = text.split_at(split);
         let n: u64 = digits.parse().ok()?;
-        let millis_per_unit: u64 = match unit {
-            "ms" => 1,
-            "s" => 1_000,
-            "m" => 60_000,
-            "h" => 3_600_000,
-            "d" => 86_400_000,
+        let per: u64 = match unit.trim() {
+            "" | "B" => 1,
+            "KB" | "kB" => 1_000,
+            "KiB" => 1 << 10,
+            "MB" => 1_000_000,
+            "MiB" => 1 << 20,
+            "GB" => 1_000_000_000,
+            "GiB" => 1 << 30,
             _ => return None,
         };
-        n.checked_mul(millis_per_unit).map(Duration::from_millis)
+        n.checked_mul(per)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(ByteSize::EXPECTED)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ByteSize, E> {
+                Ok(ByteSize(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ByteSize, E> {
+                u64::try_from(v)
+                    .map(ByteSize)
+                    .map_err(|_| E::custom(format_args!("{v}: a size is not negative")))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ByteSize, E> {
+                ByteSize::parse(v).map(ByteSize).ok_or_else(|| {
+                    E::custom(format_args!(
+                        "invalid size {v:?}: expected {}",
+                        ByteSize::EXPECTED
+                    ))
+                })
+            }
+        }
+        deserializer.deserialize_any(V)
     }
 }
 
@@ -159,6 +261,66 @@ mod tests {
         assert_eq!(HumanDuration::parse("1h"), Some(Duration::from_secs(3600)));
         assert_eq!(HumanDuration::parse("1d"), Some(Duration::from_secs(86400)));
         assert_eq!(HumanDuration::parse("0s"), Some(Duration::ZERO));
+        assert_eq!(HumanDuration::parse("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(
+            HumanDuration::parse("1.5s"),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            HumanDuration::parse("2h45m10.25s"),
+            Some(Duration::from_millis(9_910_250))
+        );
+        assert_eq!(
+            HumanDuration::parse("0.5d"),
+            Some(Duration::from_secs(43_200))
+        );
+        assert_eq!(
+            HumanDuration::parse(".5s"),
+            Some(Duration::from_millis(500))
+        );
+    }
+
+    #[test]
+    fn sizes_and_compound_durations_reach_the_configuration() {
+        let config = crate::control::config::Config::parse(
+            r#"
+[server]
+max_body_bytes = "1MiB"
+max_header_bytes = "16KiB"
+header_timeout = "1.5s"
+[upstreams.u]
+servers = ["127.0.0.1:1"]
+[[routes]]
+name = "r"
+path_prefix = "/"
+upstream = "u"
+read_timeout = "1m30s"
+max_body_bytes = 2048
+body_key_bytes = "4KiB"
+"#,
+        )
+        .unwrap();
+        assert_eq!(config.server.limits.max_body_bytes, 1 << 20);
+        assert_eq!(config.server.limits.max_header_bytes, 16 << 10);
+        assert_eq!(
+            config.server.limits.header_timeout,
+            Duration::from_millis(1500)
+        );
+        assert_eq!(config.routes[0].read_timeout, Duration::from_secs(90));
+        assert_eq!(config.routes[0].max_body_bytes, 2048);
+        assert_eq!(config.routes[0].body_key_bytes, 4096);
+    }
+
+    #[test]
+    fn sizes_parse_with_units() {
+        assert_eq!(ByteSize::parse("65536"), Some(65536));
+        assert_eq!(ByteSize::parse("64KiB"), Some(65536));
+        assert_eq!(ByteSize::parse("10MiB"), Some(10 << 20));
+        assert_eq!(ByteSize::parse("10MB"), Some(10_000_000));
+        assert_eq!(ByteSize::parse("1GiB"), Some(1 << 30));
+        for bad in ["", "MiB", "1.5MiB", "10 mb", "-1", "99999999999GiB"] {
+            assert_eq!(ByteSize::parse(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
@@ -167,10 +329,14 @@ mod tests {
             "",
             "s",
             "10",
-            "1.5s",
+            "1.5ms",
+            "0.0001s",
+            "1..5s",
+            ".s",
             "-1s",
             "1 sec",
             "1w",
+            "1m30",
             "99999999999999999999d",
         ] {
             assert_eq!(HumanDuration::parse(bad), None, "{bad:?}");

@@ -100,7 +100,7 @@ pub(super) fn route_config(
             "cost applies to plan limits (routes with auth) and the route's own limits: this route has neither",
         );
     }
-    let body_key_bytes = match body_key_bytes {
+    let body_key_bytes = match body_key_bytes.map(|b| b.0) {
         Some(n) if n == 0 || n > defaults::MAX_BODY_KEY_BYTES => {
             problems.push(
                 format!("{base}.body_key_bytes"),
@@ -200,7 +200,7 @@ pub(super) fn route_config(
         legacy_rate_limit_headers: legacy_rate_limit_headers.unwrap_or(false),
         forward_api_key: forward_api_key.unwrap_or(false),
         on_store_error: on_store_error.map_or(server.on_store_error, failure_mode),
-        max_body_bytes: max_body_bytes.unwrap_or(server.limits.max_body_bytes),
+        max_body_bytes: max_body_bytes.map_or(server.limits.max_body_bytes, |b| b.0),
         shadow,
         max_concurrent: max_concurrent.filter(|n| *n > 0),
         limits,

@@ -171,7 +171,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
             },
             max_header_bytes: bounded(
                 "server.max_header_bytes",
-                max_header_bytes,
+                max_header_bytes.map(|b| usize::try_from(b.0).unwrap_or(usize::MAX)),
                 defaults::MAX_HEADER_BYTES,
                 256,
                 MAX_HEADER_BYTES_CAP,
@@ -187,13 +187,13 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
             ),
             max_uri_length: bounded(
                 "server.max_uri_length",
-                max_uri_length,
+                max_uri_length.map(|b| usize::try_from(b.0).unwrap_or(usize::MAX)),
                 defaults::MAX_URI_LENGTH,
                 16,
                 MAX_HEADER_BYTES_CAP,
                 problems,
             ),
-            max_body_bytes: max_body_bytes.unwrap_or(defaults::MAX_BODY_BYTES),
+            max_body_bytes: max_body_bytes.map_or(defaults::MAX_BODY_BYTES, |b| b.0),
         },
     }
 }
