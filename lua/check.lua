@@ -12,8 +12,9 @@ ARGV[1]   "" to use the server's clock (TIME); tests only: an explicit time in m
           (see now_ms in lib.lua)
 ARGV[2]   cost: units the request asks of every limit (an integer >= 1)
 ARGV[3]   the request's slot id (names its concurrency slots; "" when it has none)
-ARGV[4..] six per limit, in KEYS order: name, algorithm (tb | fw | sw | sl | cc), limit,
-          window_ms (for cc: how long a slot lives unreleased), burst (only the token bucket uses it), and
+ARGV[4..] six per limit, in KEYS order: name, algorithm (tb | fw | cw | sw | sl | cc), limit,
+          window_ms (for cc: how long a slot lives unreleased; for cw, a calendar window, the
+          bounds "previous:start:end:next"), burst (only the token bucket uses it), and
           shadow ("1": decided and counted, but never blocks the request)
 Reply     one string of integers separated by spaces: admitted 0/1, now_ms, then four per
           limit: admitted 0/1, remaining, reset_ms, retry_after_ms; then, after one more
@@ -32,7 +33,7 @@ end
 local now = now_ms(ARGV[1])
 local cost = tonumber(ARGV[2])
 local slot_id = ARGV[3]
-local algorithms = { tb = token_bucket, fw = fixed_window, sw = sliding_window, sl = sliding_log, cc = concurrency }
+local algorithms = { tb = token_bucket, fw = fixed_window, cw = calendar_window, sw = sliding_window, sl = sliding_log, cc = concurrency }
 
 local function arg(i, k) return ARGV[3 + PER * (i - 1) + k] end
 
@@ -41,7 +42,9 @@ local function decide(i, c)
   if not algorithm then
     error('turnstile check.lua: unknown algorithm ' .. tostring(arg(i, 2)))
   end
-  return algorithm(KEYS[i], now, c, tonumber(arg(i, 3)), tonumber(arg(i, 4)), tonumber(arg(i, 5)), slot_id)
+  local window = arg(i, 4)
+  if arg(i, 2) ~= 'cw' then window = tonumber(window) end
+  return algorithm(KEYS[i], now, c, tonumber(arg(i, 3)), window, tonumber(arg(i, 5)), slot_id)
 end
 
 local decisions, commits, rejected = {}, {}, ''

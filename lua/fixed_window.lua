@@ -1,6 +1,11 @@
 --[[ fixed_window.lua — one counter per aligned window, on one HASH key.
 
 Function  fixed_window(key, now, cost, limit, window) -> decision, commit
+Function  calendar_window(key, now, cost, limit, bounds) -> decision, commit
+  bounds  "previous:start:end:next" (ms): the calendar windows around the gateway's now (a
+          day, week or month in a time zone, computed by the gateway); the window `now`
+          falls in is used, so Redis's clock decides even when the gateway's disagrees at a
+          boundary. Mirrors `Policy::fixed_window_at` with a calendar.
   key     HASH with fields  s = start of the window the count belongs to (ms, a multiple of
                                 `window`)
                             c = units admitted in that window
@@ -11,12 +16,11 @@ TTL       until the window ends, plus TTL_GRACE_MS (lib.lua).
 Note      admits up to twice `limit` around a window edge (by design: it is the cheap one).
 Mirrors   src/limit/algorithm/fixed_window.rs.
 ]]
-local function fixed_window(key, now, cost, limit, window)
-  local start = now - now % window
+local function fixed_window_in(key, now, cost, limit, start, stop)
   local s = redis.call('HMGET', key, 's', 'c')
   local count = 0
   if s[1] and tonumber(s[1]) == start then count = tonumber(s[2]) end
-  local reset = start + window - now
+  local reset = stop - now
   if count + cost <= limit then
     local after = count + cost
     local commit = function()
@@ -26,4 +30,18 @@ local function fixed_window(key, now, cost, limit, window)
     return {1, limit - after, reset, 0}, commit
   end
   return {0, math.max(0, limit - count), reset, reset}, nil
+end
+
+local function fixed_window(key, now, cost, limit, window)
+  local start = now - now % window
+  return fixed_window_in(key, now, cost, limit, start, start + window)
+end
+
+local function calendar_window(key, now, cost, limit, bounds)
+  local p, s, e, n = string.match(bounds, '^(%d+):(%d+):(%d+):(%d+)$')
+  p, s, e, n = tonumber(p), tonumber(s), tonumber(e), tonumber(n)
+  if not n then error('turnstile: calendar bounds ' .. tostring(bounds)) end
+  if now < s then return fixed_window_in(key, now, cost, limit, p, s) end
+  if now >= e then return fixed_window_in(key, now, cost, limit, e, n) end
+  return fixed_window_in(key, now, cost, limit, s, e)
 end

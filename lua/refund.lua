@@ -12,7 +12,8 @@ KEYS[i]   the keys check.lua committed (one slot)
 ARGV[1]   the time check.lua decided at (its reply's now_ms)
 ARGV[2]   the request's cost
 ARGV[3]   the request's slot id ("" when it took no concurrency slot)
-ARGV[4..] four per key: algorithm (tb | fw | sw | sl | cc), limit, window_ms, burst
+ARGV[4..] four per key: algorithm (tb | fw | cw | sw | sl | cc), limit, window_ms (cw: the
+          start of the calendar window the request was counted in), burst
 Reply     the number of keys given something back
 Effect    fixed / sliding window: the units leave the window they were counted in (a sliding
           window that moved on since still weighs them as its previous window); token bucket:
@@ -32,6 +33,8 @@ for i = 1, #KEYS do
   local back = 0
   if algorithm == 'fw' or algorithm == 'sw' then
     back = return_units(key, algorithm, now - now % window, window, cost)
+  elseif algorithm == 'cw' then
+    back = return_units(key, 'fw', window, 0, cost)
   elseif algorithm == 'tb' then
     local level = redis.call('HGET', key, 'l')
     if level then

@@ -8,6 +8,12 @@ use std::time::Instant;
 pub trait Clock: Send + Sync + 'static {
     /// Milliseconds on a clock that never goes backwards.
     fn now_ms(&self) -> u64;
+
+    /// A reading of this clock in Unix milliseconds (calendar windows need the date).
+    /// Clocks that count in Unix milliseconds already (tests' manual clocks) leave it be.
+    fn to_unix_ms(&self, now: u64) -> u64 {
+        now
+    }
 }
 
 /// Monotonic milliseconds since the first use in this process (never 0, so a zeroed state
@@ -29,6 +35,21 @@ pub fn process_start() -> Instant {
 impl Clock for MonotonicClock {
     fn now_ms(&self) -> u64 {
         EPOCH_OFFSET_MS + process_start().elapsed().as_millis() as u64
+    }
+
+    /// The wall clock at this process's start plus the monotonic time since: immune to the
+    /// wall clock jumping afterwards.
+    fn to_unix_ms(&self, now: u64) -> u64 {
+        static START_UNIX: OnceLock<u64> = OnceLock::new();
+        let start = *START_UNIX.get_or_init(|| {
+            let since = process_start().elapsed();
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .saturating_sub(since)
+                .as_millis() as u64
+        });
+        start + now.saturating_sub(EPOCH_OFFSET_MS)
     }
 }
 
@@ -59,6 +80,10 @@ impl Clock for ManualClock {
 impl<C: Clock> Clock for std::sync::Arc<C> {
     fn now_ms(&self) -> u64 {
         (**self).now_ms()
+    }
+
+    fn to_unix_ms(&self, now: u64) -> u64 {
+        (**self).to_unix_ms(now)
     }
 }
 

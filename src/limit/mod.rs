@@ -4,6 +4,7 @@
 //! [`redis`] for one limit shared by every gateway instance).
 
 pub mod algorithm;
+pub mod calendar;
 pub mod ip;
 pub mod sharded;
 pub mod store;
@@ -59,6 +60,9 @@ pub struct Policy {
     window_ms: u64,
     burst: u64,
     pub scope: Scope,
+    /// A fixed window aligned to the calendar (day, week, month in a time zone) instead of
+    /// to multiples of `window_ms` (then a typical length).
+    calendar: Option<Arc<calendar::Calendar>>,
 }
 
 /// A policy with a zero limit, window or burst: it could admit nothing, or divide by zero.
@@ -102,7 +106,38 @@ impl Policy {
             window_ms,
             burst,
             scope: Scope::Route,
+            calendar: None,
         })
+    }
+
+    /// A fixed window of `limit` per calendar unit (`calendar`).
+    pub fn calendar_window(
+        name: &str,
+        limit: u64,
+        calendar: calendar::Calendar,
+    ) -> Result<Policy, InvalidPolicy> {
+        let window = calendar.unit.nominal_ms();
+        Ok(Policy {
+            calendar: Some(Arc::new(calendar)),
+            ..Policy::try_new(name, Algorithm::FixedWindow, limit, window, limit)?
+        })
+    }
+
+    /// The calendar a fixed window is aligned to, if any.
+    pub fn calendar(&self) -> Option<&calendar::Calendar> {
+        self.calendar.as_deref()
+    }
+
+    /// The fixed window containing `now`: `[start, end)` (on the calendar when the policy
+    /// has one, `now` then in Unix milliseconds).
+    pub fn fixed_window_at(&self, now: u64) -> (u64, u64) {
+        match &self.calendar {
+            Some(c) => c.window(now),
+            None => {
+                let start = now - now % self.window_ms;
+                (start, start + self.window_ms)
+            }
+        }
     }
 
     /// [`try_new`](Self::try_new) for values known to be valid (literals, or values checked

@@ -103,3 +103,93 @@ async fn lua_and_rust_decide_identically_on_random_sequences() {
     }
     assert_eq!(compared, 40 * 150);
 }
+
+/// Calendar windows, driven through the tests' time hook (explicit times) across a month
+/// boundary in Berlin and a daylight-saving change in New York: Lua (bounds sent by the
+/// gateway, picked by the script's now) and Rust decide the same, and the counts start
+/// afresh exactly at local midnight of the first and of the next day.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calendar_windows_agree_across_a_month_boundary_and_a_dst_change() {
+    use turnstile::limit::calendar::{Calendar, Unit};
+    let server = RedisServer::start();
+    let redis = RedisStore::new(RedisConfig {
+        topology: Topology::Single(server.url()),
+        auth: Default::default(),
+        tls: Default::default(),
+        prefix: "calendar".into(),
+        timeout: std::time::Duration::from_secs(5),
+        slot_ttl: std::time::Duration::from_secs(60),
+    })
+    .unwrap();
+    let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
+    let month = Policy::calendar_window(
+        "per-month",
+        5,
+        Calendar::new(Unit::Month, "Europe/Berlin").unwrap(),
+    )
+    .unwrap();
+    let day = Policy::calendar_window(
+        "per-day",
+        3,
+        Calendar::new(Unit::Day, "America/New_York").unwrap(),
+    )
+    .unwrap();
+    let ms = |text: &str| text.parse::<jiff::Timestamp>().unwrap().as_millisecond() as u64;
+    let client: Arc<str> = "calendar-client".into();
+    let route: Arc<str> = "route".into();
+    for (policies, times, expected) in [
+        // 5 per Berlin month: the last seconds of February (UTC 22:59:5x on Feb 28 is
+        // 23:59:5x in Berlin), then March begins at 23:00 UTC.
+        (
+            vec![month.clone()],
+            vec![
+                "2026-02-28T22:59:50Z",
+                "2026-02-28T22:59:51Z",
+                "2026-02-28T22:59:52Z",
+                "2026-02-28T22:59:53Z",
+                "2026-02-28T22:59:54Z",
+                "2026-02-28T22:59:59.999Z",
+                "2026-02-28T23:00:00Z",
+                "2026-02-28T23:00:01Z",
+            ],
+            vec![true, true, true, true, true, false, true, true],
+        ),
+        // 3 per New York day on 2026-03-08, 23 hours long: it ends at 04:00 UTC on the 9th
+        // (midnight EDT), not 05:00 (midnight EST).
+        (
+            vec![day.clone()],
+            vec![
+                "2026-03-08T05:00:00Z",
+                "2026-03-08T12:00:00Z",
+                "2026-03-09T03:59:59Z",
+                "2026-03-09T03:59:59.500Z",
+                "2026-03-09T04:00:00Z",
+            ],
+            vec![true, true, true, false, true],
+        ),
+    ] {
+        let shadow = vec![false; policies.len()];
+        for (time, admitted) in times.iter().zip(expected) {
+            let now = ms(time);
+            let request = CheckRequest {
+                shadow: &shadow,
+                at: DecideAt::Fixed(now),
+                ..CheckRequest::new(&client, &route, &policies, 1)
+            };
+            let lua = redis.check(&request).await.unwrap();
+            let rust = memory.check(&request);
+            assert_eq!(lua, rust, "at {time}");
+            assert_eq!(lua.admitted, admitted, "at {time}: {lua:?}");
+        }
+    }
+    // The reset points at the boundary: one second before March in Berlin.
+    let request = CheckRequest {
+        at: DecideAt::Fixed(ms("2026-03-31T21:59:59Z")),
+        ..CheckRequest::new(&client, &route, std::slice::from_ref(&month), 1)
+    };
+    let verdict = redis.check(&request).await.unwrap();
+    assert_eq!(
+        verdict.decisions[0].reset_ms, 1000,
+        "April starts at 22:00 UTC (CEST)"
+    );
+}

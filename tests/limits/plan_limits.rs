@@ -436,3 +436,56 @@ fn a_flood_of_distinct_addresses_is_bounded_and_cannot_reset_a_bucket() {
     // The abuser's bucket was not evicted by the flood.
     assert_eq!(get("6.6.6.6"), 429);
 }
+
+/// A monthly quota (a calendar window, memory store): the limit holds, and Retry-After and
+/// the RateLimit reset point at the first of the next month, midnight in the limit's time
+/// zone.
+#[test]
+fn a_monthly_quota_resets_at_the_first_of_the_next_month() {
+    let up = Upstream::start("orders");
+    let text = format!(
+        r#"
+[upstreams.orders]
+servers = ["{addr}"]
+
+[plans.monthly]
+limits = [{{ name = "per-month", algorithm = "fixed_window", limit = 3, window = "1 month", time_zone = "Asia/Tokyo" }}]
+
+[[clients]]
+id = "ada"
+plan = "monthly"
+api_keys = ["{ADA_KEY}"]
+
+{route}
+"#,
+        addr = up.addr(),
+        route = route("orders", "/orders", "auth = \"api_key\""),
+    );
+    let gw = Gateway::start(&text);
+    for _ in 0..3 {
+        assert_eq!(with_key(&gw, "/orders", ADA_KEY).status, 200);
+    }
+    let before = jiff::Timestamp::now();
+    let refused = with_key(&gw, "/orders", ADA_KEY);
+    let after = jiff::Timestamp::now();
+    assert_429(&refused, &["per-month"]);
+    // The first of next month, 00:00 in Tokyo, seen from either side of the request.
+    let next_month = |t: jiff::Timestamp| {
+        let local = t.to_zoned_datetime(jiff::tz::TimeZone::get("Asia/Tokyo").unwrap());
+        let first = local.first_of_month().unwrap().start_of_day().unwrap();
+        first
+            .checked_add(jiff::ToSpan::month(1))
+            .unwrap()
+            .timestamp()
+    };
+    let until = |t: jiff::Timestamp| (next_month(t).as_second() - t.as_second()) as u64;
+    let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!(
+        (until(after)..=until(before) + 1).contains(&retry),
+        "Retry-After {retry}, expected {} to {}",
+        until(after),
+        until(before) + 1
+    );
+    let ratelimit = refused.header("ratelimit").unwrap().to_owned();
+    assert!(ratelimit.contains(&format!("t={retry}")), "{ratelimit}");
+}

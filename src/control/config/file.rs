@@ -360,7 +360,9 @@ pub struct LimitFile {
     pub name: String,
     pub algorithm: AlgorithmFile,
     pub limit: u64,
-    pub window: HumanDuration,
+    pub window: super::units::WindowSetting,
+    /// A calendar window's time zone (IANA; default "UTC").
+    pub time_zone: Option<String>,
     /// Token bucket only: capacity (default `limit`).
     pub burst: Option<u64>,
     /// Decide and count, but never reject (dry run).
@@ -546,7 +548,9 @@ pub struct RouteLimitFile {
     pub name: String,
     pub algorithm: AlgorithmFile,
     pub limit: u64,
-    pub window: HumanDuration,
+    pub window: super::units::WindowSetting,
+    /// A calendar window's time zone (IANA; default "UTC").
+    pub time_zone: Option<String>,
     pub burst: Option<u64>,
     pub shadow: Option<bool>,
     /// Parts of the key: "ip", "client", "route", "header:NAME", "body:FIELD".

@@ -78,6 +78,44 @@ fn fraction_micro_ms(number: &str, per_ms: u128) -> Option<u128> {
     whole_part.checked_add(frac_part / scale)
 }
 
+/// A limit's `window`: a duration, or a calendar unit (`"1 day"`, `"1 week"`, `"1 month"`)
+/// — a fixed window aligned to the calendar in the limit's `time_zone`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowSetting {
+    Duration(Duration),
+    Calendar(crate::limit::calendar::Unit),
+}
+
+impl<'de> Deserialize<'de> for WindowSetting {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = WindowSetting;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(
+                    f,
+                    "{}, or \"1 day\", \"1 week\", \"1 month\"",
+                    HumanDuration::EXPECTED
+                )
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<WindowSetting, E> {
+                if let Some(unit) = crate::limit::calendar::Calendar::parse_unit(v) {
+                    return Ok(WindowSetting::Calendar(unit));
+                }
+                HumanDuration::parse(v)
+                    .map(WindowSetting::Duration)
+                    .ok_or_else(|| {
+                        E::custom(format_args!(
+                            "invalid window {v:?}: expected {}, or a calendar unit \"1 day\", \"1 week\", \"1 month\"",
+                            HumanDuration::EXPECTED
+                        ))
+                    })
+            }
+        }
+        deserializer.deserialize_str(V)
+    }
+}
+
 /// A number of bytes: an integer, or a string with a unit (`"512B"`, `"64KiB"`, `"10MiB"`,
 /// `"1GiB"`, and the decimal `"10KB"`, `"5MB"`, `"1GB"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -119,7 +119,7 @@ pub fn render(config: &Config) -> Value {
                 "name": &*l.policy.name,
                 "algorithm": l.policy.algorithm.as_str(),
                 "limit": l.policy.limit(),
-                "window": format_duration(std::time::Duration::from_millis(l.policy.window_ms())),
+                "window": window(&l.policy),
                 "burst": l.policy.burst(),
                 "shadow": l.shadow,
                 "key": l.key.iter().map(|p| p.describe()).collect::<Vec<_>>(),
@@ -138,7 +138,7 @@ pub fn render(config: &Config) -> Value {
                 "name": &*l.name,
                 "algorithm": l.algorithm.as_str(),
                 "limit": l.limit(),
-                "window": format_duration(std::time::Duration::from_millis(l.window_ms())),
+                "window": window(l),
                 "burst": l.burst(),
                 "shadow": shadow,
             })).collect::<Vec<_>>(),
@@ -153,6 +153,16 @@ pub fn render(config: &Config) -> Value {
         })).collect::<Vec<_>>(),
         "issuers": config.issuers.values().map(issuer).collect::<Vec<_>>(),
     })
+}
+
+/// A limit's window as written: a duration, or a calendar unit and its time zone.
+fn window(policy: &crate::limit::Policy) -> Value {
+    match policy.calendar() {
+        Some(c) => json!({"calendar": c.unit.as_str(), "time_zone": c.zone}),
+        None => json!(format_duration(std::time::Duration::from_millis(
+            policy.window_ms()
+        ))),
+    }
 }
 
 /// An issuer without its secrets: a JWKS URL's credentials and query redacted, fixed keys

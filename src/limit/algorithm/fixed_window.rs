@@ -1,5 +1,6 @@
-//! Fixed window: one counter per aligned window. Cheapest; admits up to twice the limit
-//! around a window edge. Mirrors `lua/fixed_window.lua`.
+//! Fixed window: one counter per aligned window (multiples of the window, or calendar units
+//! in a time zone). Cheapest; admits up to twice the limit around a window edge. Mirrors
+//! `lua/fixed_window.lua`.
 
 use crate::limit::{Decision, Policy};
 
@@ -12,14 +13,13 @@ pub struct FixedWindow {
 
 impl FixedWindow {
     pub fn decide(&self, policy: &Policy, now: u64, cost: u64) -> (Decision, FixedWindow) {
-        let w = policy.window_ms;
-        let start = now - now % w;
+        let (start, end) = policy.fixed_window_at(now);
         let count = if self.window_start == start {
             self.count
         } else {
             0
         };
-        let reset_ms = start + w - now;
+        let reset_ms = end - now;
         if count + cost <= policy.limit {
             let count = count + cost;
             let decision = Decision {

@@ -105,7 +105,7 @@ impl State {
                 s.level = (s.level + cost * w).min(policy.burst * w);
             }
             State::FixedWindow(s) => {
-                if s.window_start == at - at % w {
+                if s.window_start == policy.fixed_window_at(at).0 {
                     s.count = s.count.saturating_sub(cost);
                 }
             }
@@ -131,7 +131,9 @@ impl State {
     pub fn is_idle(&self, policy: &Policy, now: u64) -> bool {
         match self {
             State::TokenBucket(s) => s.level_at(policy, now) >= policy.burst * policy.window_ms,
-            State::FixedWindow(s) => s.count == 0 || now >= s.window_start + policy.window_ms,
+            State::FixedWindow(s) => {
+                s.count == 0 || now >= policy.fixed_window_at(s.window_start).1
+            }
             State::SlidingWindow(s) => {
                 (s.current == 0 && s.previous == 0) || now >= s.window_start + 2 * policy.window_ms
             }

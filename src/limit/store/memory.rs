@@ -128,7 +128,12 @@ impl<C: Clock> MemoryStore<C> {
                     .map_or_else(|| State::new(policy), |slot| slot.state.clone())
             })
             .collect();
-        let (admitted, decisions, next) = decide(req, &before, now);
+        let unix = match req.at {
+            // A test's explicit time is the time on every calendar too.
+            crate::limit::store::request::DecideAt::Fixed(ms) => ms,
+            _ => self.clock.to_unix_ms(now),
+        };
+        let (admitted, decisions, next) = decide(req, &before, Times { now, unix });
         if admitted {
             let commit = Commit {
                 req,
@@ -215,6 +220,10 @@ impl<C: Clock> MemoryStore<C> {
                 continue;
             };
             if let Some(slot) = slots.iter_mut().find(|s| s.policy == *policy) {
+                let at = match policy.calendar() {
+                    Some(_) => self.clock.to_unix_ms(at),
+                    None => at,
+                };
                 slot.state.refund(policy, at, req.cost);
             }
         }
@@ -239,9 +248,12 @@ impl<C: Clock> MemoryStore<C> {
 
     /// Drops state that no longer affects any decision; returns how many keys were dropped.
     pub fn sweep(&self) -> usize {
-        let now = self.clock.now_ms();
-        self.table
-            .retain(|_, slots| !slots.iter().all(|s| s.state.is_idle(&s.policy, now)))
+        let times = Times::of(&self.clock);
+        self.table.retain(|_, slots| {
+            !slots
+                .iter()
+                .all(|s| s.state.is_idle(&s.policy, times.for_policy(&s.policy)))
+        })
     }
 
     /// Number of (client, route) keys held, plus clients with requests in flight.
@@ -255,17 +267,46 @@ impl<C: Clock> MemoryStore<C> {
     }
 }
 
+/// A decision's time: this store's clock, and the same moment in Unix milliseconds (the
+/// time of calendar windows).
+#[derive(Clone, Copy)]
+struct Times {
+    now: u64,
+    unix: u64,
+}
+
+impl Times {
+    fn of<C: Clock>(clock: &C) -> Times {
+        let now = clock.now_ms();
+        Times {
+            now,
+            unix: clock.to_unix_ms(now),
+        }
+    }
+
+    fn for_policy(self, policy: &Policy) -> u64 {
+        match policy.calendar() {
+            Some(_) => self.unix,
+            None => self.now,
+        }
+    }
+}
+
 /// The decisions for `req`'s policies in their states `before` at `now`, and whether the
 /// request is admitted (every enforced policy admits; a dry run never blocks). Admitted: the
 /// states to write. Refused: nothing is written, and the policies that would have admitted
 /// report their state as it stays (the same decision at cost 0).
-fn decide(req: &CheckRequest<'_>, before: &[State], now: u64) -> (bool, Vec<Decision>, Vec<State>) {
+fn decide(
+    req: &CheckRequest<'_>,
+    before: &[State],
+    times: Times,
+) -> (bool, Vec<Decision>, Vec<State>) {
     let shadow = |i: usize| req.shadow.get(i).copied().unwrap_or(false);
     let (mut decisions, next): (Vec<Decision>, Vec<State>) = req
         .policies
         .iter()
         .zip(before)
-        .map(|(policy, state)| state.decide(policy, now, req.cost))
+        .map(|(policy, state)| state.decide(policy, times.for_policy(policy), req.cost))
         .unzip();
     let admitted = decisions
         .iter()
@@ -274,7 +315,7 @@ fn decide(req: &CheckRequest<'_>, before: &[State], now: u64) -> (bool, Vec<Deci
     if !admitted {
         for ((decision, policy), state) in decisions.iter_mut().zip(req.policies).zip(before) {
             if decision.allowed {
-                *decision = state.decide(policy, now, 0).0;
+                *decision = state.decide(policy, times.for_policy(policy), 0).0;
             }
         }
         return (false, decisions, Vec::new());

@@ -3,7 +3,7 @@
 use super::checks::*;
 use crate::control::config::file::{AlgorithmFile, LimitFile, PlanFile};
 use crate::control::config::model::PlanConfig;
-use crate::control::config::units::HumanDuration;
+use crate::control::config::units::WindowSetting;
 use crate::limit::algorithm::MAX_PRODUCT;
 use crate::limit::{Algorithm, Policy, IP_POLICY_NAME, RESERVED_POLICY_NAMES};
 
@@ -43,6 +43,7 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
             algorithm: alg,
             limit,
             window,
+            time_zone,
             burst,
             shadow,
             lease,
@@ -55,8 +56,14 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
             );
         }
         // An invalid limit was reported and is left out (the file is refused).
-        if let Some(policy) = limit_policy(&path, &limit_name, alg, limit, window, burst, problems)
-        {
+        let shape = LimitShape {
+            algorithm: alg,
+            limit,
+            window,
+            time_zone,
+            burst,
+        };
+        if let Some(policy) = limit_policy(&path, &limit_name, shape, problems) {
             policies.push(policy);
             shadows.push(shadow.unwrap_or(false));
             leases.push((path, lease));
@@ -115,6 +122,12 @@ pub(super) fn plan_lease(
             ),
             Some(_) => {}
         }
+        if policy.calendar().is_some() {
+            problems.push(
+                format!("{path}.lease"),
+                "calendar windows are not leased (each instance would need the calendar's boundaries for its slice)",
+            );
+        }
         if !matches!(
             policy.algorithm,
             Algorithm::FixedWindow | Algorithm::SlidingWindow
@@ -143,15 +156,28 @@ pub(super) fn plan_lease(
 
 /// The checks every limit passes, a plan's or a route's: its name, its numbers, exact
 /// arithmetic. `None` when some value is invalid (reported; the file is refused).
+/// What a limit is, as written (the fields plan limits and route limits share).
+pub(super) struct LimitShape {
+    pub algorithm: AlgorithmFile,
+    pub limit: u64,
+    pub window: WindowSetting,
+    pub time_zone: Option<String>,
+    pub burst: Option<u64>,
+}
+
 pub(super) fn limit_policy(
     path: &str,
     limit_name: &str,
-    alg: AlgorithmFile,
-    limit: u64,
-    window: HumanDuration,
-    burst: Option<u64>,
+    shape: LimitShape,
     problems: &mut Problems,
 ) -> Option<Policy> {
+    let LimitShape {
+        algorithm: alg,
+        limit,
+        window,
+        time_zone,
+        burst,
+    } = shape;
     check_name(&format!("{path}.name"), limit_name, problems);
     if limit_name == IP_POLICY_NAME {
         problems.push(
@@ -166,7 +192,21 @@ pub(super) fn limit_policy(
     }
     let alg = algorithm(alg);
     refuse_zero(format!("{path}.limit"), limit, problems);
-    let window_ms = window.0.as_millis() as u64;
+    let window = match window {
+        WindowSetting::Calendar(unit) => {
+            return calendar_policy(
+                path, limit_name, alg, limit, unit, time_zone, burst, problems,
+            )
+        }
+        WindowSetting::Duration(d) => d,
+    };
+    if time_zone.is_some() {
+        problems.push(
+            format!("{path}.time_zone"),
+            "only calendar windows (\"1 day\", \"1 week\", \"1 month\") have a time zone",
+        );
+    }
+    let window_ms = window.as_millis() as u64;
     if window_ms == 0 {
         problems.push(format!("{path}.window"), "must be greater than zero");
     }
@@ -194,4 +234,33 @@ pub(super) fn limit_policy(
         );
     }
     Policy::try_new(limit_name, alg, limit, window_ms, burst).ok()
+}
+
+/// A fixed window aligned to the calendar in `time_zone` (UTC by default).
+#[allow(clippy::too_many_arguments)]
+fn calendar_policy(
+    path: &str,
+    name: &str,
+    alg: Algorithm,
+    limit: u64,
+    unit: crate::limit::calendar::Unit,
+    time_zone: Option<String>,
+    burst: Option<u64>,
+    problems: &mut Problems,
+) -> Option<Policy> {
+    if alg != Algorithm::FixedWindow {
+        problems.push(
+            format!("{path}.window"),
+            format!("a calendar window is a fixed window: algorithm = \"fixed_window\", not {alg}"),
+        );
+        return None;
+    }
+    if burst.is_some() {
+        problems.push(format!("{path}.burst"), "only token_bucket has a burst");
+    }
+    let zone = time_zone.unwrap_or_else(|| "UTC".to_owned());
+    let calendar = crate::limit::calendar::Calendar::new(unit, &zone)
+        .map_err(|why| problems.push(format!("{path}.time_zone"), why))
+        .ok()?;
+    Policy::calendar_window(name, limit, calendar).ok()
 }

@@ -1,7 +1,7 @@
 //! `[[routes]]`: matching, limits, timeouts, failure mode; overlaps and costs checked across routes and plans.
 
 use super::checks::*;
-use super::plans::limit_policy;
+use super::plans::{limit_policy, LimitShape};
 use super::route_auth::*;
 use super::server::*;
 use super::store::*;
@@ -255,6 +255,7 @@ fn route_limits(
             algorithm,
             limit,
             window,
+            time_zone,
             burst,
             shadow,
             key,
@@ -267,7 +268,14 @@ fn route_limits(
                 format!("{name:?} is used twice on this route"),
             );
         }
-        let policy = limit_policy(&path, &name, algorithm, limit, window, burst, problems);
+        let shape = LimitShape {
+            algorithm,
+            limit,
+            window,
+            time_zone,
+            burst,
+        };
+        let policy = limit_policy(&path, &name, shape, problems);
         if key.is_empty() {
             problems.push(
                 format!("{path}.key"),

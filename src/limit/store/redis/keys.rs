@@ -15,6 +15,16 @@ pub fn key(prefix: &str, client: &str, route: &str, policy: &Policy) -> String {
     let mut key =
         String::with_capacity(prefix.len() + client.len() + route.len() + policy.name.len() + 32);
     let _ = write!(key, "{prefix}:{{{client}}}:{route}:{}@", policy.name);
+    if let Some(calendar) = policy.calendar() {
+        let _ = write!(
+            key,
+            "cw{}/{}/{}",
+            policy.limit,
+            calendar.unit.as_str(),
+            calendar.zone
+        );
+        return key;
+    }
     let _ = match policy.algorithm {
         Algorithm::TokenBucket => write!(
             key,
@@ -30,6 +40,15 @@ pub fn key(prefix: &str, client: &str, route: &str, policy: &Policy) -> String {
         ),
     };
     key
+}
+
+/// What the scripts call a policy's algorithm: its algorithm, or `cw` for a fixed window on
+/// the calendar.
+pub fn policy_code(policy: &Policy) -> &'static str {
+    match policy.calendar() {
+        Some(_) => "cw",
+        None => algorithm_code(policy.algorithm),
+    }
 }
 
 pub fn algorithm_code(algorithm: Algorithm) -> &'static str {

@@ -4,7 +4,9 @@
 
 use crate::limit::store::error::StoreError;
 use crate::limit::store::lease::{Grant, GrantWindow};
-use crate::limit::store::redis::keys::{algorithm_code, instances_key, key, registry_keys};
+use crate::limit::store::redis::keys::{
+    algorithm_code, instances_key, key, policy_code, registry_keys,
+};
 use crate::limit::store::request::{CheckRequest, DecideAt};
 use crate::limit::{Decision, Policy, Verdict};
 use redis::{Cmd, Script, ToRedisArgs, Value};
@@ -118,13 +120,24 @@ impl Scripts {
         }
         push_time(&mut invocation, req.at);
         invocation.arg(req.cost).arg(req.slot_id);
+        // Calendar windows: the boundaries around the gateway's now; the script picks the
+        // window Redis's now is in.
+        let unix_now = || match req.at {
+            DecideAt::Fixed(ms) => ms,
+            DecideAt::StoreClock => unix_ms(),
+            DecideAt::StoreClockPlus(ms) => unix_ms() + ms,
+        };
         for (i, p) in req.policies.iter().enumerate() {
             let is_shadow = req.shadow.get(i).copied().unwrap_or(false);
+            invocation.arg(&*p.name).arg(policy_code(p)).arg(p.limit());
+            match p.calendar() {
+                Some(calendar) => {
+                    let [a, b, c, d] = calendar.around(unix_now());
+                    invocation.arg(format!("{a}:{b}:{c}:{d}"))
+                }
+                None => invocation.arg(p.window_ms()),
+            };
             invocation
-                .arg(&*p.name)
-                .arg(algorithm_code(p.algorithm))
-                .arg(p.limit())
-                .arg(p.window_ms())
                 .arg(p.burst())
                 .arg(if is_shadow { "1" } else { "0" });
         }
@@ -156,11 +169,13 @@ impl Scripts {
         invocation.arg(now).arg(req.cost).arg(req.slot_id);
         for &i in &refunded {
             let p = &req.policies[i];
-            invocation
-                .arg(algorithm_code(p.algorithm))
-                .arg(p.limit())
-                .arg(p.window_ms())
-                .arg(p.burst());
+            invocation.arg(policy_code(p)).arg(p.limit());
+            match p.calendar() {
+                // The start of the calendar window `now` (Redis's) is in.
+                Some(calendar) => invocation.arg(calendar.window(now).0),
+                None => invocation.arg(p.window_ms()),
+            };
+            invocation.arg(p.burst());
         }
         Some(invocation)
     }
@@ -348,6 +363,14 @@ pub struct LeaseCall<'a> {
     pub give_back: u64,
     pub give_back_starts: &'a [u64],
     pub at: DecideAt,
+}
+
+/// The wall clock in Unix milliseconds.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
 }
 
 /// `ARGV[1]` of check.lua and lease.lua: "" for Redis's clock, "<ms>", or "+<ms>" (see
