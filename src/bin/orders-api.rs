@@ -12,7 +12,8 @@
 //! ANY  /echo/...          what the upstream received (method, path, headers, peer, body) as JSON
 //! ```
 //! Every response carries `X-Upstream-Name: NAME`, so load balancing is visible. Any request may
-//! add `?delay_ms=N` (at most 60000) to be answered after a delay (to demonstrate timeouts).
+//! add `?delay_ms=N` (at most 60000) to be answered after a delay (to demonstrate timeouts),
+//! `?tokens=N` to have the answer say `x-tokens-used: N` (what an LLM API reports of a call).
 //! With `--capacity N`, at most N requests are served at once (each for its delay): the others
 //! wait, as on a saturated backend (for load-shedding experiments).
 
@@ -217,7 +218,16 @@ impl ServeHttp for OrdersApi {
         if !(added + asked).is_zero() {
             tokio::time::sleep(added + asked).await;
         }
-        self.route(session).await
+        let tokens = session.req_header().uri.query().and_then(|q| {
+            q.split('&')
+                .find_map(|pair| pair.strip_prefix("tokens="))
+                .map(str::to_owned)
+        });
+        let mut response = self.route(session).await;
+        if let Some(tokens) = tokens.and_then(|t| http::HeaderValue::from_str(&t).ok()) {
+            response.headers_mut().insert("x-tokens-used", tokens);
+        }
+        response
     }
 }
 

@@ -121,6 +121,8 @@ pub struct Plan {
     pub priority: Option<crate::upstream::shed::Priority>,
     /// Route limits (by name) the plan's clients skip.
     pub exempt_from: Vec<Arc<str>>,
+    /// Limits charged from the response: (limit name, the header, the most one charges).
+    pub response_costs: Vec<(Arc<str>, http::HeaderName, u64)>,
 }
 
 impl Plan {
@@ -145,6 +147,7 @@ impl Plan {
             lease: None,
             priority: None,
             exempt_from: Vec::new(),
+            response_costs: Vec::new(),
         }
     }
 
@@ -154,6 +157,13 @@ impl Plan {
 
     pub fn with_priority(self, priority: Option<crate::upstream::shed::Priority>) -> Plan {
         Plan { priority, ..self }
+    }
+
+    pub fn with_response_costs(self, costs: &[(Arc<str>, http::HeaderName, u64)]) -> Plan {
+        Plan {
+            response_costs: costs.to_vec(),
+            ..self
+        }
     }
 
     pub fn with_exempt_from(self, names: &[String]) -> Plan {

@@ -25,6 +25,7 @@ pub mod admission;
 pub mod auth;
 pub mod body;
 pub mod cert;
+pub mod cost;
 pub mod credential;
 pub mod exempt;
 pub mod fold;

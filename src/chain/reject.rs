@@ -40,6 +40,8 @@ pub enum Reject {
     AmbiguousKeyPart(String),
     /// The upstream pool is at its concurrency limit (load shedding).
     Overloaded(Shed),
+    /// The cost the request declares (`cost_from_request`) is not usable.
+    BadCost(String),
 }
 
 impl Reject {
@@ -50,6 +52,7 @@ impl Reject {
             | Reject::CaseMismatch(_)
             | Reject::MissingKeyPart(_)
             | Reject::AmbiguousKeyPart(_)
+            | Reject::BadCost(_)
             | Reject::Key(ApiKeyError::Ambiguous | ApiKeyError::RepeatedAuthorization)
             | Reject::Credential(
                 CredentialError::Ambiguous(_)
@@ -79,6 +82,7 @@ impl Reject {
             | Reject::CaseMismatch(d)
             | Reject::MissingKeyPart(d)
             | Reject::AmbiguousKeyPart(d)
+            | Reject::BadCost(d)
             | Reject::MethodNotAllowed { detail: d, .. } => d.clone(),
             Reject::Key(e) => e.detail().to_owned(),
             Reject::Credential(e) => e.detail(),

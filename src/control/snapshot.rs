@@ -439,7 +439,8 @@ fn build_plans(
         let plan = Plan::with_shadow(&p.name, policies, shadow)
             .with_lease(p.lease)
             .with_priority(p.priority)
-            .with_exempt_from(&p.exempt_from);
+            .with_exempt_from(&p.exempt_from)
+            .with_response_costs(&p.response_costs);
         plans.insert(p.name.clone(), Arc::new(plan));
     }
     Ok(plans)

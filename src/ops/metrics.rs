@@ -53,7 +53,12 @@ pub struct Metrics {
     jwks_loaded: IntGaugeVec,
     /// `turnstile_token_checks_total`, resolved per result.
     token_checks: Vec<(&'static str, IntCounter)>,
+    /// `turnstile_response_costs_total`, resolved per result.
+    response_costs: Vec<(&'static str, IntCounter)>,
 }
+
+/// What a response's cost header made of a charged limit, and a charge that failed.
+pub const RESPONSE_COST_RESULTS: [&str; 5] = ["charged", "capped", "missing", "invalid", "failed"];
 
 /// The results a bearer token check is counted by.
 pub const TOKEN_RESULTS: [&str; 12] = [
@@ -276,6 +281,15 @@ impl Metrics {
                 );
                 TOKEN_RESULTS.iter().map(|r| (*r, v.with_label_values(&[r]))).collect()
             },
+            response_costs: {
+                let v = counter_vec(
+                    &registry,
+                    "turnstile_response_costs_total",
+                    "Limits charged from a response's cost header, by result: charged, capped (above max_response_cost), missing / invalid (the estimate stood), failed (the store did not take the charge after retries)",
+                    &["result"],
+                );
+                RESPONSE_COST_RESULTS.iter().map(|r| (*r, v.with_label_values(&[r]))).collect()
+            },
             registry,
         };
         metrics.register_process_and_build();
@@ -363,6 +377,13 @@ impl Metrics {
     /// Counts one bearer token check by its result (a fixed set of labels).
     pub fn token_checked(&self, result: &str) {
         if let Some((_, c)) = self.token_checks.iter().find(|(r, _)| *r == result) {
+            c.inc();
+        }
+    }
+
+    /// Counts one charged limit of a response by its result (a fixed set of labels).
+    pub fn response_cost(&self, result: &str) {
+        if let Some((_, c)) = self.response_costs.iter().find(|(r, _)| *r == result) {
             c.inc();
         }
     }

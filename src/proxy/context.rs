@@ -50,6 +50,8 @@ pub struct RequestCtx {
     /// The gateway answered `Expect: 100-continue` itself (it read the body for a keyed
     /// limit): the upstream is not asked for another `100`.
     pub continued: bool,
+    /// The response's reported cost was charged (once per request).
+    pub cost_charged: bool,
 }
 
 impl RequestCtx {
@@ -72,6 +74,7 @@ impl RequestCtx {
             body_bytes: 0,
             forward_path: None,
             continued: false,
+            cost_charged: false,
         }
     }
 

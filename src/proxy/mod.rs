@@ -28,6 +28,7 @@
 //! `conn/` wraps every accepted connection (the header deadline and idle end on HTTP/1, the
 //! frame deadlines on HTTP/2; Pingora's own refusals as problem+json).
 
+mod charge;
 pub mod conn;
 mod context;
 mod identify;

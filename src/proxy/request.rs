@@ -69,6 +69,11 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
     if route.reads_cert && ctx.cert.is_none() {
         ctx.cert = crate::proxy::identify::peer_cert(session);
     }
+    if let Some((name, max)) = &route.config.cost_from_request {
+        let declared = crate::chain::cost::declared(&session.req_header().headers, name, *max)
+            .map_err(Reject::BadCost)?;
+        ctx.admission.cost = Some(declared);
+    }
     let body = if route.config.reads_body() {
         read_key_body(session, ctx, route.config.body_key_bytes)
             .await?

@@ -173,8 +173,10 @@ impl UpstreamHead for PingoraHead<'_> {
     }
 }
 
-/// The upstream answered: its latency, per pool, also the shedding controller's sample.
+/// The upstream answered: its latency, per pool, also the shedding controller's sample; the
+/// cost the response reports is charged.
 pub fn upstream_response_filter(response: &ResponseHeader, ctx: &mut RequestCtx) {
+    crate::proxy::charge::charge_from_response(response, ctx);
     if let Some(trace) = ctx.sampled_trace() {
         if let Some((_, answered)) = trace.upstream.as_mut() {
             *answered = Some(Instant::now());

@@ -193,3 +193,80 @@ async fn calendar_windows_agree_across_a_month_boundary_and_a_dst_change() {
         "April starts at 22:00 UTC (CEST)"
     );
 }
+
+/// Charges after the response (`charge.lua` / `State::charge`): random checks interleaved
+/// with charges of random size (more or less than estimated) on fixed and sliding windows;
+/// every decision after them agrees between Lua and Rust.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lua_and_rust_charge_identically() {
+    let server = RedisServer::start();
+    let redis = RedisStore::new(RedisConfig {
+        topology: Topology::Single(server.url()),
+        auth: Default::default(),
+        tls: Default::default(),
+        prefix: "charge".into(),
+        timeout: std::time::Duration::from_secs(5),
+        slot_ttl: std::time::Duration::from_secs(60),
+    })
+    .unwrap();
+    let mut compared = 0;
+    for seed in 1..=30u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
+        let algorithm = rng.pick(&[Algorithm::FixedWindow, Algorithm::SlidingWindow]);
+        let limit = 5 + rng.below(20);
+        let window_ms = rng.pick(&[100, 250, 1000, 3000]);
+        let policies = [Policy::new("budget", algorithm, limit, window_ms, limit)];
+        let client: Arc<str> = format!("charged-{seed}").into();
+        let route: Arc<str> = "route".into();
+        let mut offset = 0u64;
+        for step in 0..120 {
+            offset += rng.pick(&[0, 1, 5, 20, 60, 200]);
+            let request = CheckRequest {
+                at: DecideAt::StoreClockPlus(offset),
+                ..CheckRequest::new(&client, &route, &policies, 1)
+            };
+            let actual = redis.check(&request).await.unwrap();
+            let now = actual.at_ms;
+            let fixed = CheckRequest {
+                at: DecideAt::Fixed(now),
+                ..request
+            };
+            let expected = memory.check(&fixed);
+            assert_eq!(actual, expected, "seed {seed}, step {step}, check at {now}");
+            compared += 1;
+            if actual.admitted && rng.below(2) == 0 {
+                // The response, a little later, reports what it really cost. The time of the
+                // charge is Redis's own now (read by a report at cost 0, on both sides), so
+                // that explicit time never runs behind the clock Redis expires keys by.
+                offset += rng.pick(&[0, 3, 30, 300]);
+                let report = |at| CheckRequest {
+                    at,
+                    cost: 0,
+                    ..request
+                };
+                let seen = redis
+                    .check(&report(DecideAt::StoreClockPlus(offset)))
+                    .await
+                    .unwrap();
+                let t = seen.at_ms;
+                assert_eq!(seen, memory.check(&report(DecideAt::Fixed(t))));
+                let delta = rng.below(14) as i64 - 3;
+                let charge = CheckRequest {
+                    at: DecideAt::Fixed(t),
+                    ..request
+                };
+                redis.charge(&charge, now, &[(0, delta)]).await.unwrap();
+                memory.charge(&charge, now, &[(0, delta)]);
+                let after = redis.check(&report(DecideAt::Fixed(t))).await.unwrap();
+                assert_eq!(
+                    after,
+                    memory.check(&report(DecideAt::Fixed(t))),
+                    "seed {seed}, step {step}, charge {delta} at {t} of a request at {now}"
+                );
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared > 30 * 120);
+}

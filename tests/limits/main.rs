@@ -9,6 +9,7 @@
 mod common;
 
 mod concurrency_and_shadow;
+mod costs;
 mod distributed;
 mod failure_modes;
 mod keyed;

@@ -49,6 +49,8 @@ pub struct Admission {
     pub time_store: bool,
     /// The store call, when timed: started, ended, and its result (`ok` or the error kind).
     pub store_call: Option<(Instant, Instant, &'static str)>,
+    /// The request's cost, when it declared one (`cost_from_request`); else the route's.
+    pub cost: Option<u64>,
 }
 
 impl Admission {
@@ -113,6 +115,11 @@ impl Admission {
     }
 
     /// [4] Authentication refused the request: no limit was reached.
+    /// What the store counted for the request (while it is held), and the store.
+    pub fn taken(&self) -> Option<(&Arc<Store>, &Counted)> {
+        self.taken.as_ref().map(|(store, counted)| (store, counted))
+    }
+
     pub fn unauthorized(&mut self) {
         self.outcome = Outcome::Unauthorized;
     }
@@ -167,7 +174,7 @@ impl Admission {
             policies: &asked.policies,
             partitions: &asked.partitions,
             shadow: &asked.shadow,
-            cost: rules.cost,
+            cost: self.cost.unwrap_or(rules.cost),
             slot_id: &slot_id,
             at: DecideAt::StoreClock,
             lease,

@@ -370,6 +370,11 @@ pub struct LimitFile {
     /// Quota leasing: an instance reserves up to this many units at once (fixed_window and
     /// sliding_window; every limit of the plan, or none).
     pub lease: Option<u64>,
+    /// Charge what the response says a request cost ("header:NAME"): fixed and sliding
+    /// windows only.
+    pub cost_from_response: Option<String>,
+    /// Most units one response may charge (default: the limit).
+    pub max_response_cost: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -539,6 +544,10 @@ pub struct RouteFile {
     pub forward_claims: Option<BTreeMap<String, String>>,
     /// Callers (by address or client id) that skip some of this route's limits.
     pub exempt: Option<Vec<ExemptFile>>,
+    /// The request declares its cost ("header:NAME"), for callers trusted to.
+    pub cost_from_request: Option<String>,
+    /// Most a request may declare (default 100).
+    pub max_cost: Option<u64>,
 }
 
 /// A route's own limit, counted per key.

@@ -171,6 +171,8 @@ pub struct PlanConfig {
     pub priority: Option<crate::upstream::shed::Priority>,
     /// Route limits (by name) and "ip" the plan's clients skip.
     pub exempt_from: Vec<String>,
+    /// Limits charged from the response: (limit name, the header, the most one charges).
+    pub response_costs: Vec<(std::sync::Arc<str>, http::HeaderName, u64)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,6 +227,8 @@ pub struct RouteConfig {
     pub forward_claims: Vec<(http::HeaderName, ClaimPath)>,
     /// Callers that skip some of the route's limits.
     pub exempt: Vec<ExemptRule>,
+    /// The header a request declares its cost in, and the most it may declare.
+    pub cost_from_request: Option<(http::HeaderName, u64)>,
 }
 
 /// Callers from `nets` or identified as one of `clients` skip `limits` (`None`: every

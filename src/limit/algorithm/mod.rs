@@ -126,6 +126,37 @@ impl State {
         }
     }
 
+    /// Charges what a request admitted at `at` turned out to cost beyond (or short of) its
+    /// estimate — `delta` units, known once the response came (`now`): more is counted in the
+    /// window current at `now`, never past twice the limit (a budget may go below zero by
+    /// at most one budget); less is given back to the window the request was counted in, as
+    /// a refund is. Only window counters are charged this way (`lua/charge.lua`).
+    pub fn charge(&mut self, policy: &Policy, at: u64, now: u64, delta: i64) {
+        let most = 2 * policy.limit;
+        if delta < 0 {
+            return self.refund(policy, at, delta.unsigned_abs());
+        }
+        let delta = delta as u64;
+        match self {
+            State::FixedWindow(s) => {
+                let (start, _) = policy.fixed_window_at(now);
+                let count = if s.window_start == start { s.count } else { 0 };
+                *s = FixedWindow {
+                    window_start: start,
+                    count: (count + delta).min(most),
+                };
+            }
+            State::SlidingWindow(s) => {
+                let rolled = s.rolled(policy.window_ms, now);
+                *s = SlidingWindow {
+                    current: (rolled.current + delta).min(most),
+                    ..rolled
+                };
+            }
+            State::TokenBucket(_) | State::SlidingLog(_) | State::Concurrency(_) => {}
+        }
+    }
+
     /// True when this state carries no information any more (equal to a fresh one), so it
     /// can be dropped without changing any future decision.
     pub fn is_idle(&self, policy: &Policy, now: u64) -> bool {

@@ -14,7 +14,7 @@ pub struct SlidingWindow {
 
 impl SlidingWindow {
     /// The state rolled forward to the window containing `now`.
-    fn rolled(&self, w: u64, now: u64) -> SlidingWindow {
+    pub fn rolled(&self, w: u64, now: u64) -> SlidingWindow {
         let start = now - now % w;
         if self.window_start == start {
             *self

@@ -229,6 +229,62 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
+    /// Charges `deltas` (policy index, units) of a request admitted at `at`, now (the
+    /// request's time): `State::charge`, under the same locks and placement as a decision.
+    pub fn charge(&self, req: &CheckRequest<'_>, at: u64, deltas: &[(usize, i64)]) {
+        let charged: Vec<(usize, i64)> = deltas
+            .iter()
+            .copied()
+            .filter(|(i, d)| *d != 0 && req.policies.get(*i).is_some_and(|p| !p.is_concurrency()))
+            .collect();
+        if charged.is_empty() {
+            return;
+        }
+        let policies: Vec<Policy> = charged
+            .iter()
+            .map(|(i, _)| req.policies[*i].clone())
+            .collect();
+        let partitions: Vec<Partition> = charged
+            .iter()
+            .map(|(i, _)| req.partitions.get(*i).cloned().unwrap_or(Partition::Client))
+            .collect();
+        let sub = CheckRequest {
+            policies: &policies,
+            partitions: &partitions,
+            shadow: &[],
+            ..*req
+        };
+        let now = sub.at.resolve(|| self.clock.now_ms());
+        let fixed = matches!(sub.at, crate::limit::store::request::DecideAt::Fixed(_));
+        let unix = |t: u64| if fixed { t } else { self.clock.to_unix_ms(t) };
+        let (keys, owners, overflow_of) = self.touched(&sub);
+        let mut locked = self.table.lock_many(&keys);
+        let owner = self.place(&locked, &keys, owners, &overflow_of);
+        let next: Vec<State> = policies
+            .iter()
+            .zip(&charged)
+            .enumerate()
+            .map(|(j, (policy, (_, delta)))| {
+                let mut state = locked
+                    .get(owner[j], &keys[owner[j]])
+                    .and_then(|s| s.iter().find(|slot| slot.policy == *policy))
+                    .map_or_else(|| State::new(policy), |slot| slot.state.clone());
+                let (at, now) = match policy.calendar() {
+                    Some(_) => (unix(at), unix(now)),
+                    None => (at, now),
+                };
+                state.charge(policy, at, now, *delta);
+                state
+            })
+            .collect();
+        let commit = Commit {
+            req: &sub,
+            keys: &keys,
+            owner: &owner,
+        };
+        commit.write(&mut locked, None, next);
+    }
+
     /// A request admitted with these concurrency policies ended: free its slots.
     pub fn release(&self, client: &Arc<str>, route: &Arc<str>, policies: &[Policy]) {
         let mut table = self

@@ -45,6 +45,7 @@ use self::health::HealthCell;
 use self::lease::{LeaseKey, LeaseTable, MAX_LEASES};
 use self::memory::MemoryStore;
 use self::redis::{RedisConfig, RedisStore, Topology, LATE_REPLY};
+use self::request::DecideAt;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::{Policy, Verdict};
 use std::sync::atomic::AtomicU64;
@@ -213,6 +214,28 @@ impl<C: Clock + Clone> Store<C> {
                     log::debug!("giving back the units of a shed request failed: {e}");
                 }
             }
+        }
+    }
+
+    /// Charges what a request admitted earlier turned out to cost: `deltas` (index into
+    /// `taken.policies`, units more or less than counted), now, on the store that counted
+    /// it. A leased request is not charged (plans that lease cannot charge from responses).
+    pub async fn charge(&self, taken: &Counted, deltas: &[(usize, i64)]) -> Result<(), StoreError> {
+        let req = CheckRequest {
+            at: DecideAt::StoreClock,
+            ..taken.request()
+        };
+        if taken.fallback {
+            self.fallback.charge(&req, taken.at_ms, deltas);
+            return Ok(());
+        }
+        match &self.backend {
+            Backend::Memory(m) => {
+                m.charge(&req, taken.at_ms, deltas);
+                Ok(())
+            }
+            Backend::Redis(_) if taken.from_lease => Ok(()),
+            Backend::Redis(r) => r.charge(&req, taken.at_ms, deltas).await,
         }
     }
 

@@ -34,6 +34,7 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
     let mut policies: Vec<Policy> = Vec::with_capacity(limits.len());
     let mut shadows: Vec<bool> = Vec::with_capacity(limits.len());
     let mut leases: Vec<(String, Option<u64>)> = Vec::with_capacity(limits.len());
+    let mut response_costs = Vec::new();
     if let Some(n) = max_concurrent {
         refuse_zero(format!("{base}.max_concurrent"), n, problems);
     }
@@ -47,6 +48,8 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
             burst,
             shadow,
             lease,
+            cost_from_response,
+            max_response_cost,
         } = limit;
         let path = format!("{base}.limits[{i}]");
         if policies.iter().any(|p| *p.name == *limit_name) {
@@ -64,6 +67,16 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
             burst,
         };
         if let Some(policy) = limit_policy(&path, &limit_name, shape, problems) {
+            if let Some(charged) = response_cost(
+                &path,
+                &policy,
+                cost_from_response,
+                max_response_cost,
+                lease,
+                problems,
+            ) {
+                response_costs.push(charged);
+            }
             policies.push(policy);
             shadows.push(shadow.unwrap_or(false));
             leases.push((path, lease));
@@ -85,7 +98,77 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
         lease,
         priority: super::shedding::priority(priority),
         exempt_from: exempt_from.unwrap_or_default(),
+        response_costs,
     }
+}
+
+/// A limit's `cost_from_response`: the header the upstream reports the cost in, and the
+/// most one response charges. Only window counters can be charged after the fact.
+fn response_cost(
+    path: &str,
+    policy: &Policy,
+    header: Option<String>,
+    max: Option<u64>,
+    lease: Option<u64>,
+    problems: &mut Problems,
+) -> Option<(std::sync::Arc<str>, http::HeaderName, u64)> {
+    let Some(text) = header else {
+        if max.is_some() {
+            problems.push(
+                format!("{path}.max_response_cost"),
+                "only with cost_from_response",
+            );
+        }
+        return None;
+    };
+    let at = format!("{path}.cost_from_response");
+    let name = match text
+        .strip_prefix("header:")
+        .map(|n| http::HeaderName::from_bytes(n.as_bytes()))
+    {
+        Some(Ok(name)) => name,
+        _ => {
+            problems.push(&at, format!("{text:?}: expected \"header:NAME\""));
+            return None;
+        }
+    };
+    if !matches!(
+        policy.algorithm,
+        Algorithm::FixedWindow | Algorithm::SlidingWindow
+    ) {
+        problems.push(
+            &at,
+            format!(
+                "only fixed_window and sliding_window are charged after the response, not {}",
+                policy.algorithm
+            ),
+        );
+        return None;
+    }
+    if lease.is_some() {
+        problems.push(&at, "a leased limit cannot be charged after the response");
+        return None;
+    }
+    // A sliding window weighs its counts by the window: overdrawn counts must stay exact.
+    if policy.algorithm == Algorithm::SlidingWindow
+        && policy
+            .limit()
+            .saturating_mul(policy.window_ms())
+            .saturating_mul(4)
+            > MAX_PRODUCT
+    {
+        problems.push(
+            path,
+            "limit × window is too large for a budget that may be overdrawn (×2) exactly",
+        );
+    }
+    let max = at_least_one(
+        format!("{path}.max_response_cost"),
+        max,
+        policy.limit(),
+        problems,
+    );
+    Some((std::sync::Arc::clone(&policy.name), name, max))
 }
 
 /// Quota leasing is all or nothing per plan: one local lease decides every limit of a

@@ -53,6 +53,8 @@ pub(super) fn route_config(
         forward_token,
         forward_claims,
         exempt,
+        cost_from_request,
+        max_cost,
     } = file;
     let base = format!("routes[{index}]");
     let priority = route_priority(&base, priority, upstreams.get(&upstream), problems);
@@ -211,6 +213,38 @@ pub(super) fn route_config(
         forward_token: tokens.forward_token,
         forward_claims: tokens.forward_claims,
         exempt: exempt_rules(&base, exempt.unwrap_or_default(), problems),
+        cost_from_request: request_cost(&base, cost_from_request, max_cost, problems),
+    }
+}
+
+/// A route's `cost_from_request`: the header a trusted caller declares its cost in.
+fn request_cost(
+    base: &str,
+    header: Option<String>,
+    max: Option<u64>,
+    problems: &mut Problems,
+) -> Option<(http::HeaderName, u64)> {
+    let Some(text) = header else {
+        if max.is_some() {
+            problems.push(format!("{base}.max_cost"), "only with cost_from_request");
+        }
+        return None;
+    };
+    match text
+        .strip_prefix("header:")
+        .map(|n| http::HeaderName::from_bytes(n.as_bytes()))
+    {
+        Some(Ok(name)) => Some((
+            name,
+            at_least_one(format!("{base}.max_cost"), max, 100, problems),
+        )),
+        _ => {
+            problems.push(
+                format!("{base}.cost_from_request"),
+                format!("{text:?}: expected \"header:NAME\""),
+            );
+            None
+        }
     }
 }
 

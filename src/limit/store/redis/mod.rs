@@ -247,6 +247,51 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Charges `deltas` (policy index, units) of `req`, admitted at `at`: per Cluster slot,
+    /// one `charge.lua` call each, bounded by the store timeout.
+    pub async fn charge(
+        &self,
+        req: &CheckRequest<'_>,
+        at: u64,
+        deltas: &[(usize, i64)],
+    ) -> Result<(), StoreError> {
+        let groups = match self.config.topology {
+            Topology::Cluster(_) => HashSlotGroups::of(req),
+            _ => Vec::new(),
+        };
+        if groups.is_empty() {
+            if let Some(call) = self
+                .scripts
+                .charge_call(&self.config.prefix, req, at, deltas)
+            {
+                self.bounded(self.link.invoke::<u64>(&call, Lane::Background))
+                    .await?;
+            }
+            return Ok(());
+        }
+        for group in &groups {
+            let sub = group.request(req);
+            let mine: Vec<(usize, i64)> = deltas
+                .iter()
+                .filter_map(|(i, d)| {
+                    sub.policies
+                        .iter()
+                        .position(|p| *p == req.policies[*i])
+                        .filter(|&j| sub.partition_of(j) == req.partition_of(*i))
+                        .map(|j| (j, *d))
+                })
+                .collect();
+            if let Some(call) = self
+                .scripts
+                .charge_call(&self.config.prefix, &sub, at, &mine)
+            {
+                self.bounded(self.link.invoke::<u64>(&call, Lane::Background))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Frees the concurrency slots `slot_id` holds, waiting up to `within` (a call given up
     /// on before it reached the connection would not be sent at all, so releases, which run
     /// as tasks of their own, may wait longer than decisions).

@@ -71,6 +71,11 @@ script!(
 );
 
 script!(
+    /// Counts what requests turned out to cost, once their responses told (`lua/charge.lua`).
+    CHARGE_SOURCE,
+    CHARGE_FILES = ["lib.lua", "return_units.lua", "charge.lua"]
+);
+script!(
     /// The client registry: read, compare-and-set one client, restore (`lua/registry.lua`).
     REGISTRY_SOURCE,
     REGISTRY_FILES = ["registry.lua"]
@@ -85,6 +90,7 @@ pub struct Scripts {
     pub release: Script,
     pub heartbeat: Script,
     pub registry: Script,
+    pub charge: Script,
 }
 
 impl Scripts {
@@ -97,10 +103,11 @@ impl Scripts {
             release: Script::new(RELEASE_SOURCE),
             heartbeat: Script::new(HEARTBEAT_SOURCE),
             registry: Script::new(REGISTRY_SOURCE),
+            charge: Script::new(CHARGE_SOURCE),
         }
     }
 
-    pub fn all(&self) -> [&Script; 7] {
+    pub fn all(&self) -> [&Script; 8] {
         [
             &self.check,
             &self.lease,
@@ -109,7 +116,52 @@ impl Scripts {
             &self.release,
             &self.heartbeat,
             &self.registry,
+            &self.charge,
         ]
+    }
+
+    /// `charge.lua`: KEYS the charged policies `(i, delta)` of `req`; ARGV the time spec, the
+    /// admission time, then four per key. `None` when nothing is charged.
+    pub fn charge_call(
+        &self,
+        prefix: &str,
+        req: &CheckRequest<'_>,
+        at: u64,
+        deltas: &[(usize, i64)],
+    ) -> Option<Call<'_>> {
+        let charged: Vec<&(usize, i64)> = deltas.iter().filter(|(_, d)| *d != 0).collect();
+        if charged.is_empty() {
+            return None;
+        }
+        let mut invocation = Call::new(&self.charge, charged.len());
+        for &&(i, _) in &charged {
+            invocation.arg(key(
+                prefix,
+                req.partition_of(i),
+                req.route,
+                &req.policies[i],
+            ));
+        }
+        push_time(&mut invocation, req.at);
+        invocation.arg(at);
+        let unix_now = match req.at {
+            DecideAt::Fixed(ms) => ms,
+            DecideAt::StoreClock => unix_ms(),
+            DecideAt::StoreClockPlus(ms) => unix_ms() + ms,
+        };
+        for &&(i, delta) in &charged {
+            let p = &req.policies[i];
+            invocation.arg(policy_code(p)).arg(p.limit());
+            match p.calendar() {
+                Some(calendar) => {
+                    let [a, b, c, d] = calendar.around(unix_now.max(at));
+                    invocation.arg(format!("{a}:{b}:{c}:{d}"))
+                }
+                None => invocation.arg(p.window_ms()),
+            };
+            invocation.arg(delta);
+        }
+        Some(invocation)
     }
 
     /// `check.lua`: KEYS one per policy; ARGV time, cost, slot id, then six per policy.
@@ -494,6 +546,7 @@ mod tests {
             (RELEASE_SOURCE, RELEASE_FILES),
             (HEARTBEAT_SOURCE, HEARTBEAT_FILES),
             (REGISTRY_SOURCE, REGISTRY_FILES),
+            (CHARGE_SOURCE, CHARGE_FILES),
         ] {
             let expected: String = files
                 .iter()
@@ -513,6 +566,7 @@ mod tests {
                     RELEASE_FILES,
                     HEARTBEAT_FILES,
                     REGISTRY_FILES,
+                    CHARGE_FILES,
                 ]
                 .iter()
                 .any(|files| files.contains(&name.as_str()));

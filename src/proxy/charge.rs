@@ -1,0 +1,70 @@
+//! After the upstream's response header: charge the limits whose cost the response reports
+//! (`cost_from_response`), as a task of its own, off the response's path. The store call is
+//! bounded by the store timeout and tried up to [`ATTEMPTS`] times with a pause between;
+//! a charge that still fails is counted (`turnstile_response_costs_total{result="failed"}`)
+//! and logged — never silently dropped, never holding the response.
+
+use crate::chain::cost::Reported;
+use crate::proxy::context::RequestCtx;
+use pingora::http::ResponseHeader;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Store calls a charge may take.
+const ATTEMPTS: u32 = 3;
+/// The pause before the second attempt (doubled before the third).
+const PAUSE: Duration = Duration::from_millis(100);
+
+pub fn charge_from_response(response: &ResponseHeader, ctx: &mut RequestCtx) {
+    // The final response's header only, once (not a 100 Continue).
+    if response.status.is_informational() || ctx.cost_charged {
+        return;
+    }
+    ctx.cost_charged = true;
+    let Some(client) = ctx.client.as_ref() else {
+        return;
+    };
+    if client.plan.response_costs.is_empty() {
+        return;
+    }
+    let Some((store, taken)) = ctx.admission.taken() else {
+        return;
+    };
+    let metrics = &ctx.snapshot.metrics;
+    let mut deltas = Vec::new();
+    for (name, header, max) in &client.plan.response_costs {
+        // Not counted (exempt, not admitted by it): nothing to charge.
+        let Some(i) = taken.policies.iter().position(|p| p.name == *name) else {
+            continue;
+        };
+        let reported = Reported::read(&response.headers, header, *max);
+        metrics.response_cost(reported.as_str());
+        let delta = reported.actual(taken.cost) as i64 - taken.cost as i64;
+        if delta != 0 {
+            deltas.push((i, delta));
+        }
+    }
+    if deltas.is_empty() {
+        return;
+    }
+    let (store, taken, metrics) = (Arc::clone(store), taken.clone(), Arc::clone(metrics));
+    tokio::spawn(async move {
+        let mut pause = PAUSE;
+        for attempt in 1..=ATTEMPTS {
+            match store.charge(&taken, &deltas).await {
+                Ok(()) => return,
+                Err(e) if attempt == ATTEMPTS => {
+                    metrics.response_cost("failed");
+                    log::warn!(
+                        "charging a response's cost to client {} failed {ATTEMPTS} times, not counted: {e}",
+                        taken.client
+                    );
+                }
+                Err(_) => {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+            }
+        }
+    });
+}
