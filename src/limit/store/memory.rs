@@ -24,7 +24,8 @@ use crate::limit::algorithm::State;
 use crate::limit::sharded::{LockedMany, Sharded};
 use crate::limit::store::request::CheckRequest;
 use crate::limit::store::request::Partition;
-use crate::limit::{Decision, Policy, Scope, Verdict};
+use crate::limit::store::together::{decide, Times};
+use crate::limit::{Policy, Scope, Verdict};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -321,69 +322,6 @@ impl<C: Clock> MemoryStore<C> {
                 .unwrap_or_else(PoisonError::into_inner)
                 .len()
     }
-}
-
-/// A decision's time: this store's clock, and the same moment in Unix milliseconds (the
-/// time of calendar windows).
-#[derive(Clone, Copy)]
-struct Times {
-    now: u64,
-    unix: u64,
-}
-
-impl Times {
-    fn of<C: Clock>(clock: &C) -> Times {
-        let now = clock.now_ms();
-        Times {
-            now,
-            unix: clock.to_unix_ms(now),
-        }
-    }
-
-    fn for_policy(self, policy: &Policy) -> u64 {
-        match policy.calendar() {
-            Some(_) => self.unix,
-            None => self.now,
-        }
-    }
-}
-
-/// The decisions for `req`'s policies in their states `before` at `now`, and whether the
-/// request is admitted (every enforced policy admits; a dry run never blocks). Admitted: the
-/// states to write. Refused: nothing is written, and the policies that would have admitted
-/// report their state as it stays (the same decision at cost 0).
-fn decide(
-    req: &CheckRequest<'_>,
-    before: &[State],
-    times: Times,
-) -> (bool, Vec<Decision>, Vec<State>) {
-    let shadow = |i: usize| req.shadow.get(i).copied().unwrap_or(false);
-    let (mut decisions, next): (Vec<Decision>, Vec<State>) = req
-        .policies
-        .iter()
-        .zip(before)
-        .map(|(policy, state)| state.decide(policy, times.for_policy(policy), req.cost))
-        .unzip();
-    let admitted = decisions
-        .iter()
-        .enumerate()
-        .all(|(i, d)| d.allowed || shadow(i));
-    if !admitted {
-        for ((decision, policy), state) in decisions.iter_mut().zip(req.policies).zip(before) {
-            if decision.allowed {
-                *decision = state.decide(policy, times.for_policy(policy), 0).0;
-            }
-        }
-        return (false, decisions, Vec::new());
-    }
-    // A dry-run policy that would have rejected keeps its state.
-    let next = next
-        .into_iter()
-        .zip(&decisions)
-        .zip(before)
-        .map(|((state, d), was)| if d.allowed { state } else { was.clone() })
-        .collect();
-    (true, decisions, next)
 }
 
 /// Where an admitted request's new states go.

@@ -1,7 +1,8 @@
 //! Where per-client limiter state lives, chosen by `[store] kind`, behind one contract: a
 //! [`CheckRequest`] in, a [`Verdict`] or a [`StoreError`] out (ARCHITECTURE.md, "The store").
 //!
-//! - `memory` ([`memory`]): in this process; cannot fail.
+//! - `memory` ([`memory`]): in this process; cannot fail (`together.rs`: its decision for
+//!   one request, pure).
 //! - `redis` / `redis_cluster` / `redis_sentinel` ([`redis`]): shared by every instance.
 //!
 //! This file is the contract and the dispatch to the backend; around it:
@@ -32,6 +33,7 @@ pub mod memory;
 pub mod metrics;
 pub mod redis;
 pub mod request;
+mod together;
 
 pub use error::StoreError;
 pub use failure::{FailureMode, FailureSettings};

@@ -7,8 +7,8 @@
 //!   on Sentinel, the primary the sentinels name (asked again after a failover or a timeout).
 //! - `repair.rs`: the request connection made again as soon as it is known lost.
 //! - [`keys`]: key names, the client id as the Cluster hash tag.
-//! - [`scripts`]: which Lua files make each script, the arguments of each call, the typed
-//!   reading of each reply.
+//! - [`scripts`]: which Lua files make each script, the arguments of each call.
+//! - `reply.rs`: the typed reading of each reply.
 //!
 //! Every call here is bounded by `store.timeout` (a renewal of a quota lease is bounded by
 //! its caller, which may wait longer: see `lease/renewal.rs`).
@@ -17,6 +17,7 @@ pub mod config;
 pub mod connection;
 pub mod keys;
 mod repair;
+mod reply;
 pub mod scripts;
 
 pub use config::{RedisAuth, RedisConfig, RedisTls, Topology};
@@ -24,7 +25,8 @@ pub use connection::LATE_REPLY;
 pub use scripts::LeaseCall;
 
 use self::connection::{Lane, Link};
-use self::scripts::{parse_grant, parse_reply, Scripts};
+use self::reply::{parse_grant, parse_reply};
+use self::scripts::Scripts;
 use crate::limit::store::error::StoreError;
 use crate::limit::store::lease::Grant;
 use crate::limit::store::request::{CheckRequest, Partition};
