@@ -1,7 +1,7 @@
 --[[ check.lua — the entry point: several limits of one client, decided atomically.
 
-The script sent to Redis is lib.lua, the five algorithm files (token bucket, fixed window,
-sliding window, sliding log, concurrency) and this file, concatenated in that order (the list
+The script sent to Redis is lib.lua, the six algorithm files (token bucket, leaky bucket, fixed
+window, sliding window, sliding log, concurrency) and this file, concatenated in that order (the list
 is CHECK_FILES in src/limit/store/redis/scripts.rs); it is loaded once per connection and
 called by SHA (EVALSHA).
 
@@ -12,9 +12,10 @@ ARGV[1]   "" to use the server's clock (TIME); tests only: an explicit time in m
           (see now_ms in lib.lua)
 ARGV[2]   cost: units the request asks of every limit (an integer >= 1)
 ARGV[3]   the request's slot id (names its concurrency slots; "" when it has none)
-ARGV[4..] six per limit, in KEYS order: name, algorithm (tb | fw | cw | sw | sl | cc), limit,
+ARGV[4..] six per limit, in KEYS order: name, algorithm (tb | lb | fw | cw | sw | sl | cc), limit,
           window_ms (for cc: how long a slot lives unreleased; for cw, a calendar window, the
-          bounds "previous:start:end:next"), burst (only the token bucket uses it), and
+          bounds "previous:start:end:next"), burst (the token bucket's capacity; the leaky
+          bucket's "burst:delay"), and
           shadow ("1": decided and counted, but never blocks the request)
 Reply     one string of integers separated by spaces: admitted 0/1, now_ms, then four per
           limit: admitted 0/1, remaining, reset_ms, retry_after_ms; then, after one more
@@ -33,7 +34,7 @@ end
 local now = now_ms(ARGV[1])
 local cost = tonumber(ARGV[2])
 local slot_id = ARGV[3]
-local algorithms = { tb = token_bucket, fw = fixed_window, cw = calendar_window, sw = sliding_window, sl = sliding_log, cc = concurrency }
+local algorithms = { tb = token_bucket, lb = leaky_bucket, fw = fixed_window, cw = calendar_window, sw = sliding_window, sl = sliding_log, cc = concurrency }
 
 local function arg(i, k) return ARGV[3 + PER * (i - 1) + k] end
 
@@ -42,9 +43,10 @@ local function decide(i, c)
   if not algorithm then
     error('turnstile check.lua: unknown algorithm ' .. tostring(arg(i, 2)))
   end
-  local window = arg(i, 4)
+  local window, burst = arg(i, 4), arg(i, 5)
   if arg(i, 2) ~= 'cw' then window = tonumber(window) end
-  return algorithm(KEYS[i], now, c, tonumber(arg(i, 3)), window, tonumber(arg(i, 5)), slot_id)
+  if arg(i, 2) ~= 'lb' then burst = tonumber(burst) end
+  return algorithm(KEYS[i], now, c, tonumber(arg(i, 3)), window, burst, slot_id)
 end
 
 local decisions, commits, rejected = {}, {}, ''

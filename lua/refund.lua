@@ -12,11 +12,12 @@ KEYS[i]   the keys check.lua committed (one slot)
 ARGV[1]   the time check.lua decided at (its reply's now_ms)
 ARGV[2]   the request's cost
 ARGV[3]   the request's slot id ("" when it took no concurrency slot)
-ARGV[4..] four per key: algorithm (tb | fw | cw | sw | sl | cc), limit, window_ms (cw: the
+ARGV[4..] four per key: algorithm (tb | lb | fw | cw | sw | sl | cc), limit, window_ms (cw: the
           start of the calendar window the request was counted in), burst
 Reply     the number of keys given something back
 Effect    fixed / sliding window: the units leave the window they were counted in (a sliding
-          window that moved on since still weighs them as its previous window); token bucket:
+          window that moved on since still weighs them as its previous window); leaky bucket:
+          its turn goes back (the backlog shrinks by it, never below empty); token bucket:
           the tokens go back, up to its capacity; sliding log: `cost` entries of that
           millisecond are removed; concurrency: the request's slot is removed. TTLs are kept.
 ]]
@@ -35,6 +36,12 @@ for i = 1, #KEYS do
     back = return_units(key, algorithm, now - now % window, window, cost)
   elseif algorithm == 'cw' then
     back = return_units(key, 'fw', window, 0, cost)
+  elseif algorithm == 'lb' then
+    local level = redis.call('HGET', key, 'l')
+    if level then
+      redis.call('HSET', key, 'l', math.max(0, tonumber(level) - cost * window))
+      back = 1
+    end
   elseif algorithm == 'tb' then
     local level = redis.call('HGET', key, 'l')
     if level then

@@ -113,7 +113,8 @@ pub fn header_rendering(data: &[u8]) {
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
         Algorithm::SlidingLog,
-    ][(next() % 4) as usize];
+        Algorithm::LeakyBucket,
+    ][(next() % 5) as usize];
     let policy = Policy::new(
         &name,
         algorithm,

@@ -15,6 +15,8 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     TokenBucket,
+    /// Requests leave at the rate; excess waits (up to `burst`) instead of being refused.
+    LeakyBucket,
     FixedWindow,
     SlidingWindow,
     SlidingLog,
@@ -26,6 +28,7 @@ impl Algorithm {
     pub fn as_str(self) -> &'static str {
         match self {
             Algorithm::TokenBucket => "token_bucket",
+            Algorithm::LeakyBucket => "leaky_bucket",
             Algorithm::FixedWindow => "fixed_window",
             Algorithm::SlidingWindow => "sliding_window",
             Algorithm::SlidingLog => "sliding_log",
@@ -59,6 +62,9 @@ pub struct Policy {
     limit: u64,
     window_ms: u64,
     burst: u64,
+    /// Leaky bucket: how many requests ahead still pass at once (the others up to `burst`
+    /// wait their turn).
+    delay: u64,
     pub scope: Scope,
     /// A fixed window aligned to the calendar (day, week, month in a time zone) instead of
     /// to multiples of `window_ms` (then a typical length).
@@ -105,9 +111,41 @@ impl Policy {
             limit,
             window_ms,
             burst,
+            delay: 0,
             scope: Scope::Route,
             calendar: None,
         })
+    }
+
+    /// A leaky bucket: `limit` per `window` ms leave; `burst` may wait; the first `delay` of
+    /// those pass at once (nginx's `limit_req rate= burst= delay=`).
+    pub fn leaky_bucket(
+        name: &str,
+        limit: u64,
+        window_ms: u64,
+        burst: u64,
+        delay: u64,
+    ) -> Result<Policy, InvalidPolicy> {
+        for (value, what) in [(limit, "limit"), (window_ms, "window")] {
+            if value == 0 {
+                return Err(InvalidPolicy(what));
+            }
+        }
+        Ok(Policy {
+            name: name.into(),
+            algorithm: Algorithm::LeakyBucket,
+            limit,
+            window_ms,
+            burst,
+            delay: delay.min(burst),
+            scope: Scope::Route,
+            calendar: None,
+        })
+    }
+
+    /// Leaky bucket: requests ahead that still pass at once.
+    pub fn delay(&self) -> u64 {
+        self.delay
     }
 
     /// A fixed window of `limit` per calendar unit (`calendar`).
@@ -189,6 +227,15 @@ impl Policy {
     /// of `n` instances), never below 1.
     pub fn divided(&self, n: u64) -> Policy {
         let n = n.max(1);
+        if self.algorithm == Algorithm::LeakyBucket {
+            let burst = self.burst / n;
+            return Policy {
+                limit: (self.limit / n).max(1),
+                burst,
+                delay: self.delay.min(burst),
+                ..self.clone()
+            };
+        }
         Policy {
             limit: (self.limit / n).max(1),
             burst: (self.burst / n).max(1),
@@ -198,15 +245,18 @@ impl Policy {
 
     /// `(q, w)` of `RateLimit-Policy`: the quota and its window in whole seconds. A token
     /// bucket advertises its capacity over the time a refill of the whole capacity takes
-    /// (its sustained rate is exactly `q` per `w`, and `q` is also the largest burst). A
-    /// concurrency limit has no window (`w` is not sent for it).
+    /// (its sustained rate is exactly `q` per `w`, and `q` is also the largest burst); a
+    /// leaky bucket likewise the one passing plus its `burst`, over the time they take to
+    /// drain. A concurrency limit has no window (`w` is not sent for it).
     pub fn quota(&self) -> (u64, u64) {
         match self.algorithm {
-            Algorithm::TokenBucket => {
+            // A bucket: its capacity, and the time it takes to refill (drain) all of it.
+            Algorithm::TokenBucket | Algorithm::LeakyBucket => {
+                let capacity = self.capacity();
                 // Wide arithmetic: never overflows, whatever the numbers.
-                let refill = (u128::from(self.burst) * u128::from(self.window_ms))
+                let refill = (u128::from(capacity) * u128::from(self.window_ms))
                     .div_ceil(u128::from(self.limit) * 1000);
-                (self.burst, u64::try_from(refill).unwrap_or(u64::MAX))
+                (capacity, u64::try_from(refill).unwrap_or(u64::MAX))
             }
             _ => (self.limit, self.window_ms.div_ceil(1000)),
         }
@@ -220,6 +270,8 @@ impl Policy {
     pub fn capacity(&self) -> u64 {
         match self.algorithm {
             Algorithm::TokenBucket => self.burst,
+            // One passing now, `burst` waiting.
+            Algorithm::LeakyBucket => self.burst.saturating_add(1),
             _ => self.limit,
         }
     }

@@ -44,9 +44,15 @@ fn random_policy(rng: &mut Rng, i: usize) -> Policy {
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
         Algorithm::SlidingLog,
+        Algorithm::LeakyBucket,
     ]);
     let limit = 1 + rng.below(12);
     let window_ms = rng.pick(&[7, 50, 100, 250, 1000, 3000, 60_000]);
+    if algorithm == Algorithm::LeakyBucket {
+        let burst = rng.below(8);
+        let delay = rng.below(burst + 1);
+        return Policy::leaky_bucket(&format!("p{i}"), limit, window_ms, burst, delay).unwrap();
+    }
     let burst = if algorithm == Algorithm::TokenBucket {
         1 + rng.below(15)
     } else {

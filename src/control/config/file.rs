@@ -140,6 +140,8 @@ pub struct ServerFile {
     pub max_cached_tokens: Option<usize>,
     /// Where an identified client asks for its quota on the main listener (off unless set).
     pub quota_path: Option<String>,
+    /// Most requests held by leaky buckets at once on this instance (default 10000).
+    pub max_delayed: Option<usize>,
     /// Failure mode of routes that do not choose their own.
     pub on_store_error: Option<FailureModeFile>,
     /// Total time to receive a request's headers.
@@ -349,6 +351,7 @@ pub struct PlanFile {
 #[serde(rename_all = "snake_case")]
 pub enum AlgorithmFile {
     TokenBucket,
+    LeakyBucket,
     FixedWindow,
     SlidingWindow,
     SlidingLog,
@@ -363,8 +366,11 @@ pub struct LimitFile {
     pub window: super::units::WindowSetting,
     /// A calendar window's time zone (IANA; default "UTC").
     pub time_zone: Option<String>,
-    /// Token bucket only: capacity (default `limit`).
+    /// Token bucket: capacity (default `limit`); leaky bucket: requests that may wait
+    /// (default 0).
     pub burst: Option<u64>,
+    /// Leaky bucket: how many of the `burst` pass at once (default 0: all wait their turn).
+    pub delay: Option<u64>,
     /// Decide and count, but never reject (dry run).
     pub shadow: Option<bool>,
     /// Quota leasing: an instance reserves up to this many units at once (fixed_window and
@@ -561,6 +567,8 @@ pub struct RouteLimitFile {
     /// A calendar window's time zone (IANA; default "UTC").
     pub time_zone: Option<String>,
     pub burst: Option<u64>,
+    /// Leaky bucket: how many of the `burst` pass at once.
+    pub delay: Option<u64>,
     pub shadow: Option<bool>,
     /// Parts of the key: "ip", "client", "route", "header:NAME", "body:FIELD".
     pub key: Vec<String>,

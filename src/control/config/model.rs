@@ -79,6 +79,8 @@ pub struct ServerConfig {
     pub max_cached_tokens: usize,
     /// The quota status path on the main listener, if on.
     pub quota_path: Option<String>,
+    /// Most requests held by leaky buckets at once on this instance.
+    pub max_delayed: usize,
     /// Failure mode of routes that do not choose their own.
     pub on_store_error: FailureMode,
     pub limits: RequestLimits,

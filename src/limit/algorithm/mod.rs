@@ -10,6 +10,10 @@
 //! - **Token bucket**: capacity `burst`, refilled at `limit` per `window`. The level is kept
 //!   scaled by `window_ms` (one token = `window_ms` units, refill = `limit` units per ms), which
 //!   makes refill exact for any rate.
+//! - **Leaky bucket** (delaying): the backlog of requests ahead, drained at `limit` per
+//!   `window` and kept scaled like the token bucket; up to `delay` ahead pass at once, up to
+//!   `burst` are admitted to wait their turn (the wait is the decision's `retry_after_ms`),
+//!   beyond that refused.
 //! - **Fixed window**: one counter per aligned window (`now / window`). Cheapest; admits up to
 //!   twice the limit around a window edge.
 //! - **Sliding window counter**: the current and previous aligned windows; the previous one
@@ -19,12 +23,14 @@
 
 mod concurrency;
 mod fixed_window;
+mod leaky_bucket;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;
 
 pub use concurrency::Concurrency;
 pub use fixed_window::FixedWindow;
+pub use leaky_bucket::LeakyBucket;
 pub use sliding_log::SlidingLog;
 pub use sliding_window::SlidingWindow;
 pub use token_bucket::TokenBucket;
@@ -39,6 +45,7 @@ pub const MAX_PRODUCT: u64 = 1 << 52;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum State {
     TokenBucket(TokenBucket),
+    LeakyBucket(LeakyBucket),
     FixedWindow(FixedWindow),
     SlidingWindow(SlidingWindow),
     SlidingLog(SlidingLog),
@@ -50,6 +57,7 @@ impl State {
     pub fn new(policy: &Policy) -> State {
         match policy.algorithm {
             Algorithm::TokenBucket => State::TokenBucket(TokenBucket::full(policy)),
+            Algorithm::LeakyBucket => State::LeakyBucket(LeakyBucket::default()),
             Algorithm::FixedWindow => State::FixedWindow(FixedWindow::default()),
             Algorithm::SlidingWindow => State::SlidingWindow(SlidingWindow::default()),
             Algorithm::SlidingLog => State::SlidingLog(SlidingLog::default()),
@@ -60,6 +68,7 @@ impl State {
     pub fn algorithm(&self) -> Algorithm {
         match self {
             State::TokenBucket(_) => Algorithm::TokenBucket,
+            State::LeakyBucket(_) => Algorithm::LeakyBucket,
             State::FixedWindow(_) => Algorithm::FixedWindow,
             State::SlidingWindow(_) => Algorithm::SlidingWindow,
             State::SlidingLog(_) => Algorithm::SlidingLog,
@@ -74,6 +83,10 @@ impl State {
             State::TokenBucket(s) => {
                 let (d, s) = s.decide(policy, now, cost);
                 (d, State::TokenBucket(s))
+            }
+            State::LeakyBucket(s) => {
+                let (d, s) = s.decide(policy, now, cost);
+                (d, State::LeakyBucket(s))
             }
             State::FixedWindow(s) => {
                 let (d, s) = s.decide(policy, now, cost);
@@ -103,6 +116,10 @@ impl State {
         match self {
             State::TokenBucket(s) => {
                 s.level = (s.level + cost * w).min(policy.burst * w);
+            }
+            // The turn given back: the backlog behind it moves up.
+            State::LeakyBucket(s) => {
+                s.level = s.level.saturating_sub(cost * w);
             }
             State::FixedWindow(s) => {
                 if s.window_start == policy.fixed_window_at(at).0 {
@@ -153,7 +170,10 @@ impl State {
                     ..rolled
                 };
             }
-            State::TokenBucket(_) | State::SlidingLog(_) | State::Concurrency(_) => {}
+            State::TokenBucket(_)
+            | State::LeakyBucket(_)
+            | State::SlidingLog(_)
+            | State::Concurrency(_) => {}
         }
     }
 
@@ -162,6 +182,7 @@ impl State {
     pub fn is_idle(&self, policy: &Policy, now: u64) -> bool {
         match self {
             State::TokenBucket(s) => s.level_at(policy, now) >= policy.burst * policy.window_ms,
+            State::LeakyBucket(s) => s.level_at(policy, now) == 0,
             State::FixedWindow(s) => {
                 s.count == 0 || now >= policy.fixed_window_at(s.window_start).1
             }
@@ -420,10 +441,36 @@ mod tests {
             }
 
             #[test]
-            fn retry_after_is_exact_for_every_algorithm(
-                reqs in requests(), limit in 3u64..30, window_ms in 1u64..3000, alg in 0usize..4,
+            fn leaky_bucket_turns_are_spaced_at_the_rate(
+                reqs in requests(), limit in 1u64..50, window_ms in 1u64..5000, burst in 0u64..20,
             ) {
-                let algorithm = [Algorithm::TokenBucket, Algorithm::FixedWindow, Algorithm::SlidingWindow, Algorithm::SlidingLog][alg];
+                let p = Policy::leaky_bucket("p", limit, window_ms, burst, 0).unwrap();
+                let mut state = State::new(&p);
+                let mut now = T0;
+                let mut last: Option<(u64, u64)> = None; // (turn, cost)
+                for &(gap, cost) in &reqs {
+                    now += gap;
+                    let (d, next) = state.decide(&p, now, cost);
+                    if !d.allowed {
+                        continue;
+                    }
+                    state = next;
+                    let turn = now + d.retry_after_ms;
+                    prop_assert!(d.retry_after_ms <= (burst * window_ms).div_ceil(limit), "waits past the burst");
+                    if let Some((prev, prev_cost)) = last {
+                        // The turns leave `cost × window / limit` ms apart (to the ms).
+                        prop_assert!((turn - prev + 1) * limit >= prev_cost * window_ms,
+                            "turns {prev} then {turn}");
+                    }
+                    last = Some((turn, cost));
+                }
+            }
+
+            #[test]
+            fn retry_after_is_exact_for_every_algorithm(
+                reqs in requests(), limit in 3u64..30, window_ms in 1u64..3000, alg in 0usize..5,
+            ) {
+                let algorithm = [Algorithm::TokenBucket, Algorithm::FixedWindow, Algorithm::SlidingWindow, Algorithm::SlidingLog, Algorithm::LeakyBucket][alg];
                 let p = Policy::new("p", algorithm, limit, window_ms, limit);
                 let mut state = State::new(&p);
                 let mut now = T0;

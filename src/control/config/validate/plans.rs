@@ -10,6 +10,7 @@ use crate::limit::{Algorithm, Policy, IP_POLICY_NAME, RESERVED_POLICY_NAMES};
 pub(super) fn algorithm(file: AlgorithmFile) -> Algorithm {
     match file {
         AlgorithmFile::TokenBucket => Algorithm::TokenBucket,
+        AlgorithmFile::LeakyBucket => Algorithm::LeakyBucket,
         AlgorithmFile::FixedWindow => Algorithm::FixedWindow,
         AlgorithmFile::SlidingWindow => Algorithm::SlidingWindow,
         AlgorithmFile::SlidingLog => Algorithm::SlidingLog,
@@ -46,6 +47,7 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
             window,
             time_zone,
             burst,
+            delay,
             shadow,
             lease,
             cost_from_response,
@@ -65,6 +67,7 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
             window,
             time_zone,
             burst,
+            delay,
         };
         if let Some(policy) = limit_policy(&path, &limit_name, shape, problems) {
             if let Some(charged) = response_cost(
@@ -246,6 +249,7 @@ pub(super) struct LimitShape {
     pub window: WindowSetting,
     pub time_zone: Option<String>,
     pub burst: Option<u64>,
+    pub delay: Option<u64>,
 }
 
 pub(super) fn limit_policy(
@@ -260,6 +264,7 @@ pub(super) fn limit_policy(
         window,
         time_zone,
         burst,
+        delay,
     } = shape;
     check_name(&format!("{path}.name"), limit_name, problems);
     if limit_name == IP_POLICY_NAME {
@@ -293,6 +298,12 @@ pub(super) fn limit_policy(
     if window_ms == 0 {
         problems.push(format!("{path}.window"), "must be greater than zero");
     }
+    if alg == Algorithm::LeakyBucket {
+        return leaky_policy(path, limit_name, limit, window_ms, burst, delay, problems);
+    }
+    if delay.is_some() {
+        problems.push(format!("{path}.delay"), "only leaky_bucket has a delay");
+    }
     let burst = match (alg, burst) {
         (Algorithm::TokenBucket, Some(b)) => {
             at_least_one(format!("{path}.burst"), Some(b), limit, problems)
@@ -301,7 +312,7 @@ pub(super) fn limit_policy(
         (_, Some(_)) => {
             problems.push(
                 format!("{path}.burst"),
-                format!("only token_bucket has a burst, not {alg}"),
+                format!("only token_bucket and leaky_bucket have a burst, not {alg}"),
             );
             limit
         }
@@ -317,6 +328,36 @@ pub(super) fn limit_policy(
         );
     }
     Policy::try_new(limit_name, alg, limit, window_ms, burst).ok()
+}
+
+/// nginx's `limit_req`: `limit` per `window` leave; `burst` (default 0) may wait; `delay`
+/// (default 0) of those pass at once.
+fn leaky_policy(
+    path: &str,
+    name: &str,
+    limit: u64,
+    window_ms: u64,
+    burst: Option<u64>,
+    delay: Option<u64>,
+    problems: &mut Problems,
+) -> Option<Policy> {
+    let burst = burst.unwrap_or(0);
+    let delay = delay.unwrap_or(0);
+    if delay > burst {
+        problems.push(
+            format!("{path}.delay"),
+            format!("{delay} is more than burst ({burst}): delay counts requests of the burst"),
+        );
+    }
+    if burst
+        .saturating_add(2)
+        .saturating_mul(window_ms)
+        .saturating_mul(2)
+        > MAX_PRODUCT
+    {
+        problems.push(path, "burst × window is too large for exact arithmetic");
+    }
+    Policy::leaky_bucket(name, limit, window_ms, burst, delay).ok()
 }
 
 /// A fixed window aligned to the calendar in `time_zone` (UTC by default).

@@ -291,6 +291,7 @@ fn route_limits(
             window,
             time_zone,
             burst,
+            delay,
             shadow,
             key,
             missing,
@@ -308,6 +309,7 @@ fn route_limits(
             window,
             time_zone,
             burst,
+            delay,
         };
         let policy = limit_policy(&path, &name, shape, problems);
         if key.is_empty() {

@@ -40,6 +40,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         max_tracked_keys,
         max_cached_tokens,
         quota_path,
+        max_delayed,
         on_store_error,
         header_timeout,
         body_timeout,
@@ -130,6 +131,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
             problems,
         ),
         max_cached_tokens: max_cached_tokens.unwrap_or(defaults::MAX_CACHED_TOKENS),
+        max_delayed: max_delayed.unwrap_or(10_000),
         quota_path: quota_path.filter(|p| {
             let ok = crate::chain::path::check_path_prefix(p).is_ok() && p.len() > 1;
             if !ok {

@@ -26,6 +26,14 @@ pub fn key(prefix: &str, client: &str, route: &str, policy: &Policy) -> String {
         return key;
     }
     let _ = match policy.algorithm {
+        Algorithm::LeakyBucket => write!(
+            key,
+            "lb{}/{}/{}/{}",
+            policy.limit,
+            policy.window_ms,
+            policy.burst,
+            policy.delay()
+        ),
         Algorithm::TokenBucket => write!(
             key,
             "tb{}/{}/{}",
@@ -54,6 +62,7 @@ pub fn policy_code(policy: &Policy) -> &'static str {
 pub fn algorithm_code(algorithm: Algorithm) -> &'static str {
     match algorithm {
         Algorithm::TokenBucket => "tb",
+        Algorithm::LeakyBucket => "lb",
         Algorithm::FixedWindow => "fw",
         Algorithm::SlidingWindow => "sw",
         Algorithm::SlidingLog => "sl",

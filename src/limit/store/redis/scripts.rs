@@ -6,7 +6,7 @@ use crate::limit::store::redis::keys::{
     algorithm_code, instances_key, key, policy_code, registry_keys,
 };
 use crate::limit::store::request::{CheckRequest, DecideAt};
-use crate::limit::Policy;
+use crate::limit::{Algorithm, Policy};
 use redis::{Cmd, Script, ToRedisArgs};
 use std::time::Duration;
 
@@ -28,6 +28,7 @@ script!(
     CHECK_FILES = [
         "lib.lua",
         "token_bucket.lua",
+        "leaky_bucket.lua",
         "fixed_window.lua",
         "sliding_window.lua",
         "sliding_log.lua",
@@ -187,9 +188,12 @@ impl Scripts {
                 }
                 None => invocation.arg(p.window_ms()),
             };
-            invocation
-                .arg(p.burst())
-                .arg(if is_shadow { "1" } else { "0" });
+            match p.algorithm {
+                // The leaky bucket's shape: "burst:delay".
+                Algorithm::LeakyBucket => invocation.arg(format!("{}:{}", p.burst(), p.delay())),
+                _ => invocation.arg(p.burst()),
+            };
+            invocation.arg(if is_shadow { "1" } else { "0" });
         }
         invocation
     }
@@ -436,7 +440,6 @@ fn push_time(invocation: &mut Call<'_>, at: DecideAt) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::Algorithm;
 
     #[test]
     fn each_script_is_its_listed_files_concatenated() {

@@ -1,0 +1,43 @@
+--[[ leaky_bucket.lua — the leaky bucket that delays (nginx's limit_req), on one HASH key.
+
+Function  leaky_bucket(key, now, cost, limit, window, shape) -> decision, commit
+  key     HASH with fields  l = the backlog in request·ms (requests × window, drained at
+                                `limit` per ms: exact for any rate)
+                            t = time of the last update (ms)
+          A missing key is an empty bucket.
+  shape   "burst:delay": most requests ahead that may wait, and how many ahead still pass
+          at once
+Returns   decision = {admitted 0/1, remaining, reset_ms (until empty), retry_after_ms}; an
+          admitted request's retry_after_ms is how long the gateway holds it before
+          forwarding it (0: at once).
+          commit   = function writing the new state (nil when not admitted).
+TTL       until the bucket is empty, plus TTL_GRACE_MS (lib.lua).
+Mirrors   src/limit/algorithm/leaky_bucket.rs.
+]]
+local function leaky_bucket(key, now, cost, limit, window, shape)
+  local b, d = string.match(shape, '^(%d+):(%d+)$')
+  local burst, delay = tonumber(b) * window, tonumber(d) * window
+  local s = redis.call('HMGET', key, 'l', 't')
+  local level, updated = 0, 0
+  if s[1] and s[2] then
+    level = tonumber(s[1])
+    updated = tonumber(s[2])
+  end
+  local elapsed = now - updated
+  if elapsed < 0 then elapsed = 0 end
+  level = math.max(0, level - elapsed * limit)
+  if now < updated then now = updated end
+  if level <= burst then
+    local after = level + cost * window
+    local wait = ceil_div(math.max(0, level - delay), limit)
+    local remaining = 0
+    if after <= burst then remaining = floor_div(burst - after, window) + 1 end
+    local reset = ceil_div(after, limit)
+    local commit = function()
+      redis.call('HSET', key, 'l', after, 't', now)
+      expire(key, reset)
+    end
+    return {1, remaining, reset, wait}, commit
+  end
+  return {0, 0, ceil_div(level, limit), ceil_div(level - burst, limit)}, nil
+end
