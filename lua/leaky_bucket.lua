@@ -4,6 +4,8 @@ Function  leaky_bucket(key, now, cost, limit, window, shape) -> decision, commit
   key     HASH with fields  l = the backlog in request·ms (requests × window, drained at
                                 `limit` per ms: exact for any rate)
                             t = time of the last update (ms)
+                            h = turns given back (refund.lua): up to HOLES times (ms),
+                                space-separated
           A missing key is an empty bucket.
   shape   "burst:delay": most requests ahead that may wait, and how many ahead still pass
           at once
@@ -11,13 +13,15 @@ Returns   decision = {admitted 0/1, remaining, reset_ms (until empty), retry_aft
           admitted request's retry_after_ms is how long the gateway holds it before
           forwarding it (0: at once).
           commit   = function writing the new state (nil when not admitted).
+          A request of cost 1 that would wait (or be refused) takes the earliest turn given
+          back that is still ahead instead, and leaves the backlog as it is.
 TTL       until the bucket is empty, plus TTL_GRACE_MS (lib.lua).
 Mirrors   src/limit/algorithm/leaky_bucket.rs.
 ]]
 local function leaky_bucket(key, now, cost, limit, window, shape)
   local b, d = string.match(shape, '^(%d+):(%d+)$')
   local burst, delay = tonumber(b) * window, tonumber(d) * window
-  local s = redis.call('HMGET', key, 'l', 't')
+  local s = redis.call('HMGET', key, 'l', 't', 'h')
   local level, updated = 0, 0
   if s[1] and s[2] then
     level = tonumber(s[1])
@@ -27,6 +31,29 @@ local function leaky_bucket(key, now, cost, limit, window, shape)
   if elapsed < 0 then elapsed = 0 end
   level = math.max(0, level - elapsed * limit)
   if now < updated then now = updated end
+  -- Turns given back that are still ahead.
+  local holes, first = {}, nil
+  if s[3] then
+    for v in string.gmatch(s[3], '%d+') do
+      local h = tonumber(v)
+      if h > now then
+        holes[#holes + 1] = h
+        if first == nil or h < holes[first] then first = #holes end
+      end
+    end
+  end
+  if cost == 1 and level > delay and first then
+    local wait = holes[first] - now
+    table.remove(holes, first)
+    local remaining = 0
+    if level < burst then remaining = floor_div(burst - level, window) end
+    local reset = ceil_div(level, limit)
+    local commit = function()
+      redis.call('HSET', key, 'l', level, 't', now, 'h', table.concat(holes, ' '))
+      expire(key, reset)
+    end
+    return {1, remaining, reset, wait}, commit
+  end
   if level <= burst then
     local after = level + cost * window
     local wait = ceil_div(math.max(0, level - delay), limit)
@@ -34,7 +61,7 @@ local function leaky_bucket(key, now, cost, limit, window, shape)
     if after <= burst then remaining = floor_div(burst - after, window) + 1 end
     local reset = ceil_div(after, limit)
     local commit = function()
-      redis.call('HSET', key, 'l', after, 't', now)
+      redis.call('HSET', key, 'l', after, 't', now, 'h', table.concat(holes, ' '))
       expire(key, reset)
     end
     return {1, remaining, reset, wait}, commit

@@ -13,15 +13,20 @@ ARGV[1]   the time check.lua decided at (its reply's now_ms)
 ARGV[2]   the request's cost
 ARGV[3]   the request's slot id ("" when it took no concurrency slot)
 ARGV[4..] four per key: algorithm (tb | lb | fw | cw | sw | sl | cc), limit, window_ms (cw: the
-          start of the calendar window the request was counted in), burst
+          start of the calendar window the request was counted in), burst (lb: how long the
+          request was held, 0 if it passed at once)
 Reply     the number of keys given something back
 Effect    fixed / sliding window: the units leave the window they were counted in (a sliding
           window that moved on since still weighs them as its previous window); leaky bucket:
-          its turn goes back (the backlog shrinks by it, never below empty); token bucket:
+          a request that passed at once leaves the backlog (never below empty), a held one
+          of cost 1 leaves a hole at its turn for the next request (at most HOLES kept, the
+          soonest dropped first), a costlier held one keeps its turns; token bucket:
           the tokens go back, up to its capacity; sliding log: `cost` entries of that
           millisecond are removed; concurrency: the request's slot is removed. TTLs are kept.
 ]]
 local PER = 4
+-- Turns given back a leaky bucket remembers (HOLES in src/limit/algorithm/leaky_bucket.rs).
+local HOLES = 4
 if #ARGV ~= 3 + PER * #KEYS then
   return redis.error_reply('turnstile refund.lua: expected 3 + 4 arguments per key, got ' .. #ARGV .. ' for ' .. #KEYS .. ' keys')
 end
@@ -37,9 +42,22 @@ for i = 1, #KEYS do
   elseif algorithm == 'cw' then
     back = return_units(key, 'fw', window, 0, cost)
   elseif algorithm == 'lb' then
-    local level = redis.call('HGET', key, 'l')
-    if level then
-      redis.call('HSET', key, 'l', math.max(0, tonumber(level) - cost * window))
+    -- The 4th argument is how long the request was held.
+    local wait = burst
+    local b = redis.call('HMGET', key, 'l', 'h')
+    if b[1] and wait == 0 then
+      redis.call('HSET', key, 'l', math.max(0, tonumber(b[1]) - cost * window))
+      back = 1
+    elseif b[1] and cost == 1 then
+      -- A hole at its turn; with HOLES already, the soonest makes room.
+      local holes, soonest = {}, nil
+      for v in string.gmatch(b[2] or '', '%d+') do
+        holes[#holes + 1] = tonumber(v)
+        if soonest == nil or holes[#holes] < holes[soonest] then soonest = #holes end
+      end
+      if #holes < HOLES then soonest = #holes + 1 end
+      holes[soonest] = now + wait
+      redis.call('HSET', key, 'h', table.concat(holes, ' '))
       back = 1
     end
   elseif algorithm == 'tb' then

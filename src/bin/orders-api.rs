@@ -9,6 +9,7 @@
 //! POST /_control/healthy | /_control/unhealthy               flip /healthz (for demos and tests)
 //! POST /_control/delay?ms=N                                   add N ms to every answer (0: none)
 //! GET  /_control/stats    {"requests": N}: requests served, /_control/* excluded
+//! GET  /_control/arrivals {"ms": [...]}: when the last 10000 requests arrived (Unix ms)
 //! ANY  /echo/...          what the upstream received (method, path, headers, peer, body) as JSON
 //! ```
 //! Every response carries `X-Upstream-Name: NAME`, so load balancing is visible. Any request may
@@ -25,8 +26,10 @@ use pingora::protocols::http::ServerSession;
 use pingora::server::Server;
 use pingora::services::listening::Service;
 use serde_json::json;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 #[derive(Parser)]
 #[command(name = "orders-api", about = "Demo upstream for turnstile")]
@@ -51,6 +54,8 @@ struct Args {
 
 const MAX_BODY: usize = 1 << 20;
 const MAX_DELAY_MS: u64 = 60_000;
+/// Arrival times remembered (the oldest are forgotten).
+const MAX_ARRIVALS: usize = 10_000;
 
 struct OrdersApi {
     name: String,
@@ -61,6 +66,8 @@ struct OrdersApi {
     healthy: AtomicBool,
     next_id: AtomicU64,
     served: AtomicU64,
+    /// When the latest requests arrived (Unix ms), to see how evenly they came.
+    arrivals: Mutex<VecDeque<u64>>,
 }
 
 impl OrdersApi {
@@ -118,6 +125,14 @@ impl OrdersApi {
                 } else {
                     self.reply(StatusCode::SERVICE_UNAVAILABLE, json!({"status": "down"}))
                 }
+            }
+            ("GET", ["_control", "arrivals"]) => {
+                let ms: Vec<u64> = self
+                    .arrivals
+                    .lock()
+                    .map(|a| a.iter().copied().collect())
+                    .unwrap_or_default();
+                self.reply(StatusCode::OK, json!({ "ms": ms }))
             }
             ("GET", ["_control", "stats"]) => self.reply(
                 StatusCode::OK,
@@ -208,6 +223,15 @@ impl ServeHttp for OrdersApi {
             return self.route(session).await;
         }
         self.served.fetch_add(1, Ordering::Relaxed);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        if let Ok(mut arrivals) = self.arrivals.lock() {
+            if arrivals.len() == MAX_ARRIVALS {
+                arrivals.pop_front();
+            }
+            arrivals.push_back(now);
+        }
         // A saturated backend: at most `capacity` requests are being served.
         let _turn = match &self.capacity {
             Some(capacity) => capacity.acquire().await.ok(),
@@ -246,6 +270,7 @@ fn main() {
         healthy: AtomicBool::new(true),
         next_id: AtomicU64::new(0),
         served: AtomicU64::new(0),
+        arrivals: Mutex::new(VecDeque::with_capacity(MAX_ARRIVALS)),
     };
     let mut service = Service::new("orders-api".to_owned(), api);
     service.add_tcp(&format!("{}:{}", args.host, args.port));

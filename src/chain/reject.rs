@@ -42,6 +42,9 @@ pub enum Reject {
     Overloaded(Shed),
     /// The cost the request declares (`cost_from_request`) is not usable.
     BadCost(String),
+    /// Admitted to wait its turn, but this instance holds as many waiting requests as it
+    /// may (`server.max_delayed`).
+    TooManyWaiting,
 }
 
 impl Reject {
@@ -68,7 +71,7 @@ impl Reject {
             Reject::Key(_) => Kind::Unauthorized,
             Reject::TooManyRequests => Kind::QuotaExceeded,
             Reject::Store(_) => Kind::LimiterUnavailable,
-            Reject::Overloaded(_) => Kind::Overloaded,
+            Reject::Overloaded(_) | Reject::TooManyWaiting => Kind::Overloaded,
         }
     }
 
@@ -93,6 +96,7 @@ impl Reject {
             Reject::Store(_) => {
                 "the rate limiter is unavailable; this is not caused by the request".to_owned()
             }
+            Reject::TooManyWaiting => "too many requests are waiting their turn on this instance; this is not caused by the request, retry after the time in Retry-After".to_owned(),
             Reject::Overloaded(why) => format!(
                 "the upstream is overloaded and this request was not sent to it ({}); this is \
                  not caused by the request, retry after the time in Retry-After",

@@ -38,6 +38,7 @@ pub async fn usage(
             slot_id: "",
             at: DecideAt::StoreClock,
             lease: None,
+            waits: &[],
         })
         .await?;
     Ok(policies

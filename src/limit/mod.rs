@@ -318,4 +318,15 @@ impl Verdict {
             .max()
             .unwrap_or(0)
     }
+
+    /// How long `policies[i]` holds an admitted request: a leaky bucket's wait for its turn
+    /// (its `retry_after_ms`), 0 for every other algorithm.
+    pub fn wait_of(&self, policies: &[Policy], i: usize) -> u64 {
+        match (policies.get(i), self.decisions.get(i)) {
+            (Some(p), Some(d)) if p.algorithm == Algorithm::LeakyBucket && d.allowed => {
+                d.retry_after_ms
+            }
+            _ => 0,
+        }
+    }
 }

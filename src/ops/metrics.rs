@@ -30,6 +30,8 @@ pub struct Metrics {
     breaker_transitions: IntCounterVec,
     /// Whole requests (first byte in to response done) per route.
     request_duration: HistogramVec,
+    /// How long leaky buckets held requests before forwarding them, per route.
+    delays: HistogramVec,
     /// When the configuration was last loaded or a reload failed (Unix seconds), and whether
     /// that attempt succeeded.
     pub reload_timestamp: prometheus::Gauge,
@@ -179,6 +181,19 @@ impl Metrics {
                     HistogramOpts::new(
                         "turnstile_request_duration_seconds",
                         "Whole requests, from the gateway reading them to the response sent, per route (rejections included)",
+                    )
+                    .buckets(LATENCY_BUCKETS.to_vec()),
+                    &["route"],
+                )
+                .expect("valid metric");
+                registry.register(Box::new(h.clone())).expect("unique metric");
+                h
+            },
+            delays: {
+                let h = HistogramVec::new(
+                    HistogramOpts::new(
+                        "turnstile_delay_seconds",
+                        "How long a leaky bucket held a request before it was forwarded, per route (its _count: requests delayed)",
                     )
                     .buckets(LATENCY_BUCKETS.to_vec()),
                     &["route"],
@@ -412,6 +427,7 @@ impl Metrics {
             by_status: (0..STATUS_SLOTS).map(|_| OnceLock::new()).collect(),
             ip_rejections: self.ip_rejections.with_label_values(&[route]),
             duration: self.request_duration.with_label_values(&[route]),
+            delay: self.delays.with_label_values(&[route]),
             decisions,
             shed: upstream
                 .map(|up| Priority::ALL.map(|p| self.shed.with_label_values(&[up, p.as_str()]))),
@@ -435,6 +451,8 @@ pub struct RouteMetrics {
     pub ip_rejections: IntCounter,
     /// Whole requests on this route.
     pub duration: Histogram,
+    /// Requests a leaky bucket held, and for how long.
+    pub delay: Histogram,
     decisions: HashMap<Arc<str>, [IntCounter; 7], foldhash::fast::RandomState>,
     /// Shed requests of the route's pool, by priority (when it sheds load).
     shed: Option<[IntCounter; 3]>,

@@ -52,6 +52,10 @@ pub struct RequestCtx {
     pub continued: bool,
     /// The response's reported cost was charged (once per request).
     pub cost_charged: bool,
+    /// A leaky bucket held the request this long before it was forwarded (ms).
+    pub waited_ms: Option<u64>,
+    /// Its client left while a leaky bucket held it (not an error worth a log line).
+    pub left_while_waiting: bool,
 }
 
 impl RequestCtx {
@@ -75,6 +79,8 @@ impl RequestCtx {
             forward_path: None,
             continued: false,
             cost_charged: false,
+            waited_ms: None,
+            left_while_waiting: false,
         }
     }
 

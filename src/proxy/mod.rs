@@ -31,6 +31,7 @@
 mod charge;
 pub mod conn;
 mod context;
+mod delay;
 mod identify;
 mod quota;
 mod request;
@@ -110,7 +111,15 @@ impl ProxyHttp for Gateway {
             return Ok(true);
         }
         let admitted = match request::admit(session, ctx).await {
-            Ok(()) => request::pass_gate(ctx).await,
+            Ok(()) => match delay::wait_turn(session, ctx).await {
+                delay::Waited::Turn => request::pass_gate(ctx).await,
+                delay::Waited::Gone => {
+                    return Error::e_explain(
+                        pingora::ErrorType::ConnectionClosed,
+                        "the client left while its request waited its turn",
+                    )
+                }
+            },
             Err(reject) => Err(reject),
         };
         match admitted {
@@ -187,6 +196,10 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         response::response_filter(upstream_response, ctx)
+    }
+
+    fn suppress_error_log(&self, _session: &Session, ctx: &RequestCtx, _error: &Error) -> bool {
+        ctx.left_while_waiting
     }
 
     async fn fail_to_proxy(

@@ -47,8 +47,14 @@ pub fn response_filter(response: &mut ResponseHeader, ctx: &RequestCtx) -> Resul
     if let Some(value) = would_limit_value(&ctx.admission.would_limit) {
         response.insert_header(WOULD_LIMIT_HEADER, value)?;
     }
+    if let Some(waited) = ctx.waited_ms {
+        response.insert_header(DELAY_HEADER, waited)?;
+    }
     Ok(())
 }
+
+/// On a response a leaky bucket held: how long it waited for its turn (milliseconds).
+pub const DELAY_HEADER: &str = "x-turnstile-delay-ms";
 
 /// Writes the response for a request the chain rejected. Rejections keep the connection open
 /// (a client told to slow down should not also pay for a new handshake), except for
@@ -73,7 +79,7 @@ pub async fn respond_reject(
             extra.push((RETRY_AFTER, HeaderValue::from(limits.retry_after_secs())));
             problem::render_with_policies(kind, &reject.detail(), request_id, &limits.violated())
         }
-        Reject::Store(_) | Reject::Overloaded(_) => {
+        Reject::Store(_) | Reject::Overloaded(_) | Reject::TooManyWaiting => {
             // Short: the store is usually back (or the breaker decides) within a second, and a
             // shedding pool's limit moves every window.
             extra.push((RETRY_AFTER, HeaderValue::from_static("1")));

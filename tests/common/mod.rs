@@ -215,6 +215,16 @@ impl Upstream {
             .expect("request count")
     }
 
+    /// When the requests it served arrived (Unix ms, the latest 10000, in order).
+    pub fn arrivals(&self) -> Vec<u64> {
+        http::get(self.port, "/_control/arrivals").json()["ms"]
+            .as_array()
+            .expect("arrival times")
+            .iter()
+            .map(|v| v.as_u64().expect("a time"))
+            .collect()
+    }
+
     /// Adds `ms` milliseconds to every answer from now on (0: none).
     pub fn set_delay(&self, ms: u64) {
         let path = format!("/_control/delay?ms={ms}");

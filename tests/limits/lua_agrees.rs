@@ -1,7 +1,8 @@
 //! The Lua scripts (run by a real redis-server) and the Rust reference implementations (the
 //! memory store) make the same decisions: driven with the same random request sequences at
 //! the same times, every decision — admitted, remaining, reset, retry-after — must be
-//! identical, with random plans of up to three limits, some of them dry runs (shadow).
+//! identical, with random plans of up to three limits, some of them dry runs (shadow), and
+//! some admitted requests given back.
 //!
 //! Time: each call runs at Redis's own clock plus a growing offset (the random jumps), and
 //! the Rust side decides at the time the script reports. Redis expires keys by its own clock,
@@ -105,6 +106,18 @@ async fn lua_and_rust_decide_identically_on_random_sequences() {
                 "seed {seed}, step {step}, now {now}, cost {cost}, policies {policies:?}, shadow {shadow:?}"
             );
             compared += 1;
+            // Now and then an admitted request is given back (its client left while a leaky
+            // bucket held it, or it was shed): both undo it the same way.
+            if actual.admitted && rng.below(5) == 0 {
+                let waits: Vec<u64> = (0..n).map(|i| actual.wait_of(&policies, i)).collect();
+                let given = CheckRequest {
+                    waits: &waits,
+                    at: DecideAt::Fixed(now),
+                    ..request
+                };
+                redis.refund(&given, now).await.unwrap();
+                memory.refund(&given, now);
+            }
         }
     }
     assert_eq!(compared, 40 * 150);

@@ -13,6 +13,7 @@ mod costs;
 mod distributed;
 mod failure_modes;
 mod keyed;
+mod leaky;
 mod leasing;
 mod lua_agrees;
 mod plan_limits;

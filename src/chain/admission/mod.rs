@@ -14,10 +14,12 @@ mod rules;
 mod slots;
 #[cfg(test)]
 mod tests;
+mod waiting;
 
 pub use outcome::Outcome;
 pub use rules::{IpRule, KeyedLimit, RouteRules};
 pub use slots::SlotGuard;
+pub use waiting::Place;
 
 use self::asked::{keyed_partitions, Asked};
 use crate::chain::auth::Client;
@@ -27,7 +29,7 @@ use crate::chain::reject::Reject;
 use crate::limit::ip::IpKey;
 use crate::limit::store::request::{CheckRequest, Counted, DecideAt};
 use crate::limit::store::{FailureMode, Store};
-use crate::limit::{Decision, Policy, IP_POLICY_NAME};
+use crate::limit::{Algorithm, Decision, Policy, IP_POLICY_NAME};
 use http::HeaderValue;
 use std::sync::Arc;
 use std::time::Instant;
@@ -51,6 +53,14 @@ pub struct Admission {
     pub store_call: Option<(Instant, Instant, &'static str)>,
     /// The request's cost, when it declared one (`cost_from_request`); else the route's.
     pub cost: Option<u64>,
+    /// How long an enforced leaky bucket holds the admitted request before it is forwarded
+    /// (ms; 0: at once).
+    pub delay_ms: u64,
+    /// Set by the caller: the most requests leaky buckets may hold on this instance at once
+    /// (`server.max_delayed`; `None`: no bound).
+    pub max_delayed: Option<usize>,
+    /// The request's place among them while it waits its turn.
+    pub place: Option<Place>,
 }
 
 impl Admission {
@@ -114,12 +124,23 @@ impl Admission {
         }
     }
 
-    /// [4] Authentication refused the request: no limit was reached.
+    /// The request will not be forwarded after all (it waited its turn and its client left,
+    /// or too many wait): what the store counted is given back — its turn goes to the next.
+    pub fn give_back(&mut self) {
+        let Some((store, taken)) = self.taken.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { store.refund(&taken).await });
+        }
+    }
+
     /// What the store counted for the request (while it is held), and the store.
     pub fn taken(&self) -> Option<(&Arc<Store>, &Counted)> {
         self.taken.as_ref().map(|(store, counted)| (store, counted))
     }
 
+    /// [4] Authentication refused the request: no limit was reached.
     pub fn unauthorized(&mut self) {
         self.outcome = Outcome::Unauthorized;
     }
@@ -157,6 +178,20 @@ impl Admission {
             }
             return Ok(());
         }
+        // A request an enforced leaky bucket may hold needs a place before it is counted.
+        let holds = asked.policies.iter().enumerate().any(|(i, p)| {
+            p.algorithm == Algorithm::LeakyBucket && !asked.shadow.get(i).copied().unwrap_or(false)
+        });
+        let place = match (holds, self.max_delayed) {
+            (true, Some(most)) => match Place::take(most) {
+                Some(place) => Some(place),
+                None => {
+                    self.outcome = Outcome::Shed;
+                    return Err(Reject::TooManyWaiting);
+                }
+            },
+            _ => None,
+        };
         // Leasing spends the plan's own limits, all enforced: not on routes adding a
         // concurrency limit or keyed limits, or dry-running everything.
         let lease = client
@@ -178,6 +213,7 @@ impl Admission {
             slot_id: &slot_id,
             at: DecideAt::StoreClock,
             lease,
+            waits: &[],
         };
         let started = self.time_store.then(Instant::now);
         let checked = store.check(request).await;
@@ -233,6 +269,18 @@ impl Admission {
         }
         if !verdict.admitted {
             return Err(Reject::TooManyRequests);
+        }
+        // An admitted leaky bucket's retry-after is the request's turn (dry runs never hold).
+        self.delay_ms = told
+            .iter()
+            .zip(&verdict.decisions)
+            .zip(&*asked.shadow)
+            .filter(|((p, _), shadow)| p.algorithm == Algorithm::LeakyBucket && !**shadow)
+            .map(|((_, d), _)| d.retry_after_ms)
+            .max()
+            .unwrap_or(0);
+        if self.delay_ms > 0 {
+            self.place = place;
         }
         self.taken =
             Counted::of(&request, told, &verdict, fallback).map(|t| (Arc::clone(store), t));

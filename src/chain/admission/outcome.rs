@@ -25,6 +25,8 @@ pub enum Outcome {
     Shed,
     /// An exemption (by address or client) skipped the limit: no decision was asked for.
     Exempt,
+    /// Admitted, and held by a leaky bucket until its turn.
+    Delayed,
 }
 
 impl Outcome {
@@ -64,7 +66,7 @@ impl Outcome {
 
     /// Every outcome (the test `all_lists_every_outcome` fails to compile when one is added
     /// without it).
-    pub const ALL: [Outcome; 10] = [
+    pub const ALL: [Outcome; 11] = [
         Outcome::NotLimited,
         Outcome::Unauthorized,
         Outcome::Allowed,
@@ -75,6 +77,7 @@ impl Outcome {
         Outcome::ShadowRejected,
         Outcome::Shed,
         Outcome::Exempt,
+        Outcome::Delayed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -89,6 +92,7 @@ impl Outcome {
             Outcome::ShadowRejected => "shadow_rejected",
             Outcome::Shed => "shed",
             Outcome::Exempt => "exempt",
+            Outcome::Delayed => "delayed",
         }
     }
 }
@@ -111,6 +115,7 @@ mod all_tests {
             Outcome::ShadowRejected => 7,
             Outcome::Shed => 8,
             Outcome::Exempt => 9,
+            Outcome::Delayed => 10,
         };
         let places: Vec<usize> = Outcome::ALL.iter().map(|o| place(*o)).collect();
         assert_eq!(places, (0..Outcome::ALL.len()).collect::<Vec<_>>());

@@ -111,16 +111,15 @@ impl State {
     /// shed). The same undo as `lua/refund.lua`: window counts leave the window they were
     /// counted in, tokens go back up to the capacity, the log loses that request's entry.
     /// Concurrency slots are released, not refunded.
-    pub fn refund(&mut self, policy: &Policy, at: u64, cost: u64) {
+    /// A leaky bucket's turn is given back as [`LeakyBucket::give_back`] says (`wait`: how
+    /// long the request was to be held).
+    pub fn refund(&mut self, policy: &Policy, at: u64, cost: u64, wait: u64) {
         let w = policy.window_ms;
         match self {
             State::TokenBucket(s) => {
                 s.level = (s.level + cost * w).min(policy.burst * w);
             }
-            // The turn given back: the backlog behind it moves up.
-            State::LeakyBucket(s) => {
-                s.level = s.level.saturating_sub(cost * w);
-            }
+            State::LeakyBucket(s) => s.give_back(policy, at, cost, wait),
             State::FixedWindow(s) => {
                 if s.window_start == policy.fixed_window_at(at).0 {
                     s.count = s.count.saturating_sub(cost);
@@ -151,7 +150,7 @@ impl State {
     pub fn charge(&mut self, policy: &Policy, at: u64, now: u64, delta: i64) {
         let most = 2 * policy.limit;
         if delta < 0 {
-            return self.refund(policy, at, delta.unsigned_abs());
+            return self.refund(policy, at, delta.unsigned_abs(), 0);
         }
         let delta = delta as u64;
         match self {
@@ -463,6 +462,52 @@ mod tests {
                             "turns {prev} then {turn}");
                     }
                     last = Some((turn, cost));
+                }
+            }
+
+            #[test]
+            fn turns_given_back_are_reused_without_doubling_up(
+                reqs in requests(), leaves in proptest::collection::vec(any::<u8>(), 300),
+                limit in 1u64..50, window_ms in 1u64..5000, burst in 0u64..20,
+            ) {
+                let p = Policy::leaky_bucket("p", limit, window_ms, burst, 0).unwrap();
+                let mut state = State::new(&p);
+                let mut now = T0;
+                // Turns forwarded, and (decided at, wait) of requests still held.
+                let mut used = Vec::new();
+                let mut held: Vec<(u64, u64)> = Vec::new();
+                for (k, &(gap, _)) in reqs.iter().enumerate() {
+                    now += gap;
+                    // Held requests whose turn came are forwarded.
+                    held.retain(|&(at, wait)| {
+                        let due = at + wait <= now;
+                        if due {
+                            used.push(at + wait);
+                        }
+                        !due
+                    });
+                    // Now and then a held client leaves: its turn is given back.
+                    let leave = leaves.get(k).copied().unwrap_or(0) as usize;
+                    if leave % 3 == 0 && !held.is_empty() {
+                        let (at, wait) = held.remove(leave % held.len());
+                        state.refund(&p, at, 1, wait);
+                    }
+                    let (d, next) = state.decide(&p, now, 1);
+                    if !d.allowed {
+                        continue;
+                    }
+                    state = next;
+                    if d.retry_after_ms == 0 {
+                        used.push(now);
+                    } else {
+                        held.push((now, d.retry_after_ms));
+                    }
+                }
+                used.extend(held.iter().map(|&(at, wait)| at + wait));
+                used.sort_unstable();
+                for pair in used.windows(2) {
+                    prop_assert!((pair[1] - pair[0] + 1) * limit >= window_ms,
+                        "turns {} then {}", pair[0], pair[1]);
                 }
             }
 

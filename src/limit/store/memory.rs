@@ -225,7 +225,8 @@ impl<C: Clock> MemoryStore<C> {
                     Some(_) => self.clock.to_unix_ms(at),
                     None => at,
                 };
-                slot.state.refund(policy, at, req.cost);
+                let wait = req.waits.get(i).copied().unwrap_or(0);
+                slot.state.refund(policy, at, req.cost, wait);
             }
         }
     }
@@ -386,7 +387,7 @@ fn slot_key(client: &Arc<str>, route: &Arc<str>, policy: &Policy) -> SlotKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::store::request::{Counted, DecideAt};
+    use crate::limit::store::request::Counted;
 
     fn ask<C: Clock>(
         s: &MemoryStore<C>,
@@ -396,15 +397,8 @@ mod tests {
         shadow: &[bool],
     ) -> Verdict {
         s.check(&CheckRequest {
-            client,
-            route,
-            policies,
-            partitions: &[],
             shadow,
-            cost: 1,
-            slot_id: "",
-            at: DecideAt::StoreClock,
-            lease: None,
+            ..CheckRequest::new(client, route, policies, 1)
         })
     }
     use crate::clock::ManualClock;

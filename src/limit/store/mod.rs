@@ -368,6 +368,7 @@ mod tests {
             slot_id: "",
             at: DecideAt::Fixed(1 << 40),
             lease: None,
+            waits: &[],
         };
         assert!(store.check(req()).await.unwrap().admitted);
         assert_eq!(store.divisor(), 1);

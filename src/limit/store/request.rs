@@ -23,6 +23,9 @@ pub struct CheckRequest<'a> {
     /// Decide from a quota lease of at most this many units (Redis stores; every policy a
     /// fixed or sliding window, none shadow). `None`: one store call per request.
     pub lease: Option<u64>,
+    /// Giving back: `waits[i]`, how long policy `i` held the request (a leaky bucket's turn;
+    /// missing = 0).
+    pub waits: &'a [u64],
 }
 
 /// Whose count a policy is.
@@ -88,6 +91,7 @@ impl<'a> CheckRequest<'a> {
             slot_id: "",
             at: DecideAt::StoreClock,
             lease: None,
+            waits: &[],
         }
     }
 }
@@ -102,6 +106,8 @@ pub struct Counted {
     /// The policies that counted the request, with their partitions.
     pub policies: Vec<Policy>,
     pub partitions: Vec<Partition>,
+    /// `waits[i]`: how long policy `i` (a leaky bucket) held the request (0 for others).
+    pub waits: Vec<u64>,
     pub cost: u64,
     /// The time the store decided at (its clock; the lease table's for a lease).
     pub at_ms: u64,
@@ -139,6 +145,10 @@ impl Counted {
                 .iter()
                 .map(|&i| req.partitions.get(i).cloned().unwrap_or(Partition::Client))
                 .collect(),
+            waits: counted
+                .iter()
+                .map(|&i| verdict.wait_of(policies, i))
+                .collect(),
             cost: req.cost,
             at_ms: verdict.at_ms,
             from_lease: verdict.from_lease,
@@ -150,6 +160,7 @@ impl Counted {
     pub fn request(&self) -> CheckRequest<'_> {
         CheckRequest {
             partitions: &self.partitions,
+            waits: &self.waits,
             at: DecideAt::Fixed(self.at_ms),
             ..CheckRequest::new(&self.client, &self.route, &self.policies, self.cost)
         }

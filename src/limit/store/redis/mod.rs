@@ -46,6 +46,7 @@ struct HashSlotGroup {
     policies: Vec<Policy>,
     shadow: Vec<bool>,
     partitions: Vec<Partition>,
+    waits: Vec<u64>,
 }
 
 impl HashSlotGroup {
@@ -55,6 +56,7 @@ impl HashSlotGroup {
             policies: &self.policies,
             shadow: &self.shadow,
             partitions: &self.partitions,
+            waits: &self.waits,
             ..*req
         }
     }
@@ -75,6 +77,7 @@ impl HashSlotGroups {
                             policies: Vec::new(),
                             shadow: Vec::new(),
                             partitions: Vec::new(),
+                            waits: Vec::new(),
                         },
                     ));
                     groups.len() - 1
@@ -86,6 +89,7 @@ impl HashSlotGroups {
             g.shadow.push(req.shadow.get(i).copied().unwrap_or(false));
             g.partitions
                 .push(req.partitions.get(i).cloned().unwrap_or(Partition::Client));
+            g.waits.push(req.waits.get(i).copied().unwrap_or(0));
         }
         groups.into_iter().map(|(_, g)| g).collect()
     }
@@ -185,7 +189,13 @@ impl RedisStore {
                 if !verdict.admitted {
                     continue;
                 }
-                let sub = g.request(req);
+                let waits: Vec<u64> = (0..g.policies.len())
+                    .map(|i| verdict.wait_of(&g.policies, i))
+                    .collect();
+                let sub = CheckRequest {
+                    waits: &waits,
+                    ..g.request(req)
+                };
                 let committed = |i: usize| verdict.decisions[i].allowed;
                 let Some(invocation) =
                     self.scripts

@@ -229,7 +229,11 @@ impl Scripts {
                 Some(calendar) => invocation.arg(calendar.window(now).0),
                 None => invocation.arg(p.window_ms()),
             };
-            invocation.arg(p.burst());
+            match p.algorithm {
+                // A leaky bucket's turn: how long the request was held (0: it passed at once).
+                Algorithm::LeakyBucket => invocation.arg(req.waits.get(i).copied().unwrap_or(0)),
+                _ => invocation.arg(p.burst()),
+            };
         }
         Some(invocation)
     }
