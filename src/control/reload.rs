@@ -200,6 +200,10 @@ impl Reloader {
         .expect("reload task does not panic");
         match built {
             Ok(None) => {
+                log::info!(
+                    "configuration {} unchanged ({trigger}): the running one stays",
+                    self.path.display()
+                );
                 self.reopen_access_log(&self.snapshots.load().config.access_log.target);
                 self.metrics.reloads.with_label_values(&["unchanged"]).inc();
                 note_attempt(&self.metrics, true);
