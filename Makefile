@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity fuzz clean
+.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping fuzz clean
 
 all: build
 
@@ -68,6 +68,11 @@ bench-tracing: deps
 # verified per request (same run).
 bench-identity: deps
 	benches/load/identity.sh
+
+# What a request held by a leaky bucket and one charged from its response cost, next to a
+# plain Redis-limited one (needs h2load: apt install nghttp2-client); and the shape of a burst.
+bench-shaping: deps
+	benches/load/shaping.sh
 
 # TLS handshakes/s and HTTP/2 requests/s next to nginx, same certificate.
 bench-tls: deps
