@@ -14,11 +14,23 @@ use std::time::{Duration, SystemTime};
 pub struct Watcher {
     reloader: Arc<Reloader>,
     interval: Duration,
+    /// The watched files, and their state, as the running configuration was loaded: taken
+    /// here, at startup before any listener opens, not when the service first runs — on a
+    /// busy machine that can be after a change, which would then never be seen as one.
+    paths: Vec<PathBuf>,
+    loaded: Option<Vec<(SystemTime, u64)>>,
 }
 
 impl Watcher {
     pub fn new(reloader: Arc<Reloader>, interval: Duration) -> Watcher {
-        Watcher { reloader, interval }
+        let paths = reloader.watched_files();
+        let loaded = fingerprint(&paths);
+        Watcher {
+            reloader,
+            interval,
+            paths,
+            loaded,
+        }
     }
 }
 
@@ -37,8 +49,8 @@ fn fingerprint(paths: &[PathBuf]) -> Option<Vec<(SystemTime, u64)>> {
 impl BackgroundService for Watcher {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         // The config file and the files it reads (certificates, keys, secret files).
-        let mut paths = self.reloader.watched_files();
-        let mut applied = fingerprint(&paths);
+        let mut paths = self.paths.clone();
+        let mut applied = self.loaded.clone();
         let mut seen = applied.clone();
         loop {
             tokio::select! {
