@@ -84,6 +84,22 @@ fn read_response(mut stream: TcpStream) -> common::http::Response {
     common::http::parse(&buf).expect("an HTTP response").0
 }
 
+/// `n` of `client`'s requests sent at once, spread over `ports`: the connections opened
+/// first, then the requests written back to back; their responses.
+fn at_once(ports: &[u16], n: usize, client: &str) -> Vec<common::http::Response> {
+    let mut streams: Vec<TcpStream> = (0..n)
+        .map(|i| TcpStream::connect(("127.0.0.1", ports[i % ports.len()])).unwrap())
+        .collect();
+    for s in &mut streams {
+        s.write_all(&request(client)).unwrap();
+    }
+    let readers: Vec<_> = streams
+        .into_iter()
+        .map(|s| std::thread::spawn(move || read_response(s)))
+        .collect();
+    readers.into_iter().map(|r| r.join().unwrap()).collect()
+}
+
 /// The backlog Redis holds for `client`'s bucket (request·ms, as last stored; `None` once
 /// the bucket has drained and expired).
 fn level(redis: &RedisServer, client: &str) -> Option<u64> {
@@ -120,18 +136,8 @@ fn a_burst_reaches_the_upstream_at_the_rate(store: &str, instances: usize) {
     let up = Upstream::start("orders");
     let text = config_on(&up, store, "", &[("burst", 2, "1s", 5)]);
     let gws: Vec<Gateway> = (0..instances).map(|_| Gateway::start(&text)).collect();
-    // The connections opened first, then the requests written back to back.
-    let mut streams: Vec<TcpStream> = (0..30)
-        .map(|i| TcpStream::connect(("127.0.0.1", gws[i % instances].port)).unwrap())
-        .collect();
-    for s in &mut streams {
-        s.write_all(&request("burst")).unwrap();
-    }
-    let readers: Vec<_> = streams
-        .into_iter()
-        .map(|s| std::thread::spawn(move || read_response(s)))
-        .collect();
-    let responses: Vec<_> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    let ports: Vec<u16> = gws.iter().map(|gw| gw.port).collect();
+    let responses = at_once(&ports, 30, "burst");
     let statuses: Vec<u16> = responses.iter().map(|r| r.status).collect();
     assert_eq!(
         statuses.iter().filter(|s| **s == 200).count(),
@@ -337,17 +343,7 @@ fn beyond_max_delayed_waiting_requests_get_503_before_they_are_counted() {
     let gw = Gateway::start_with("max_delayed = 2", &text);
     // A flood of 15 at once. The first counted passes (its place freed at once); at most two
     // are held; every other finds no place and is refused before the store counts it.
-    let mut streams: Vec<TcpStream> = (0..15)
-        .map(|_| TcpStream::connect(("127.0.0.1", gw.port)).unwrap())
-        .collect();
-    for s in &mut streams {
-        s.write_all(&request("busy")).unwrap();
-    }
-    let readers: Vec<_> = streams
-        .into_iter()
-        .map(|s| std::thread::spawn(move || read_response(s)))
-        .collect();
-    let responses: Vec<_> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    let responses = at_once(&[gw.port], 15, "busy");
     let statuses: Vec<u16> = responses.iter().map(|r| r.status).collect();
     let ok = statuses.iter().filter(|s| **s == 200).count();
     let held = responses
