@@ -108,8 +108,14 @@ fn three_gateways_charge_exactly_what_the_responses_report() {
             == 200
     });
 
+    // The call that found the new window is charged after its response: wait for it, or
+    // it could land after `before` is read.
+    wait_until("the refill call's charge", || {
+        count(&redis, "complete", "tokens-per-hour") == reported + 10
+    });
+
     // No usable header: the estimate (the route's cost, 1) stands, and it is counted.
-    let before = count(&redis, "complete", "tokens-per-hour");
+    let before = reported + 10;
     for path in ["/echo/x", "/echo/x?tokens=abc", "/echo/x?tokens=-5"] {
         assert_eq!(gws[1].get_with(path, &[("X-Api-Key", KEY)]).status, 200);
     }
