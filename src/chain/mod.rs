@@ -15,7 +15,8 @@
 //! [7] forward      what the upstream receives: normalised path, X-Forwarded-For,
 //!                  X-Client-Id / X-Request-Id, no API key
 //!     headers      RateLimit headers · problem: problem+json bodies · upstream_error:
-//!                  upstream failures → 502 / 504
+//!                  upstream failures → 502 / 504 · grpc: the same answers as gRPC statuses
+//!                  for gRPC calls, and `grpc-timeout` as the call's deadline
 //! ```
 //!
 //! Nothing here imports the control plane: the snapshot's parts (router, key ring, a route's
@@ -30,6 +31,7 @@ pub mod credential;
 pub mod exempt;
 pub mod fold;
 pub mod forward;
+pub mod grpc;
 pub mod headers;
 pub mod identity;
 pub mod jwt;

@@ -42,6 +42,8 @@ pub enum Reject {
     Overloaded(Shed),
     /// The cost the request declares (`cost_from_request`) is not usable.
     BadCost(String),
+    /// The gRPC call's `grpc-timeout` is malformed.
+    BadDeadline(&'static str),
     /// Admitted to wait its turn, but this instance holds as many waiting requests as it
     /// may (`server.max_delayed`).
     TooManyWaiting,
@@ -56,6 +58,7 @@ impl Reject {
             | Reject::MissingKeyPart(_)
             | Reject::AmbiguousKeyPart(_)
             | Reject::BadCost(_)
+            | Reject::BadDeadline(_)
             | Reject::Key(ApiKeyError::Ambiguous | ApiKeyError::RepeatedAuthorization)
             | Reject::Credential(
                 CredentialError::Ambiguous(_)
@@ -77,7 +80,9 @@ impl Reject {
 
     pub fn detail(&self) -> String {
         match self {
-            Reject::BadMessage(d) | Reject::BadPath(d) => (*d).to_owned(),
+            Reject::BadMessage(d) | Reject::BadPath(d) | Reject::BadDeadline(d) => {
+                (*d).to_owned()
+            }
             Reject::UriTooLong(max) => format!("the request target is longer than {max} bytes"),
             Reject::HeadersTooLarge(why) => why.clone(),
             Reject::BodyTooLarge(max) => format!("the request body is larger than {max} bytes"),

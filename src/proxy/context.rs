@@ -56,6 +56,13 @@ pub struct RequestCtx {
     pub waited_ms: Option<u64>,
     /// Its client left while a leaky bucket held it (not an error worth a log line).
     pub left_while_waiting: bool,
+    /// A gRPC call (`content-type: application/grpc…`): the gateway's own answers are gRPC
+    /// responses.
+    pub grpc: bool,
+    /// The gateway answered the gRPC call itself, with the status of this HTTP answer.
+    pub grpc_answer: Option<crate::chain::problem::Kind>,
+    /// The call's deadline (`grpc-timeout`), when it has one.
+    pub deadline: Option<Instant>,
 }
 
 impl RequestCtx {
@@ -81,6 +88,9 @@ impl RequestCtx {
             cost_charged: false,
             waited_ms: None,
             left_while_waiting: false,
+            grpc: false,
+            grpc_answer: None,
+            deadline: None,
         }
     }
 

@@ -18,6 +18,7 @@
 //! upstream_response_body_filter          the pool's shedding place freed at the end
 //! response_filter          response.rs  X-Request-Id, RateLimit headers
 //! fail_to_proxy            response.rs  problem+json: 502 unreachable · 504 timeout (─► logging)
+//!                          (our answers to a gRPC call: grpc.rs, a trailers-only gRPC status)
 //! logging                  response.rs  metrics, access log, next request's header deadline
 //! ```
 //!
@@ -32,6 +33,7 @@ mod charge;
 pub mod conn;
 mod context;
 mod delay;
+mod grpc;
 mod identify;
 mod quota;
 mod request;

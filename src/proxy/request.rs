@@ -8,10 +8,11 @@ use crate::chain::forward::X_FORWARDED_FOR;
 use crate::chain::identity::{client_ip, group_key};
 use crate::chain::partition::KeyInputs;
 use crate::chain::reject::Reject;
-use crate::chain::{message, request_id, router};
+use crate::chain::{grpc, message, request_id, router};
 use crate::clock::{Clock, MonotonicClock};
 use crate::proxy::conn::GuardedStream;
 use crate::proxy::context::RequestCtx;
+use crate::proxy::grpc::GRPC_TIMEOUT;
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, HOST};
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
@@ -162,13 +163,21 @@ pub async fn pass_gate(ctx: &mut RequestCtx) -> Result<(), Reject> {
     }
 }
 
-/// The request id and [0] message checks (every request, routed or not).
+/// The request id, whether it is a gRPC call (and its deadline), and [0] message checks
+/// (every request, routed or not).
 pub fn check_head(session: &Session, ctx: &mut RequestCtx) -> Result<(), Reject> {
     let req = session.req_header();
     ctx.request_id = match req.headers.get(request_id::NAME) {
         Some(v) if request_id::is_acceptable(v.as_bytes()) => v.clone(),
         _ => request_id::generate_value(),
     };
+    ctx.grpc = grpc::is_grpc(req.headers.get(CONTENT_TYPE).map(HeaderValue::as_bytes));
+    if ctx.grpc {
+        if let Some(timeout) = req.headers.get(GRPC_TIMEOUT) {
+            let timeout = grpc::timeout(timeout.as_bytes()).map_err(Reject::BadDeadline)?;
+            ctx.deadline = Some(ctx.started + timeout);
+        }
+    }
     // Only a chunked request can hide a second framing header (see check_message).
     let raw_head = req
         .headers

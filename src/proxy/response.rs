@@ -61,7 +61,7 @@ pub const DELAY_HEADER: &str = "x-turnstile-delay-ms";
 /// malformed requests.
 pub async fn respond_reject(
     session: &mut Session,
-    ctx: &RequestCtx,
+    ctx: &mut RequestCtx,
     reject: &Reject,
 ) -> Result<()> {
     let kind = reject.kind();
@@ -121,12 +121,15 @@ pub async fn respond_reject(
     if closes_connection(reject) {
         session.set_keepalive(None);
     }
+    if ctx.grpc {
+        return crate::proxy::grpc::answer(session, ctx, kind, &reject.detail(), extra).await;
+    }
     write_problem(session, ctx, kind, body, extra).await
 }
 
 /// Proxying failed (upstream unreachable, timed out, no healthy server): a problem+json
 /// answer if nothing was written yet; the connection is not reused.
-pub async fn fail_to_proxy(session: &mut Session, e: &Error, ctx: &RequestCtx) -> FailToProxy {
+pub async fn fail_to_proxy(session: &mut Session, e: &Error, ctx: &mut RequestCtx) -> FailToProxy {
     let Some(kind) = classify(e) else {
         // The client is gone or sent garbage we cannot answer on; nothing to write.
         return FailToProxy {
@@ -138,8 +141,13 @@ pub async fn fail_to_proxy(session: &mut Session, e: &Error, ctx: &RequestCtx) -
     let detail = describe(kind, e, upstream);
     if session.response_written().is_none() {
         session.set_keepalive(None);
-        let body = problem::render(kind, &detail, ctx.request_id.to_str().ok());
-        if let Err(write_err) = write_problem(session, ctx, kind, body, Vec::new()).await {
+        let written = if ctx.grpc {
+            crate::proxy::grpc::answer(session, ctx, kind, &detail, Vec::new()).await
+        } else {
+            let body = problem::render(kind, &detail, ctx.request_id.to_str().ok());
+            write_problem(session, ctx, kind, body, Vec::new()).await
+        };
+        if let Err(write_err) = written {
             log::debug!("could not write {} response: {write_err}", kind.status());
         }
     }
@@ -179,9 +187,12 @@ pub fn logging(
     error: Option<&Error>,
     ctx: &RequestCtx,
 ) {
-    let status = session
-        .response_written()
-        .map(|r| r.status.as_u16())
+    // A gRPC call the gateway answered itself is counted by the HTTP answer's status (its
+    // wire status is 200, which would hide every rejection).
+    let status = ctx
+        .grpc_answer
+        .map(Kind::status)
+        .or_else(|| session.response_written().map(|r| r.status.as_u16()))
         .or_else(|| error.and_then(classify).map(Kind::status))
         .unwrap_or(0);
     let metrics = match ctx.route() {

@@ -3,9 +3,11 @@
 //! receives) and `upstream_response_filter` (its latency).
 
 use crate::chain::forward::{forward, Forward, UpstreamHead};
+use crate::chain::grpc;
 use crate::chain::upstream_error::NO_HEALTHY_UPSTREAM;
 use crate::ops::trace::context::{traceparent, TRACEPARENT, TRACESTATE};
 use crate::proxy::context::RequestCtx;
+use crate::proxy::grpc::GRPC_TIMEOUT;
 use http::header::HeaderValue;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
@@ -50,10 +52,24 @@ pub fn upstream_peer(ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
         // h2 only: by ALPN over TLS, with prior knowledge without (gRPC needs HTTP/2).
         peer.options.set_http_version(2, 2);
     }
+    // A gRPC call's deadline bounds every wait for the upstream.
+    let left = match ctx.deadline {
+        Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
+            Some(left) if !left.is_zero() => Some(left),
+            _ => {
+                return Err(Error::explain(
+                    ErrorType::ConnectTimedout,
+                    "the call's grpc-timeout passed before it was sent upstream",
+                ))
+            }
+        },
+        None => None,
+    };
+    let within = |timeout: std::time::Duration| Some(left.map_or(timeout, |l| l.min(timeout)));
     let options = &mut peer.options;
-    options.connection_timeout = Some(route.config.connect_timeout);
-    options.read_timeout = Some(route.config.read_timeout);
-    options.write_timeout = Some(route.config.write_timeout);
+    options.connection_timeout = within(route.config.connect_timeout);
+    options.read_timeout = within(route.config.read_timeout);
+    options.write_timeout = within(route.config.write_timeout);
     options.idle_timeout = Some(route.pool.config.keepalive_timeout);
     Ok(Box::new(peer))
 }
@@ -116,6 +132,11 @@ pub fn upstream_request_filter(
     };
     forward(&policy, &mut PingoraHead(upstream_request))
         .map_err(|e| Error::explain(ErrorType::InternalError, e))?;
+    if let Some(deadline) = ctx.deadline {
+        // The upstream learns how much of the caller's deadline is left.
+        let left = deadline.saturating_duration_since(Instant::now());
+        upstream_request.insert_header(GRPC_TIMEOUT, grpc::timeout_value(left))?;
+    }
     ctx.upstream_sent = Some(Instant::now());
     if let Some(trace) = ctx.trace.as_mut() {
         // The upstream continues the trace under the gateway's `upstream` span (also when

@@ -165,3 +165,84 @@ pub fn call(port: u16, path: &str, message: &[u8], headers: &[(&str, &str)]) -> 
         }
     })
 }
+
+/// A gRPC server over h2c (prior knowledge) that takes every call and never answers: it
+/// keeps each call's request headers, so a test sees what the gateway forwarded.
+pub struct SilentServer {
+    pub port: u16,
+    pub received: Arc<std::sync::Mutex<Vec<http::HeaderMap>>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl SilentServer {
+    pub fn start() -> SilentServer {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let received = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&received);
+        runtime.spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let seen = Arc::clone(&seen);
+                tokio::spawn(async move {
+                    let Ok(mut conn) = h2::server::handshake(tcp).await else {
+                        return;
+                    };
+                    let mut held = Vec::new();
+                    while let Some(Ok((req, respond))) = conn.accept().await {
+                        seen.lock().unwrap().push(req.headers().clone());
+                        held.push(respond);
+                    }
+                });
+            }
+        });
+        SilentServer {
+            port,
+            received,
+            _runtime: runtime,
+        }
+    }
+}
+
+/// [`call`], given up after `bound` (a liveness bound, so a gateway that never answers
+/// fails the test instead of hanging it): `None` then.
+pub fn call_within(
+    bound: std::time::Duration,
+    port: u16,
+    path: &str,
+    message: &[u8],
+    headers: &[(&str, &str)],
+) -> Option<Answer> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (path, message) = (path.to_owned(), message.to_vec());
+    let headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    std::thread::spawn(move || {
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let _ = tx.send(call(port, &path, &message, &headers));
+    });
+    rx.recv_timeout(bound).ok()
+}
+
+impl Answer {
+    /// The call's `grpc-status`: from the trailers, or from the headers of a trailers-only
+    /// answer (the gateway's own).
+    pub fn grpc_status(&self) -> Option<&str> {
+        self.trailers
+            .as_ref()
+            .and_then(|t| t.get("grpc-status"))
+            .or_else(|| self.headers.get("grpc-status"))
+            .and_then(|v| v.to_str().ok())
+    }
+}

@@ -8,6 +8,7 @@ pub mod grpc;
 pub mod http;
 pub mod jwks;
 pub mod otlp;
+pub mod python;
 pub mod redis;
 pub mod tls;
 

@@ -25,31 +25,9 @@ fn yaml(name: &str) -> Vec<Value> {
 
 use serde::Deserialize;
 
-/// The validator's executable, installed into a virtual environment under `target/` once
-/// (a `ready` file marks an environment whose install finished; one test uses it).
+/// The validator's executable, installed into a virtual environment under `target/` once.
 fn validator() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/k8s-validate");
-    let exe = root.join("bin/kubernetes-validate");
-    if root.join("ready").exists() {
-        return exe;
-    }
-    let _ = std::fs::remove_dir_all(&root);
-    let status = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&root)
-        .status()
-        .expect("python3 -m venv");
-    assert!(
-        status.success(),
-        "python3 -m venv failed (Debian: apt install python3-venv)"
-    );
-    let status = Command::new(root.join("bin/pip"))
-        .args(["install", "--quiet", VALIDATOR])
-        .status()
-        .expect("pip install");
-    assert!(status.success(), "pip install {VALIDATOR} failed");
-    std::fs::write(root.join("ready"), VALIDATOR).unwrap();
-    exe
+    crate::common::python::venv("k8s-validate", &[VALIDATOR]).join("kubernetes-validate")
 }
 
 fn validate(exe: &Path, file: &Path) {

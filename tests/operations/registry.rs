@@ -460,31 +460,8 @@ exempt = [
 
 /// The OpenAPI validator, installed into a virtual environment under `target/` once.
 fn openapi_validator() -> std::path::PathBuf {
-    const VALIDATOR: &str = "openapi-spec-validator==0.9.0";
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/openapi-validate");
-    let exe = root.join("bin/openapi-spec-validator");
-    if root.join("ready").exists() {
-        return exe;
-    }
-    let _ = std::fs::remove_dir_all(&root);
-    let ok = std::process::Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&root)
-        .status()
-        .expect("python3 -m venv")
-        .success();
-    assert!(
-        ok,
-        "python3 -m venv failed (Debian: apt install python3-venv)"
-    );
-    let ok = std::process::Command::new(root.join("bin/pip"))
-        .args(["install", "--quiet", VALIDATOR])
-        .status()
-        .expect("pip install")
-        .success();
-    assert!(ok, "pip install {VALIDATOR} failed");
-    std::fs::write(root.join("ready"), VALIDATOR).unwrap();
-    exe
+    crate::common::python::venv("openapi-validate", &["openapi-spec-validator==0.9.0"])
+        .join("openapi-spec-validator")
 }
 
 #[test]

@@ -12,6 +12,7 @@ mod bounds;
 mod bypass;
 mod dns;
 mod gateway;
+mod grpc;
 mod hostile;
 mod jwt;
 mod mtls;

@@ -78,9 +78,12 @@ fn a_grpc_call_goes_through_over_tls_and_http2_trailers_and_all() {
             200
         );
     }
+    // Refused as a gRPC status (trailers-only: HTTP 200, no message, no trailers).
     let refused = call(gw.port, "/echo.Echo/Say", b"x", &[("x-api-key", KEY)]);
-    assert_eq!(refused.status, 429);
+    assert_eq!(refused.status, 200);
+    assert_eq!(refused.headers.get("grpc-status").unwrap(), "8");
     assert!(refused.headers.contains_key("retry-after"));
+    assert!(refused.message.is_empty() && refused.trailers.is_none());
 }
 
 #[test]
@@ -98,7 +101,18 @@ fn the_upstreams_certificate_is_verified_unless_that_is_turned_off_by_name() {
         &config(grpc.port, dir.path(), &other_ca.display().to_string(), ""),
     );
     let refused = call(gw.port, "/echo.Echo/Say", b"hello", &[("x-api-key", KEY)]);
-    assert_eq!(refused.status, 502);
+    assert_eq!(
+        refused.headers.get("grpc-status").unwrap(),
+        "14",
+        "UNAVAILABLE"
+    );
+    assert_eq!(
+        gw.metric(
+            "turnstile_requests_total",
+            &[("route", "echo"), ("status", "502")]
+        ),
+        1.0
+    );
     let skipping = Gateway::start_with(
         "h2c = true",
         &config(
@@ -144,7 +158,18 @@ fn without_tls_sni_the_server_is_verified_by_the_host_it_is_configured_by() {
     let grpc = GrpcServer::start(&other.cert, &other.key, None);
     let gw = Gateway::start_with("h2c = true", &by_name(grpc.port));
     let refused = call(gw.port, "/echo.Echo/Say", b"hello", &[("x-api-key", KEY)]);
-    assert_eq!(refused.status, 502);
+    assert_eq!(
+        refused.headers.get("grpc-status").unwrap(),
+        "14",
+        "UNAVAILABLE"
+    );
+    assert_eq!(
+        gw.metric(
+            "turnstile_requests_total",
+            &[("route", "echo"), ("status", "502")]
+        ),
+        1.0
+    );
 }
 
 /// Two pools to one server, one trusting the test CA and one only the system roots: the
@@ -188,21 +213,32 @@ upstream = "system"
     };
     let with_ca = pools(&format!("tls_ca_file = \"{}\"", ca_file.display()));
     let gw = Gateway::start_with("h2c = true", &with_ca);
-    let system = |gw: &Gateway| call(gw.port, "/other.Echo/Say", b"x", &[]).status;
+    // UNAVAILABLE: the gateway could not reach the service (its 502).
+    let system = |gw: &Gateway| {
+        call(gw.port, "/other.Echo/Say", b"x", &[])
+            .grpc_status()
+            .map(str::to_owned)
+    };
+    let unavailable = Some("14".to_owned());
     assert_eq!(
         system(&gw),
-        502,
+        unavailable,
         "the test CA is not among the system roots"
     );
     for _ in 0..3 {
         let answer = call(gw.port, "/echo.Echo/Say", b"hello", &[]);
         assert_eq!(answer.status, 200);
         // The trusted pool's connection is open and idle in Pingora's pool now.
-        assert_eq!(system(&gw), 502, "reused the other pool's connection");
+        assert_eq!(
+            system(&gw),
+            unavailable,
+            "reused the other pool's connection"
+        );
     }
     // Without the CA file the trusted pool trusts the system roots only: refused too.
     gw.rewrite(&pools(""));
     common::wait_until("the reload", || gw.config_version() == 2);
-    assert_eq!(call(gw.port, "/echo.Echo/Say", b"hello", &[]).status, 502);
-    assert_eq!(system(&gw), 502);
+    let refused = call(gw.port, "/echo.Echo/Say", b"hello", &[]);
+    assert_eq!(refused.grpc_status(), Some("14"));
+    assert_eq!(system(&gw), unavailable);
 }

@@ -1,0 +1,53 @@
+//! The gateway's own answer to a gRPC call (`chain::grpc`'s codes), written as a gRPC
+//! "trailers-only" response: on HTTP/2 one HEADERS frame that ends the stream, carrying HTTP
+//! 200, `grpc-status`, `grpc-message` and the metadata the HTTP answer would have had
+//! (RateLimit headers, `Retry-After`, and `grpc-retry-pushback-ms` for a retry policy).
+
+use crate::chain::grpc;
+use crate::chain::problem::Kind;
+use crate::chain::request_id;
+use crate::proxy::context::RequestCtx;
+use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use pingora::http::ResponseHeader;
+use pingora::protocols::http::ServerSession as HttpSession;
+use pingora::proxy::Session;
+use pingora::Result;
+
+pub const GRPC_TIMEOUT: &str = "grpc-timeout";
+const PUSHBACK: &str = "grpc-retry-pushback-ms";
+
+/// Writes the answer of `kind` to the gRPC call; `extra` holds the HTTP answer's headers,
+/// sent as metadata. The status the metrics and the access log count is the HTTP one of
+/// `kind` (`ctx.grpc_answer`), the wire carries 200.
+pub async fn answer(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    kind: Kind,
+    detail: &str,
+    extra: Vec<(HeaderName, HeaderValue)>,
+) -> Result<()> {
+    let mut resp = ResponseHeader::build(200, Some(6 + extra.len()))?;
+    resp.insert_header(CONTENT_TYPE, "application/grpc")?;
+    resp.insert_header("grpc-status", grpc::code(kind).as_str())?;
+    resp.insert_header("grpc-message", grpc::message(detail))?;
+    resp.insert_header(request_id::HEADER, ctx.request_id.clone())?;
+    for (name, value) in extra {
+        if name == RETRY_AFTER {
+            let secs = value.to_str().ok().and_then(|s| s.parse().ok());
+            if let Some(secs) = secs {
+                resp.insert_header(PUSHBACK, grpc::pushback_ms(secs))?;
+            }
+        }
+        resp.append_header(name, value)?;
+    }
+    ctx.grpc_answer = Some(kind);
+    match session.downstream_session.as_mut() {
+        HttpSession::H2(h2) => h2.write_response_header(Box::new(resp), true),
+        _ => {
+            // gRPC runs over HTTP/2; an HTTP/1 client still gets a well-framed answer.
+            resp.insert_header(CONTENT_LENGTH, 0)?;
+            session.write_response_header(Box::new(resp), false).await?;
+            session.write_response_body(None, true).await
+        }
+    }
+}

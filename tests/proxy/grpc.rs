@@ -1,0 +1,255 @@
+//! gRPC-native answers, seen by a real gRPC library (Python `grpcio`, `tests/clients/
+//! grpc_call.py`) through a real gateway: every answer the gateway gives a gRPC call itself
+//! is a gRPC status with its metadata — RESOURCE_EXHAUSTED with the RateLimit headers and a
+//! retry pushback, UNAUTHENTICATED, UNIMPLEMENTED, UNAVAILABLE (fail-closed limiter, an
+//! unreachable upstream) — while HTTP clients keep problem+json; and `grpc-timeout` is the
+//! call's deadline (DEADLINE_EXCEEDED from the gateway, the rest of it passed upstream).
+
+use crate::common;
+
+use common::grpc::{call_within, GrpcServer, SilentServer};
+use common::python::{client_script, clients};
+use common::tls::Ca;
+use common::{free_port, Gateway};
+use serde_json::Value;
+use std::time::Duration;
+
+const KEY: &str = "grpc-answers-key-0123456789";
+
+/// One unary call by grpcio through the gateway on `port`.
+fn grpcio(port: u16, method: &str, metadata: &[(&str, &str)]) -> Value {
+    let mut cmd = std::process::Command::new(clients());
+    cmd.arg(client_script("grpc_call.py"))
+        .arg(format!("127.0.0.1:{port}"))
+        .arg(method)
+        .arg("hello");
+    for (k, v) in metadata {
+        cmd.arg(format!("{k}={v}"));
+    }
+    let out = cmd.output().expect("run grpc_call.py");
+    assert!(
+        out.status.success(),
+        "grpc_call.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("grpc_call.py prints JSON")
+}
+
+/// Metadata `name` of a call, initial or trailing (a trailers-only answer has only the
+/// latter).
+fn meta<'a>(call: &'a Value, name: &str) -> Option<&'a str> {
+    call["trailing"][name]
+        .as_str()
+        .or_else(|| call["initial"][name].as_str())
+}
+
+fn config(grpc_port: u16, ca: &std::path::Path, dead: u16) -> String {
+    format!(
+        r#"
+[upstreams.grpc]
+servers = ["127.0.0.1:{grpc_port}"]
+tls = true
+tls_sni = "grpc.test"
+tls_ca_file = "{ca}"
+http2 = true
+
+[upstreams.gone]
+servers = ["127.0.0.1:{dead}"]
+http2 = true
+
+[plans.small]
+limits = [{{ name = "per-minute", algorithm = "sliding_log", limit = 2, window = "1m" }}]
+
+[[clients]]
+id = "ada"
+plan = "small"
+api_keys = ["{KEY}"]
+
+[[routes]]
+name = "echo"
+path_prefix = "/echo.Echo"
+upstream = "grpc"
+auth = "api_key"
+
+[[routes]]
+name = "gone"
+path_prefix = "/gone.Gone"
+upstream = "gone"
+"#,
+        ca = ca.display(),
+    )
+}
+
+#[test]
+fn a_grpc_library_sees_the_gateways_answers_as_grpc_statuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new();
+    let ca_file = ca.write_ca(dir.path());
+    let server = ca.issue(dir.path(), "grpc", "grpc service", &["grpc.test"]);
+    let grpc = GrpcServer::start(&server.cert, &server.key, None);
+    let gw = Gateway::start_with("h2c = true", &config(grpc.port, &ca_file, free_port()));
+    let key = [("x-api-key", KEY)];
+
+    // Through to the service and back, twice (the plan allows 2 a minute).
+    for _ in 0..2 {
+        let ok = grpcio(gw.port, "/echo.Echo/Say", &key);
+        assert_eq!(ok["code"], "OK", "{ok}");
+        assert_eq!(ok["reply"], "hello");
+    }
+    // The third: RESOURCE_EXHAUSTED, with what an HTTP client would have been told.
+    let limited = grpcio(gw.port, "/echo.Echo/Say", &key);
+    assert_eq!(limited["code"], "RESOURCE_EXHAUSTED", "{limited}");
+    assert!(
+        limited["details"].as_str().unwrap().contains("rate limit"),
+        "{limited}"
+    );
+    let retry_after: u64 = meta(&limited, "retry-after").unwrap().parse().unwrap();
+    assert!(retry_after >= 1);
+    assert_eq!(
+        meta(&limited, "grpc-retry-pushback-ms").unwrap(),
+        (retry_after * 1000).to_string()
+    );
+    assert!(
+        meta(&limited, "ratelimit-policy").is_some_and(|p| p.contains("per-minute")),
+        "{limited}"
+    );
+    assert!(meta(&limited, "x-request-id").is_some());
+    // Counted as what it is: a 429, not the 200 on the wire.
+    assert_eq!(
+        gw.metric(
+            "turnstile_requests_total",
+            &[("route", "echo"), ("status", "429")]
+        ),
+        1.0
+    );
+
+    // No key, a wrong key: UNAUTHENTICATED.
+    let anonymous = grpcio(gw.port, "/echo.Echo/Say", &[]);
+    assert_eq!(anonymous["code"], "UNAUTHENTICATED", "{anonymous}");
+    let wrong = grpcio(
+        gw.port,
+        "/echo.Echo/Say",
+        &[("x-api-key", "not-a-key-0123456789")],
+    );
+    assert_eq!(wrong["code"], "UNAUTHENTICATED", "{wrong}");
+    // No route: UNIMPLEMENTED.
+    let nowhere = grpcio(gw.port, "/other.Service/Call", &key);
+    assert_eq!(nowhere["code"], "UNIMPLEMENTED", "{nowhere}");
+    // The upstream refuses connections: UNAVAILABLE, which gRPC's retry policies retry.
+    let gone = grpcio(gw.port, "/gone.Gone/Call", &[]);
+    assert_eq!(gone["code"], "UNAVAILABLE", "{gone}");
+    assert!(
+        gone["details"]
+            .as_str()
+            .unwrap()
+            .contains("could not be reached"),
+        "{gone}"
+    );
+
+    // An HTTP client on the same route still gets problem+json.
+    let http = gw.get_with("/echo.Echo/Say", &key);
+    assert_eq!(http.status, 429);
+    assert!(http
+        .header("content-type")
+        .unwrap()
+        .contains("problem+json"));
+}
+
+#[test]
+fn a_fail_closed_limiter_is_unavailable_to_grpc_callers() {
+    let dead = free_port();
+    let gw = Gateway::start_with(
+        "h2c = true",
+        &format!(
+            r#"
+[upstreams.any]
+servers = ["127.0.0.1:{up}"]
+http2 = true
+
+[plans.small]
+limits = [{{ name = "per-minute", algorithm = "sliding_log", limit = 100, window = "1m" }}]
+
+[[clients]]
+id = "ada"
+plan = "small"
+api_keys = ["{KEY}"]
+
+[[routes]]
+name = "closed"
+path_prefix = "/"
+upstream = "any"
+auth = "api_key"
+on_store_error = "fail_closed"
+
+[store]
+kind = "redis"
+url = "redis://127.0.0.1:{dead}"
+timeout = "200ms"
+"#,
+            up = free_port()
+        ),
+    );
+    let closed = grpcio(gw.port, "/any.Service/Call", &[("x-api-key", KEY)]);
+    assert_eq!(closed["code"], "UNAVAILABLE", "{closed}");
+    assert_eq!(meta(&closed, "grpc-retry-pushback-ms"), Some("1000"));
+}
+
+#[test]
+fn grpc_timeout_is_the_calls_deadline_and_the_upstream_gets_what_is_left() {
+    let silent = SilentServer::start();
+    let gw = Gateway::start_with(
+        "h2c = true",
+        &format!(
+            r#"
+[upstreams.silent]
+servers = ["127.0.0.1:{port}"]
+http2 = true
+
+[[routes]]
+name = "slow"
+path_prefix = "/"
+upstream = "silent"
+read_timeout = "1h"
+"#,
+            port = silent.port
+        ),
+    );
+    // The route would wait an hour; the call's deadline is 300 ms: the gateway answers
+    // DEADLINE_EXCEEDED itself (the 30 s bound only keeps a broken gateway from hanging the
+    // test).
+    let answer = call_within(
+        Duration::from_secs(30),
+        gw.port,
+        "/slow.Slow/Call",
+        b"x",
+        &[("grpc-timeout", "300m")],
+    )
+    .expect("the gateway answered within the call's deadline, not the route's read_timeout");
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.headers.get("grpc-status").unwrap(), "4");
+    assert!(answer.headers.contains_key("x-request-id"));
+    // The upstream was told what was left of the deadline, never more than was given.
+    let received = silent.received.lock().unwrap();
+    let forwarded = received[0].get("grpc-timeout").unwrap().to_str().unwrap();
+    let ms: u64 = forwarded.strip_suffix('m').unwrap().parse().unwrap();
+    assert!((1..=300).contains(&ms), "{forwarded}");
+    drop(received);
+
+    // A malformed deadline is refused, not ignored.
+    let bad = call_within(
+        Duration::from_secs(30),
+        gw.port,
+        "/slow.Slow/Call",
+        b"x",
+        &[("grpc-timeout", "soon")],
+    )
+    .unwrap();
+    assert_eq!(bad.headers.get("grpc-status").unwrap(), "3");
+    assert!(bad
+        .headers
+        .get("grpc-message")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .contains("grpc-timeout"));
+}
