@@ -63,6 +63,8 @@ pub struct RequestCtx {
     pub grpc_answer: Option<crate::chain::problem::Kind>,
     /// The call's deadline (`grpc-timeout`), when it has one.
     pub deadline: Option<Instant>,
+    /// An HTTP/1.1 upgrade request (a WebSocket handshake).
+    pub upgrade: bool,
 }
 
 impl RequestCtx {
@@ -91,6 +93,7 @@ impl RequestCtx {
             grpc: false,
             grpc_answer: None,
             deadline: None,
+            upgrade: false,
         }
     }
 

@@ -135,12 +135,12 @@ impl ProxyHttp for Gateway {
 
     async fn request_body_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         body: &mut Option<Bytes>,
         _end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        request::request_body_filter(body, ctx)
+        request::request_body_filter(session.was_upgraded(), body, ctx)
     }
 
     async fn upstream_peer(
@@ -193,10 +193,13 @@ impl ProxyHttp for Gateway {
 
     async fn response_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         upstream_response: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
+        if upstream_response.status == http::StatusCode::SWITCHING_PROTOCOLS && ctx.upgrade {
+            upstream::upgraded(session, ctx);
+        }
         response::response_filter(upstream_response, ctx)
     }
 

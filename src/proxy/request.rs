@@ -171,6 +171,7 @@ pub fn check_head(session: &Session, ctx: &mut RequestCtx) -> Result<(), Reject>
         Some(v) if request_id::is_acceptable(v.as_bytes()) => v.clone(),
         _ => request_id::generate_value(),
     };
+    ctx.upgrade = session.is_upgrade_req();
     ctx.grpc = grpc::is_grpc(req.headers.get(CONTENT_TYPE).map(HeaderValue::as_bytes));
     if ctx.grpc {
         if let Some(timeout) = req.headers.get(GRPC_TIMEOUT) {
@@ -279,9 +280,14 @@ fn expects_continue(req: &pingora::http::RequestHeader) -> bool {
 }
 
 /// Counts the body as it streams: a chunked body larger than the route allows is cut off
-/// with 413 (or the connection closed, if the response has started).
-pub fn request_body_filter(body: &Option<Bytes>, ctx: &mut RequestCtx) -> Result<()> {
-    let Some(chunk) = body.as_ref() else {
+/// with 413 (or the connection closed, if the response has started). The bytes of an
+/// upgraded connection are not a body: they are not counted.
+pub fn request_body_filter(
+    upgraded: bool,
+    body: &Option<Bytes>,
+    ctx: &mut RequestCtx,
+) -> Result<()> {
+    let Some(chunk) = body.as_ref().filter(|_| !upgraded) else {
         return Ok(());
     };
     ctx.body_bytes += chunk.len() as u64;

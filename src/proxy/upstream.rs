@@ -68,7 +68,11 @@ pub fn upstream_peer(ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
     let within = |timeout: std::time::Duration| Some(left.map_or(timeout, |l| l.min(timeout)));
     let options = &mut peer.options;
     options.connection_timeout = within(route.config.connect_timeout);
-    options.read_timeout = within(route.config.read_timeout);
+    // An upgrade request's reads wait as long as an upgraded connection may idle.
+    options.read_timeout = within(match ctx.upgrade {
+        true => route.config.upgrade_idle_timeout,
+        false => route.config.read_timeout,
+    });
     options.write_timeout = within(route.config.write_timeout);
     options.idle_timeout = Some(route.pool.config.keepalive_timeout);
     Ok(Box::new(peer))
@@ -219,6 +223,21 @@ pub fn upstream_response_body_filter(end_of_stream: bool, ctx: &mut RequestCtx) 
     if end_of_stream {
         ctx.permit = None;
     }
+}
+
+/// The upstream switched protocols (a WebSocket): from here the connection is a tunnel. Its
+/// client side may idle `upgrade_idle_timeout` (instead of `body_timeout`; the upstream side
+/// got it at connect), its concurrency slots are kept for as long as it is open, and its
+/// place in a shedding pool is freed (the handshake is what the gate measured; a tunnel's
+/// lifetime is not a latency).
+pub fn upgraded(session: &mut Session, ctx: &mut RequestCtx) {
+    if let Some(route) = ctx.route() {
+        session.set_read_timeout(Some(route.config.upgrade_idle_timeout));
+    }
+    if let Some(slots) = ctx.admission.slots.as_mut() {
+        slots.keep_alive();
+    }
+    ctx.permit = None;
 }
 
 /// Proxying failed: a timeout waiting for the upstream is a latency sample too (the longest

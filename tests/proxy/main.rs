@@ -19,3 +19,4 @@ mod mtls;
 mod readings;
 mod tls;
 mod upstream_tls;
+mod websocket;

@@ -299,6 +299,7 @@ impl Admission {
                 policies: held,
                 slot_id,
                 fallback,
+                renewing: None,
             });
         }
         Ok(())

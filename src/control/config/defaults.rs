@@ -28,6 +28,9 @@ pub const RESOLVE_INTERVAL: Duration = Duration::from_secs(30);
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// An upgraded connection silent this long in one direction is closed (a WebSocket's pings
+/// keep a quiet one open: most libraries ping every 20–30 s).
+pub const UPGRADE_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
 pub const HEALTH_HOST: &str = "localhost";

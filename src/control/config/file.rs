@@ -519,6 +519,8 @@ pub struct RouteFile {
     pub connect_timeout: Option<HumanDuration>,
     pub read_timeout: Option<HumanDuration>,
     pub write_timeout: Option<HumanDuration>,
+    /// An upgraded connection (WebSocket) ends when a direction is silent this long.
+    pub upgrade_idle_timeout: Option<HumanDuration>,
     pub ip_limit: Option<IpLimitSetting>,
     pub auth: Option<AuthFile>,
     /// Units each request costs against the client's plan limits.

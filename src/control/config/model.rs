@@ -201,6 +201,9 @@ pub struct RouteConfig {
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
     pub write_timeout: Duration,
+    /// An upgraded connection (WebSocket) ends when either direction is silent this long;
+    /// it replaces `read_timeout` and `body_timeout` for upgrade requests.
+    pub upgrade_idle_timeout: Duration,
     pub ip_limit: IpLimitChoice,
     pub auth: Auth,
     /// Units one request costs against the client's plan limits.

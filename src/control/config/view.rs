@@ -98,6 +98,7 @@ pub fn render(config: &Config) -> Value {
             "connect_timeout": format_duration(r.connect_timeout),
             "read_timeout": format_duration(r.read_timeout),
             "write_timeout": format_duration(r.write_timeout),
+            "upgrade_idle_timeout": format_duration(r.upgrade_idle_timeout),
             "ip_limit": match r.ip_limit {
                 IpLimitChoice::ServerDefault => json!("server default"),
                 IpLimitChoice::Off => json!("off"),

@@ -274,6 +274,27 @@ impl<C: Clock + Clone> Store<C> {
         }
     }
 
+    /// A request that lasts (an upgraded connection) keeps its concurrency slots: in Redis
+    /// they live another slot time to live from now; the reply is how many it still held (a
+    /// slot already expired is not taken again). The memory store and the fallback count
+    /// slots in process, without a time to live: nothing to renew.
+    pub async fn renew(
+        &self,
+        client: &str,
+        route: &str,
+        policies: &[Policy],
+        slot_id: &str,
+        fallback: bool,
+    ) -> Result<u64, StoreError> {
+        match &self.backend {
+            Backend::Redis(r) if !fallback => {
+                let ttl = policies.iter().map(Policy::window_ms).max().unwrap_or(0);
+                r.renew(client, route, policies, slot_id, ttl).await
+            }
+            _ => Ok(policies.len() as u64),
+        }
+    }
+
     /// Redis: whether the request connection is up, and how many times it was repaired.
     pub fn connection(&self) -> Option<(bool, u64)> {
         match &self.backend {

@@ -329,6 +329,27 @@ impl RedisStore {
         }
     }
 
+    /// Renews the concurrency slots `slot_id` still holds for `ttl_ms` from now; how many
+    /// it holds. Bounded by the store timeout.
+    pub async fn renew(
+        &self,
+        client: &str,
+        route: &str,
+        policies: &[Policy],
+        slot_id: &str,
+        ttl_ms: u64,
+    ) -> Result<u64, StoreError> {
+        let prefix = &self.config.prefix;
+        let Some(invocation) = self
+            .scripts
+            .renew_call(prefix, client, route, policies, slot_id, ttl_ms)
+        else {
+            return Ok(0);
+        };
+        self.bounded(self.link.invoke::<u64>(&invocation, Lane::Background))
+            .await
+    }
+
     /// Asks for a lease: `want` units (at least `need`) of every policy (fixed or sliding
     /// windows), after giving back a lapsed lease. One call, within the timeout.
     pub async fn lease(&self, call: LeaseCall<'_>) -> Result<Grant, StoreError> {

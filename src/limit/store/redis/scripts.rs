@@ -284,6 +284,21 @@ impl Scripts {
         Some(invocation)
     }
 
+    /// `release.lua` in its renewing mode: the slots of `slot_id` live `ttl_ms` from now.
+    pub fn renew_call(
+        &self,
+        prefix: &str,
+        client: &str,
+        route: &str,
+        policies: &[Policy],
+        slot_id: &str,
+        ttl_ms: u64,
+    ) -> Option<Call<'_>> {
+        let mut invocation = self.release_call(prefix, client, route, policies, slot_id)?;
+        invocation.arg(ttl_ms);
+        Some(invocation)
+    }
+
     /// `give_back.lua`: KEYS one per policy; ARGV four per policy.
     pub fn give_back_call(
         &self,
