@@ -6,6 +6,7 @@
 
 use crate::chain::auth::{bearer_token, API_KEY};
 use crate::chain::credential::TokenFrom;
+use crate::chain::forwarded::{Origin, X_FORWARDED_HOST, X_FORWARDED_PREFIX, X_FORWARDED_PROTO};
 use http::header::{AUTHORIZATION, COOKIE, EXPECT};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use std::net::IpAddr;
@@ -18,12 +19,16 @@ pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static(X_FORWARDED_FOR_
 pub const X_FORWARDED_FOR_HEADER: &str = "x-forwarded-for";
 
 /// Headers whose upstream value the gateway decides: it sets them (`X-Client-Id`,
-/// `X-Forwarded-For`, `X-Request-Id`) or removes them (`X-Api-Key`).
-pub const CONTROLLED_HEADERS: [&str; 4] = [
+/// `X-Forwarded-For`, `X-Request-Id`, `X-Forwarded-Proto` / `-Host` / `-Prefix`) or removes
+/// them (`X-Api-Key`).
+pub const CONTROLLED_HEADERS: [&str; 7] = [
     CLIENT_ID_HEADER,
     X_FORWARDED_FOR_HEADER,
     super::request_id::HEADER,
     super::auth::API_KEY_HEADER,
+    X_FORWARDED_PROTO,
+    X_FORWARDED_HOST,
+    X_FORWARDED_PREFIX,
 ];
 
 /// Incoming header names that CGI/WSGI-style upstreams would read as one of
@@ -98,6 +103,9 @@ pub struct Forward<'a> {
     pub claims: &'a [(&'a HeaderName, Option<&'a str>)],
     /// The gateway answered `Expect: 100-continue` itself.
     pub continued: bool,
+    /// How the client reached the gateway (`X-Forwarded-Proto`, `-Host`, `-Prefix`,
+    /// `Forwarded`).
+    pub origin: Origin<'a>,
 }
 
 /// Applies what the upstream receives to `head`: the path the route was chosen by (with the
@@ -112,6 +120,12 @@ pub fn forward(f: &Forward<'_>, head: &mut impl UpstreamHead) -> Result<(), Stri
         head.set(X_FORWARDED_FOR_HEADER, value)?;
     }
     head.set(super::request_id::HEADER, f.request_id.clone())?;
+    for (name, value) in super::forwarded::headers(&f.origin, head.headers())? {
+        match value {
+            Some(value) => head.set_named(&name, value)?,
+            None => head.remove(&name),
+        }
+    }
     if let Some(path) = f.path {
         // The upstream acts on the path the route was chosen by.
         let target = match head.query() {
@@ -312,6 +326,14 @@ mod tests {
             token: None,
             claims: &[],
             continued: false,
+            origin: Origin {
+                peer: Some("10.0.0.9".parse().unwrap()),
+                trusted: false,
+                tls: false,
+                host: Some("api.example"),
+                prefix: None,
+                forwarded: false,
+            },
         }
     }
 

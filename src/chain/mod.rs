@@ -12,8 +12,9 @@
 //!                  decide, concurrency slots      → 429 named policies · 503
 //! [6] shedding     the upstream pool's gate (`upstream::shed`, passed by `proxy/request.rs`)
 //!                  → 503 overloaded, and `Admission::shed` gives the units back
-//! [7] forward      what the upstream receives: normalised path, X-Forwarded-For,
-//!                  X-Client-Id / X-Request-Id, no API key
+//! [7] forward      what the upstream receives: normalised path (rewrite: strip_prefix /
+//!                  add_prefix), X-Forwarded-For, forwarded: X-Forwarded-Proto / -Host /
+//!                  -Prefix and RFC 7239 Forwarded, X-Client-Id / X-Request-Id, no API key
 //!     headers      RateLimit headers · problem: problem+json bodies · upstream_error:
 //!                  upstream failures → 502 / 504 · grpc: the same answers as gRPC statuses
 //!                  for gRPC calls, and `grpc-timeout` as the call's deadline
@@ -31,6 +32,7 @@ pub mod credential;
 pub mod exempt;
 pub mod fold;
 pub mod forward;
+pub mod forwarded;
 pub mod grpc;
 pub mod headers;
 pub mod identity;
@@ -41,6 +43,7 @@ pub mod path;
 pub mod problem;
 pub mod reject;
 pub mod request_id;
+pub mod rewrite;
 pub mod router;
 pub mod upstream_error;
 pub mod usage;

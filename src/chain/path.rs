@@ -19,7 +19,9 @@
 //! - an encoded `%` (`%25`): a second decoding by the upstream would reveal any of the above;
 //! - a malformed percent-encoding (`%`, `%4`, `%zz`), NUL and other control bytes.
 //!
-//! Letter case and trailing slashes are the router's business (`router.rs`).
+//! Letter case and trailing slashes are the router's business (`router.rs`). A route may then
+//! rewrite the path it was chosen by (`strip_prefix`, `add_prefix`: `rewrite.rs`); the
+//! upstream gets the normal form after that rewrite, nothing else.
 
 use std::borrow::Cow;
 

@@ -8,7 +8,7 @@ use crate::chain::forward::X_FORWARDED_FOR;
 use crate::chain::identity::{client_ip, group_key};
 use crate::chain::partition::KeyInputs;
 use crate::chain::reject::Reject;
-use crate::chain::{grpc, message, request_id, router};
+use crate::chain::{grpc, message, request_id, rewrite, router};
 use crate::clock::{Clock, MonotonicClock};
 use crate::proxy::conn::GuardedStream;
 use crate::proxy::context::RequestCtx;
@@ -198,9 +198,17 @@ fn route_request(session: &Session, ctx: &mut RequestCtx) -> Result<usize, Rejec
         .host()
         .or_else(|| req.headers.get(HOST).and_then(|h| h.to_str().ok()));
     let (index, normalized) = router::route(&snapshot.router, host, &req.method, req.uri.path())?;
-    message::check_content_length(snapshot.routes[index].config.max_body_bytes, req)?;
+    let config = &snapshot.routes[index].config;
+    message::check_content_length(config.max_body_bytes, req)?;
     ctx.route = Some(index);
-    ctx.forward_path = normalized;
+    let routed = normalized.as_deref().unwrap_or(req.uri.path());
+    let rewritten = rewrite::rewrite(
+        routed,
+        &config.path_prefix,
+        config.strip_prefix,
+        config.add_prefix.as_deref(),
+    );
+    ctx.forward_path = rewritten.or(normalized);
     Ok(index)
 }
 

@@ -3,8 +3,9 @@
 //! receives) and `upstream_response_filter` (its latency).
 
 use crate::chain::forward::{forward, Forward, UpstreamHead};
-use crate::chain::grpc;
+use crate::chain::forwarded::Origin;
 use crate::chain::upstream_error::NO_HEALTHY_UPSTREAM;
+use crate::chain::{grpc, rewrite};
 use crate::ops::trace::context::{traceparent, TRACEPARENT, TRACESTATE};
 use crate::proxy::context::RequestCtx;
 use crate::proxy::grpc::GRPC_TIMEOUT;
@@ -118,11 +119,25 @@ pub fn upstream_request_filter(
             .collect(),
         _ => Vec::new(),
     };
+    let peer = session
+        .client_addr()
+        .and_then(PeerAddr::as_inet)
+        .map(|a| a.ip());
+    let req = session.req_header();
+    let origin = Origin {
+        peer,
+        trusted: peer.is_some_and(|ip| ctx.snapshot.config.server.trusted_proxies.contains(ip)),
+        tls: session.digest().is_some_and(|d| d.ssl_digest.is_some()),
+        host: req.uri.authority().map(|a| a.as_str()).or_else(|| {
+            req.headers
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+        }),
+        prefix: route.and_then(|r| rewrite::stripped(&r.config.path_prefix, r.config.strip_prefix)),
+        forwarded: route.is_some_and(|r| r.config.forwarded),
+    };
     let policy = Forward {
-        peer: session
-            .client_addr()
-            .and_then(PeerAddr::as_inet)
-            .map(|a| a.ip()),
+        peer,
         request_id: &ctx.request_id,
         path: ctx.forward_path.as_deref(),
         client: ctx
@@ -133,6 +148,7 @@ pub fn upstream_request_filter(
         token,
         claims: &claims,
         continued: ctx.continued,
+        origin,
     };
     forward(&policy, &mut PingoraHead(upstream_request))
         .map_err(|e| Error::explain(ErrorType::InternalError, e))?;

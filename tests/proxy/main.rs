@@ -11,6 +11,7 @@ mod common;
 mod bounds;
 mod bypass;
 mod dns;
+mod forwarding;
 mod gateway;
 mod grpc;
 mod hostile;

@@ -521,6 +521,12 @@ pub struct RouteFile {
     pub write_timeout: Option<HumanDuration>,
     /// An upgraded connection (WebSocket) ends when a direction is silent this long.
     pub upgrade_idle_timeout: Option<HumanDuration>,
+    /// The upstream gets the path without the route's `path_prefix`.
+    pub strip_prefix: Option<bool>,
+    /// The upstream gets the path with this prefix in front (after `strip_prefix`).
+    pub add_prefix: Option<String>,
+    /// Append an RFC 7239 `Forwarded` element for the upstream.
+    pub forwarded: Option<bool>,
     pub ip_limit: Option<IpLimitSetting>,
     pub auth: Option<AuthFile>,
     /// Units each request costs against the client's plan limits.

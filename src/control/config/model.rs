@@ -204,6 +204,12 @@ pub struct RouteConfig {
     /// An upgraded connection (WebSocket) ends when either direction is silent this long;
     /// it replaces `read_timeout` and `body_timeout` for upgrade requests.
     pub upgrade_idle_timeout: Duration,
+    /// The path the upstream gets: without `path_prefix` (`strip_prefix`), with `add_prefix`
+    /// in front (`chain::rewrite`).
+    pub strip_prefix: bool,
+    pub add_prefix: Option<String>,
+    /// The upstream gets an RFC 7239 `Forwarded` element of this hop.
+    pub forwarded: bool,
     pub ip_limit: IpLimitChoice,
     pub auth: Auth,
     /// Units one request costs against the client's plan limits.

@@ -99,6 +99,9 @@ pub fn render(config: &Config) -> Value {
             "read_timeout": format_duration(r.read_timeout),
             "write_timeout": format_duration(r.write_timeout),
             "upgrade_idle_timeout": format_duration(r.upgrade_idle_timeout),
+            "strip_prefix": r.strip_prefix,
+            "add_prefix": r.add_prefix,
+            "forwarded": r.forwarded,
             "ip_limit": match r.ip_limit {
                 IpLimitChoice::ServerDefault => json!("server default"),
                 IpLimitChoice::Off => json!("off"),

@@ -36,6 +36,9 @@ pub(super) fn route_config(
         read_timeout,
         write_timeout,
         upgrade_idle_timeout,
+        strip_prefix,
+        add_prefix,
+        forwarded,
         ip_limit,
         auth,
         cost,
@@ -202,6 +205,15 @@ pub(super) fn route_config(
             defaults::UPGRADE_IDLE_TIMEOUT,
             problems,
         ),
+        strip_prefix: strip_prefix.unwrap_or(false),
+        add_prefix: add_prefix.filter(|add| {
+            let checked = crate::chain::rewrite::check_add_prefix(add);
+            if let Err(why) = &checked {
+                problems.push(format!("{base}.add_prefix"), why.clone());
+            }
+            checked.is_ok()
+        }),
+        forwarded: forwarded.unwrap_or(false),
         ip_limit,
         auth,
         cost,
