@@ -65,6 +65,8 @@ pub struct RequestCtx {
     pub deadline: Option<Instant>,
     /// An HTTP/1.1 upgrade request (a WebSocket handshake).
     pub upgrade: bool,
+    /// The request counted in flight to its server (least-request pools).
+    pub in_flight: Option<crate::upstream::balance::InFlight>,
 }
 
 impl RequestCtx {
@@ -94,6 +96,7 @@ impl RequestCtx {
             grpc_answer: None,
             deadline: None,
             upgrade: false,
+            in_flight: None,
         }
     }
 

@@ -9,6 +9,7 @@ use crate::chain::{grpc, rewrite};
 use crate::ops::trace::context::{traceparent, TRACEPARENT, TRACESTATE};
 use crate::proxy::context::RequestCtx;
 use crate::proxy::grpc::GRPC_TIMEOUT;
+use crate::upstream::balance::InFlight;
 use http::header::HeaderValue;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
@@ -35,6 +36,8 @@ pub fn upstream_peer(ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
         ));
     };
     ctx.upstream_addr = Some(server.addr);
+    // A retried connect moves the count to the new server (the old guard drops).
+    ctx.in_flight = server.load.as_ref().map(InFlight::start);
     let pool = &route.pool;
     let mut peer = match &pool.tls {
         Some(tls) => {
@@ -238,6 +241,7 @@ pub fn upstream_response_filter(response: &ResponseHeader, ctx: &mut RequestCtx)
 pub fn upstream_response_body_filter(end_of_stream: bool, ctx: &mut RequestCtx) {
     if end_of_stream {
         ctx.permit = None;
+        ctx.in_flight = None;
     }
 }
 
@@ -264,4 +268,5 @@ pub fn upstream_failed(timed_out: bool, ctx: &mut RequestCtx) {
         permit.record(sent.elapsed());
     }
     ctx.permit = None;
+    ctx.in_flight = None;
 }

@@ -19,6 +19,8 @@ pub struct UpstreamConfig {
     pub http2: bool,
     /// How often host names are resolved again; zero: only when the pool is built.
     pub resolve_interval: Duration,
+    /// How requests are spread over the servers.
+    pub balance: crate::upstream::balance::Balance,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

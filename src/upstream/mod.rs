@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! config.rs     [upstreams.NAME] as validated: servers, checks, TLS, shedding, timeouts
+//! balance.rs    weights, round robin and least request (power of two choices), in flight
 //! pool.rs       a pool: its servers (resolved again every resolve_interval), round robin over
 //!               the healthy ones, its active health check, its shedding gate
 //! resolve.rs    host names → addresses (the system resolver or server.dns_servers)
@@ -16,6 +17,7 @@
 //! knows the control plane: a pool is built from its config by `control::snapshot`, which
 //! keeps it across reloads while its config is unchanged.
 
+pub mod balance;
 pub mod config;
 pub mod health;
 pub mod pool;

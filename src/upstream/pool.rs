@@ -1,5 +1,5 @@
-//! Upstream pools: round robin over the servers' addresses, skipping those that fail their
-//! active HTTP health check. Host names are resolved when the pool is built and then again
+//! Upstream pools: weighted round robin or least request (`balance.rs`) over the servers'
+//! addresses, skipping those that fail their active HTTP health check. Host names are resolved when the pool is built and then again
 //! every `resolve_interval` (Pingora's service discovery: the pool follows the answer — new
 //! addresses are added and health-checked, vanished ones dropped — without a reload). The
 //! checks and resolutions are run by `background::health`, which walks the pools of the
@@ -7,6 +7,7 @@
 //! `shedding` has a [`Gate`]: the door its requests pass first. A pool with `tls` carries
 //! what its connections need (CA, client certificate), read when it is built.
 
+use crate::upstream::balance::{lighter, random, server_entry, two_of, Balance, Load};
 use crate::upstream::config::{HealthCheckConfig, UpstreamConfig};
 use crate::upstream::resolve::NameResolver;
 use crate::upstream::shed::Gate;
@@ -27,11 +28,12 @@ use std::time::Instant;
 #[derive(Debug, Clone)]
 pub struct Host(pub Arc<str>);
 
-/// A server as configured: host (name or address) and port.
+/// A server as configured: host (name or address), port and weight.
 #[derive(Debug, Clone)]
 struct Server {
     host: String,
     port: u16,
+    weight: u16,
 }
 
 impl Server {
@@ -50,12 +52,15 @@ pub struct Pool {
     /// Load shedding, when the pool has it.
     pub gate: Option<Arc<Gate>>,
     pub tls: Option<PeerTls>,
+    balance: Balance,
 }
 
-/// The selected server: its address and, in a TLS pool, the host it came from.
+/// The selected server: its address, in a TLS pool the host it came from, in a
+/// least-request pool its requests in flight.
 pub struct Selected {
     pub addr: SocketAddr,
     pub host: Option<Arc<str>>,
+    pub load: Option<Arc<Load>>,
 }
 
 impl Selected {
@@ -76,19 +81,42 @@ struct Discovery {
     initial: Mutex<Option<BTreeSet<Backend>>>,
     /// The pool speaks TLS: backends keep their host.
     tls: bool,
+    /// Least request: each address's requests in flight, kept across re-resolutions.
+    loads: Option<Mutex<HashMap<SocketAddr, Arc<Load>>>>,
 }
 
-/// A backend at `addr`; over TLS it carries the `host` it was resolved from (its SNI and
-/// verified name). Plain ones carry nothing: the load balancer clones the selected backend
-/// on every request, extensions included.
-fn backend(addr: SocketAddr, host: &str, tls: bool) -> Backend {
+impl Discovery {
+    /// The backend of `addr`, resolved from `server`.
+    fn backend(&self, addr: SocketAddr, server: &Server) -> Backend {
+        let load = self.loads.as_ref().map(|loads| {
+            let mut loads = loads.lock().expect("not poisoned");
+            Arc::clone(loads.entry(addr).or_default())
+        });
+        backend(addr, &server.host, self.tls, server.weight, load)
+    }
+}
+
+/// A backend at `addr` with its server's weight; over TLS it carries the `host` it was
+/// resolved from (its SNI and verified name), in a least-request pool its load. Plain
+/// round-robin ones carry nothing: the load balancer clones the selected backend on every
+/// request, extensions included.
+fn backend(
+    addr: SocketAddr,
+    host: &str,
+    tls: bool,
+    weight: u16,
+    load: Option<Arc<Load>>,
+) -> Backend {
     let mut b = Backend {
         addr: pingora::protocols::l4::socket::SocketAddr::Inet(addr),
-        weight: 1,
+        weight: usize::from(weight),
         ext: Default::default(),
     };
     if tls {
         b.ext.insert(Host(Arc::from(host)));
+    }
+    if let Some(load) = load {
+        b.ext.insert(load);
     }
     b
 }
@@ -102,11 +130,7 @@ impl ServiceDiscovery for Discovery {
         let mut found = BTreeSet::new();
         for server in &self.servers {
             match self.resolver.lookup(&server.host, server.port).await {
-                Ok(addrs) => found.extend(
-                    addrs
-                        .into_iter()
-                        .map(|a| backend(a, &server.host, self.tls)),
-                ),
+                Ok(addrs) => found.extend(addrs.into_iter().map(|a| self.backend(a, server))),
                 Err(e) => {
                     // Keep the pool as it is rather than empty it on a failed lookup.
                     log::warn!(
@@ -135,29 +159,32 @@ impl Pool {
         previous: Option<&Arc<Pool>>,
     ) -> Result<Pool, Invalid> {
         let problem = |path: String, message: String| Invalid { path, message };
-        let mut servers = Vec::with_capacity(config.servers.len());
+        let mut discovery = Discovery {
+            servers: Vec::with_capacity(config.servers.len()),
+            resolver: resolver.clone(),
+            initial: Mutex::new(None),
+            tls: config.tls.is_some(),
+            loads: (config.balance == Balance::LeastRequest).then(Mutex::default),
+        };
         let mut initial = BTreeSet::new();
         for (i, text) in config.servers.iter().enumerate() {
             let path = format!("upstreams.{}.servers[{i}]", config.name);
-            let (host, port) = split_host_port(text).map_err(|m| problem(path.clone(), m))?;
-            let server = Server { host, port };
+            let entry = server_entry(text).map_err(|m| problem(path.clone(), m))?;
+            let (host, port) =
+                split_host_port(entry.address).map_err(|m| problem(path.clone(), m))?;
+            let server = Server {
+                host,
+                port,
+                weight: entry.weight,
+            };
             let addrs = resolver
                 .lookup_blocking(&server.host, server.port)
                 .map_err(|m| problem(path, m))?;
-            initial.extend(
-                addrs
-                    .into_iter()
-                    .map(|a| backend(a, &server.host, config.tls.is_some())),
-            );
-            servers.push(server);
+            initial.extend(addrs.into_iter().map(|a| discovery.backend(a, &server)));
+            discovery.servers.push(server);
         }
-        let has_names = servers.iter().any(Server::is_name);
-        let discovery = Discovery {
-            servers,
-            resolver: resolver.clone(),
-            initial: Mutex::new(Some(initial)),
-            tls: config.tls.is_some(),
-        };
+        let has_names = discovery.servers.iter().any(Server::is_name);
+        *discovery.initial.get_mut().expect("not poisoned") = Some(initial);
         let mut lb = LoadBalancer::<RoundRobin>::from_backends(Backends::new(Box::new(discovery)));
         // The first discovery hands out what was just resolved: no I/O, no runtime needed.
         futures::executor::block_on(lb.update()).expect("the initial discovery cannot fail");
@@ -182,16 +209,50 @@ impl Pool {
             next_resolve: Mutex::new(resolving.then(|| Instant::now() + config.resolve_interval)),
             gate,
             tls,
+            balance: config.balance,
         })
     }
 
-    /// The next healthy server in round-robin order, or `None` if every server is down.
+    /// A healthy server by the pool's policy, or `None` if every server is down.
     pub fn select(&self) -> Option<Selected> {
+        if self.balance == Balance::LeastRequest {
+            if let Some(chosen) = self.least_request() {
+                return Some(chosen);
+            }
+        }
         let n = self.len().max(1);
-        let b = self.lb.select(b"", n)?;
-        let addr = *b.addr.as_inet()?;
-        let host = b.ext.get::<Host>().map(|h| Arc::clone(&h.0));
-        Some(Selected { addr, host })
+        selected(&self.lb.select(b"", n)?)
+    }
+
+    /// Power of two choices among the healthy servers (`None`: fewer than two servers, or
+    /// the draws found none healthy: round robin decides).
+    fn least_request(&self) -> Option<Selected> {
+        let backends = self.lb.backends();
+        let all = backends.get_backend();
+        if all.len() < 2 {
+            return None;
+        }
+        let load = |b: &Backend| (b.ext.get::<Arc<Load>>().map_or(0, |l| l.get()), b.weight);
+        let weight = |b: &Backend| u16::try_from(b.weight).unwrap_or(u16::MAX);
+        for _ in 0..3 {
+            let (i, j) = two_of(all.len(), random());
+            let (a, b) = (all.iter().nth(i)?, all.iter().nth(j)?);
+            let pick = match (backends.ready(a), backends.ready(b)) {
+                (true, true) => {
+                    let (la, lb) = (load(a), load(b));
+                    if lighter((la.0, weight(a)), (lb.0, weight(b))) {
+                        a
+                    } else {
+                        b
+                    }
+                }
+                (true, false) => a,
+                (false, true) => b,
+                (false, false) => continue,
+            };
+            return selected(pick);
+        }
+        None
     }
 
     /// How many addresses the pool has now.
@@ -241,6 +302,14 @@ impl Pool {
         *self.next_resolve.lock().expect("not poisoned") = Some(next);
         Some(next)
     }
+}
+
+fn selected(b: &Backend) -> Option<Selected> {
+    Some(Selected {
+        addr: *b.addr.as_inet()?,
+        host: b.ext.get::<Host>().map(|h| Arc::clone(&h.0)),
+        load: b.ext.get::<Arc<Load>>().cloned(),
+    })
 }
 
 /// `host:port` or `[v6]:port`.

@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod balancing;
 mod bounds;
 mod bypass;
 mod dns;

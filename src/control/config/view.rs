@@ -78,6 +78,10 @@ pub fn render(config: &Config) -> Value {
         "upstreams": config.upstreams.values().map(|u| json!({
             "name": u.name,
             "servers": u.servers,
+            "balance": match u.balance {
+                crate::upstream::balance::Balance::RoundRobin => "round_robin",
+                crate::upstream::balance::Balance::LeastRequest => "least_request",
+            },
             "keepalive_timeout": format_duration(u.keepalive_timeout),
             "health_check": u.health_check.as_ref().map(|h| json!({
                 "path": h.path,

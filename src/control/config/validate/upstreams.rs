@@ -2,9 +2,10 @@
 
 use super::checks::*;
 use crate::control::config::defaults;
-use crate::control::config::file::{HealthCheckFile, UpstreamFile};
+use crate::control::config::file::{BalanceFile, HealthCheckFile, UpstreamFile};
 use crate::control::config::model::{HealthCheckConfig, UpstreamConfig, UpstreamTls};
 use crate::control::config::units::{HumanDuration, SecretSource};
+use crate::upstream::balance::{server_entry, Balance};
 use std::net::SocketAddr;
 
 pub(super) fn upstream_config(
@@ -25,6 +26,7 @@ pub(super) fn upstream_config(
         tls_client_key,
         http2,
         resolve_interval,
+        balance,
     } = file;
     let base = format!("upstreams.{name}");
     check_name(&base, name, problems);
@@ -32,10 +34,17 @@ pub(super) fn upstream_config(
         problems.push(format!("{base}.servers"), "at least one server is required");
     }
     let mut seen: Vec<&str> = Vec::with_capacity(servers.len());
-    for (i, server) in servers.iter().enumerate() {
+    for (i, text) in servers.iter().enumerate() {
+        let server = match server_entry(text) {
+            Ok(entry) => entry.address,
+            Err(msg) => {
+                problems.push(format!("{base}.servers[{i}]"), msg);
+                continue;
+            }
+        };
         if let Err(msg) = check_server(server) {
             problems.push(format!("{base}.servers[{i}]"), msg);
-        } else if seen.contains(&server.as_str()) {
+        } else if seen.contains(&server) {
             problems.push(
                 format!("{base}.servers[{i}]"),
                 format!("{server:?} is listed twice"),
@@ -75,6 +84,10 @@ pub(super) fn upstream_config(
         tls,
         http2: http2.unwrap_or(false),
         resolve_interval,
+        balance: match balance {
+            None | Some(BalanceFile::RoundRobin) => Balance::RoundRobin,
+            Some(BalanceFile::LeastRequest) => Balance::LeastRequest,
+        },
     }
 }
 
