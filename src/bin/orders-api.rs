@@ -8,6 +8,8 @@
 //! GET  /healthz           health                              200 / 503 when marked down
 //! POST /_control/healthy | /_control/unhealthy               flip /healthz (for demos and tests)
 //! POST /_control/delay?ms=N                                   add N ms to every answer (0: none)
+//! POST /_control/fail?status=N                                answer every request but /healthz
+//!                                                             with status N (500-599; 0: normally)
 //! GET  /_control/stats    {"requests": N}: requests served, /_control/* excluded
 //! GET  /_control/arrivals {"ms": [...]}: when the last 10000 requests arrived (Unix ms)
 //! ANY  /echo/...          what the upstream received (method, path, headers, peer, body) as JSON
@@ -64,6 +66,8 @@ struct OrdersApi {
     /// Bounds the requests served at once (`--capacity`).
     capacity: Option<tokio::sync::Semaphore>,
     healthy: AtomicBool,
+    /// Every answer has this status (0: none; set with POST /_control/fail?status=N).
+    fail_status: AtomicU64,
     next_id: AtomicU64,
     served: AtomicU64,
     /// When the latest requests arrived (Unix ms), to see how evenly they came.
@@ -148,6 +152,17 @@ impl OrdersApi {
                     .min(MAX_DELAY_MS);
                 self.delay_ms.store(ms, Ordering::Relaxed);
                 self.reply(StatusCode::OK, json!({"delay_ms": ms}))
+            }
+            ("POST", ["_control", "fail"]) => {
+                let status = req
+                    .uri
+                    .query()
+                    .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("status=")))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .filter(|s| (500..=599).contains(s))
+                    .unwrap_or(0);
+                self.fail_status.store(status, Ordering::Relaxed);
+                self.reply(StatusCode::OK, json!({"fail_status": status}))
             }
             ("POST", ["_control", state @ ("healthy" | "unhealthy")]) => {
                 self.healthy.store(*state == "healthy", Ordering::Relaxed);
@@ -242,6 +257,13 @@ impl ServeHttp for OrdersApi {
         if !(added + asked).is_zero() {
             tokio::time::sleep(added + asked).await;
         }
+        // /healthz keeps its own switch: a server can fail requests and pass its check.
+        let failing = self.fail_status.load(Ordering::Relaxed);
+        if let Ok(status) = StatusCode::from_u16(failing as u16) {
+            if failing != 0 && session.req_header().uri.path() != "/healthz" {
+                return self.reply(status, json!({"error": "failing on command"}));
+            }
+        }
         let tokens = session.req_header().uri.query().and_then(|q| {
             q.split('&')
                 .find_map(|pair| pair.strip_prefix("tokens="))
@@ -268,6 +290,7 @@ fn main() {
         delay_ms: AtomicU64::new(args.delay_ms),
         capacity: (args.capacity > 0).then(|| tokio::sync::Semaphore::new(args.capacity)),
         healthy: AtomicBool::new(true),
+        fail_status: AtomicU64::new(0),
         next_id: AtomicU64::new(0),
         served: AtomicU64::new(0),
         arrivals: Mutex::new(VecDeque::with_capacity(MAX_ARRIVALS)),

@@ -3,6 +3,7 @@
 //! timeout, or nothing when the client itself is gone).
 
 use crate::chain::problem::Kind;
+use crate::upstream::outlier::Attempt;
 use pingora::{Error, ErrorSource, ErrorType};
 
 /// Error type used when every server of a route's pool is unhealthy.
@@ -41,6 +42,39 @@ pub fn classify(e: &Error) -> Option<Kind> {
     }
 }
 
+/// How a failed attempt at a server counts for passive outlier detection: `connecting`
+/// errors are reported by `fail_to_connect` (a refused or timed-out connect, a failed TLS
+/// handshake); the others by `fail_to_proxy`, where connect errors were already counted and
+/// only the upstream's own failures (a timeout, a reset, garbage) count. `None`: not the
+/// server's doing (the client left, no server was tried).
+pub fn attempt(e: &Error, connecting: bool) -> Option<Attempt> {
+    use ErrorType::*;
+    let connect_error = matches!(
+        e.etype(),
+        ConnectTimedout
+            | ConnectRefused
+            | ConnectNoRoute
+            | ConnectError
+            | ConnectProxyFailure
+            | TLSHandshakeFailure
+            | TLSHandshakeTimedout
+            | InvalidCert
+    );
+    if connecting {
+        return Some(match e.etype() {
+            ConnectTimedout | TLSHandshakeTimedout => Attempt::Timeout,
+            _ => Attempt::Connect,
+        });
+    }
+    if connect_error || *e.esource() != ErrorSource::Upstream {
+        return None;
+    }
+    Some(match e.etype() {
+        ReadTimedout | WriteTimedout => Attempt::Timeout,
+        _ => Attempt::Reset,
+    })
+}
+
 /// The problem's detail for an error of `kind` while proxying to the pool `upstream`.
 pub fn describe(kind: Kind, e: &Error, upstream: &str) -> String {
     match kind {
@@ -71,6 +105,23 @@ mod tests {
         assert_eq!(classify(&closed), Some(Kind::UpstreamUnavailable));
         let none = Error::explain(NO_HEALTHY_UPSTREAM, "x");
         assert_eq!(classify(&none), Some(Kind::NoHealthyUpstream));
+    }
+
+    #[test]
+    fn failed_attempts_count_once_and_only_the_servers_own() {
+        let refused = Error::new(ErrorType::ConnectRefused).into_up();
+        assert_eq!(attempt(&refused, true), Some(Attempt::Connect));
+        assert_eq!(attempt(&refused, false), None, "counted when connecting");
+        let slow = Error::new(ErrorType::ConnectTimedout).into_up();
+        assert_eq!(attempt(&slow, true), Some(Attempt::Timeout));
+        let read = Error::new(ErrorType::ReadTimedout).into_up();
+        assert_eq!(attempt(&read, false), Some(Attempt::Timeout));
+        let reset = Error::new(ErrorType::ConnectionClosed).into_up();
+        assert_eq!(attempt(&reset, false), Some(Attempt::Reset));
+        let client_gone = Error::new(ErrorType::ConnectionClosed).into_down();
+        assert_eq!(attempt(&client_gone, false), None);
+        let none = Error::explain(NO_HEALTHY_UPSTREAM, "x");
+        assert_eq!(attempt(&none, false), None);
     }
 
     #[test]

@@ -105,6 +105,14 @@ impl Admin {
                     .set(i64::from(healthy));
             }
         }
+        m.upstream_ejected.reset();
+        for (name, pool) in &snapshot.pools {
+            for (addr, out) in pool.ejected_servers() {
+                m.upstream_ejected
+                    .with_label_values(&[name, &addr.to_string()])
+                    .set(i64::from(out));
+            }
+        }
         m.shedding.reset();
         m.shedding_latency.reset();
         for (name, gate) in snapshot

@@ -97,7 +97,7 @@ impl Snapshot {
         previous: Option<&Snapshot>,
         metrics: &Arc<Metrics>,
     ) -> Result<Snapshot, ConfigError> {
-        let pools = build_pools(&config, previous)?;
+        let pools = build_pools(&config, previous, metrics)?;
         let slot_ttl_ms = slot_ttl(&config.store).as_millis() as u64;
         let ip_tables = build_ip_tables(&config, previous);
         // Every policy name a route's decisions can be labelled with.
@@ -277,6 +277,7 @@ fn build_store(config: &StoreConfig, metrics: &Arc<Metrics>) -> Result<Store, Co
 fn build_pools(
     config: &Config,
     previous: Option<&Snapshot>,
+    metrics: &Metrics,
 ) -> Result<BTreeMap<String, Arc<Pool>>, ConfigError> {
     let mut pools = BTreeMap::new();
     let mut problems = Vec::new();
@@ -291,7 +292,12 @@ fn build_pools(
             Some(pool) => {
                 pools.insert(name.clone(), Arc::clone(pool));
             }
-            None => match Pool::new(up, &resolver, previous.and_then(|p| p.pools.get(name))) {
+            None => match Pool::new(
+                up,
+                &resolver,
+                previous.and_then(|p| p.pools.get(name)),
+                Some(metrics.upstream_ejections.with_label_values(&[name])),
+            ) {
                 Ok(pool) => {
                     pools.insert(name.clone(), Arc::new(pool));
                 }

@@ -38,6 +38,9 @@ pub struct Metrics {
     pub reload_success: IntGauge,
     pub upstream_duration: HistogramVec,
     pub upstream_healthy: IntGaugeVec,
+    /// Passive outlier ejection: ejections per pool, and which servers are out (at scrape).
+    pub upstream_ejections: IntCounterVec,
+    pub upstream_ejected: IntGaugeVec,
     pub reloads: IntCounterVec,
     pub config_version: IntGauge,
     pub config_info: IntGaugeVec,
@@ -233,6 +236,18 @@ impl Metrics {
                 "turnstile_tracked_entries",
                 "Entries held by in-process limiter tables (per-IP tables, local stores)",
                 &["table"],
+            ),
+            upstream_ejections: counter_vec(
+                &registry,
+                "turnstile_upstream_ejections_total",
+                "Servers taken out of rotation by passive outlier detection, per upstream pool",
+                &["upstream"],
+            ),
+            upstream_ejected: gauge_vec(
+                &registry,
+                "turnstile_upstream_server_ejected",
+                "1 while a server is out of rotation (passive outlier detection), per upstream pool and server",
+                &["upstream", "server"],
             ),
             shed: counter_vec(
                 &registry,

@@ -213,12 +213,7 @@ impl ProxyHttp for Gateway {
         e: &Error,
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
-        let timed_out = *e.esource() == pingora::ErrorSource::Upstream
-            && matches!(
-                e.etype(),
-                pingora::ErrorType::ReadTimedout | pingora::ErrorType::WriteTimedout
-            );
-        upstream::upstream_failed(timed_out, ctx);
+        upstream::upstream_failed(e, ctx);
         response::fail_to_proxy(session, e, ctx).await
     }
 

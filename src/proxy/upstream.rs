@@ -4,12 +4,13 @@
 
 use crate::chain::forward::{forward, Forward, UpstreamHead};
 use crate::chain::forwarded::Origin;
-use crate::chain::upstream_error::NO_HEALTHY_UPSTREAM;
+use crate::chain::upstream_error::{self, NO_HEALTHY_UPSTREAM};
 use crate::chain::{grpc, rewrite};
 use crate::ops::trace::context::{traceparent, TRACEPARENT, TRACESTATE};
 use crate::proxy::context::RequestCtx;
 use crate::proxy::grpc::GRPC_TIMEOUT;
 use crate::upstream::balance::InFlight;
+use crate::upstream::outlier::Attempt;
 use http::header::HeaderValue;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
@@ -85,6 +86,13 @@ pub fn upstream_peer(ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
 /// A connect failure is retried on the next server of the pool (the request has not been
 /// sent yet, so this is safe for every method), at most once per server.
 pub fn fail_to_connect(ctx: &RequestCtx, mut e: Box<Error>) -> Box<Error> {
+    if let (Some(route), Some(addr), Some(attempt)) = (
+        ctx.route(),
+        ctx.upstream_addr,
+        upstream_error::attempt(&e, true),
+    ) {
+        route.pool.record(addr, attempt);
+    }
     if let Some(route) = ctx.route() {
         if ctx.upstream_tries < route.pool.len() {
             e.set_retry(true);
@@ -220,6 +228,11 @@ impl UpstreamHead for PingoraHead<'_> {
 /// The upstream answered: its latency, per pool, also the shedding controller's sample; the
 /// cost the response reports is charged.
 pub fn upstream_response_filter(response: &ResponseHeader, ctx: &mut RequestCtx) {
+    if let (Some(route), Some(addr)) = (ctx.route(), ctx.upstream_addr) {
+        route
+            .pool
+            .record(addr, Attempt::Answered(response.status.as_u16()));
+    }
     crate::proxy::charge::charge_from_response(response, ctx);
     if let Some(trace) = ctx.sampled_trace() {
         if let Some((_, answered)) = trace.upstream.as_mut() {
@@ -260,9 +273,22 @@ pub fn upgraded(session: &mut Session, ctx: &mut RequestCtx) {
     ctx.permit = None;
 }
 
-/// Proxying failed: a timeout waiting for the upstream is a latency sample too (the longest
-/// there is); a refused connection is not (it says nothing about how busy the pool is).
-pub fn upstream_failed(timed_out: bool, ctx: &mut RequestCtx) {
+/// Proxying failed: the server's failure counts for outlier detection; a timeout waiting for
+/// the upstream is a latency sample too (the longest there is); a refused connection is not
+/// (it says nothing about how busy the pool is).
+pub fn upstream_failed(e: &Error, ctx: &mut RequestCtx) {
+    if let (Some(route), Some(addr), Some(attempt)) = (
+        ctx.route(),
+        ctx.upstream_addr,
+        upstream_error::attempt(e, false),
+    ) {
+        route.pool.record(addr, attempt);
+    }
+    let timed_out = *e.esource() == pingora::ErrorSource::Upstream
+        && matches!(
+            e.etype(),
+            pingora::ErrorType::ReadTimedout | pingora::ErrorType::WriteTimedout
+        );
     if let (true, Some(sent), Some(permit)) = (timed_out, ctx.upstream_sent.take(), &mut ctx.permit)
     {
         permit.record(sent.elapsed());

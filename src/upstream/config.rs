@@ -21,6 +21,8 @@ pub struct UpstreamConfig {
     pub resolve_interval: Duration,
     /// How requests are spread over the servers.
     pub balance: crate::upstream::balance::Balance,
+    /// Passive outlier ejection; `None`: off.
+    pub outlier_detection: Option<crate::upstream::outlier::OutlierSettings>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

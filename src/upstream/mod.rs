@@ -8,6 +8,7 @@
 //! resolve.rs    host names → addresses (the system resolver or server.dns_servers)
 //! tls.rs        what its TLS connections use, read when it is built
 //! health.rs     the due health checks and resolutions of every pool, run by background/
+//! outlier.rs    passive outlier ejection: servers failing requests taken out for a while
 //! shed/         load shedding: the adaptive limit (controller) and the gate (priorities,
 //!               a bounded queue, permits)
 //! ```
@@ -20,6 +21,7 @@
 pub mod balance;
 pub mod config;
 pub mod health;
+pub mod outlier;
 pub mod pool;
 pub mod resolve;
 pub mod shed;

@@ -7,8 +7,10 @@
 //! `shedding` has a [`Gate`]: the door its requests pass first. A pool with `tls` carries
 //! what its connections need (CA, client certificate), read when it is built.
 
+use crate::clock::{Clock, MonotonicClock};
 use crate::upstream::balance::{lighter, random, server_entry, two_of, Balance, Load};
 use crate::upstream::config::{HealthCheckConfig, UpstreamConfig};
+use crate::upstream::outlier::{Attempt, Outliers, Transition};
 use crate::upstream::resolve::NameResolver;
 use crate::upstream::shed::Gate;
 use crate::upstream::tls::{peer_tls, PeerTls};
@@ -16,7 +18,7 @@ use crate::upstream::Invalid;
 use async_trait::async_trait;
 use pingora::http::RequestHeader;
 use pingora::lb::discovery::ServiceDiscovery;
-use pingora::lb::health_check::HttpHealthCheck;
+use pingora::lb::health_check::{HealthCheck, HttpHealthCheck};
 use pingora::lb::selection::RoundRobin;
 use pingora::lb::{Backend, Backends, LoadBalancer};
 use std::collections::{BTreeSet, HashMap};
@@ -53,6 +55,8 @@ pub struct Pool {
     pub gate: Option<Arc<Gate>>,
     pub tls: Option<PeerTls>,
     balance: Balance,
+    /// Passive outlier ejection, when the pool has it.
+    pub outliers: Option<Arc<Outliers>>,
 }
 
 /// The selected server: its address, in a TLS pool the host it came from, in a
@@ -157,6 +161,7 @@ impl Pool {
         config: &UpstreamConfig,
         resolver: &NameResolver,
         previous: Option<&Arc<Pool>>,
+        ejections: Option<prometheus::IntCounter>,
     ) -> Result<Pool, Invalid> {
         let problem = |path: String, message: String| Invalid { path, message };
         let mut discovery = Discovery {
@@ -188,8 +193,19 @@ impl Pool {
         let mut lb = LoadBalancer::<RoundRobin>::from_backends(Backends::new(Box::new(discovery)));
         // The first discovery hands out what was just resolved: no I/O, no runtime needed.
         futures::executor::block_on(lb.update()).expect("the initial discovery cannot fail");
+        // Kept across a reload that leaves the settings as they were (ejections stand).
+        let outliers = config.outlier_detection.clone().map(|settings| {
+            previous
+                .and_then(|p| p.outliers.as_ref())
+                .filter(|o| o.settings == settings)
+                .map_or_else(|| Arc::new(Outliers::new(settings, ejections)), Arc::clone)
+        });
         if let Some(hc) = &config.health_check {
-            lb.set_health_check(Box::new(http_health_check(hc)));
+            lb.set_health_check(Box::new(Checked {
+                inner: http_health_check(hc),
+                outliers: outliers.clone(),
+                pool: config.name.clone(),
+            }));
         }
         let tls = match &config.tls {
             Some(t) => Some(peer_tls(&config.name, t, config.http2)?),
@@ -210,7 +226,54 @@ impl Pool {
             gate,
             tls,
             balance: config.balance,
+            outliers,
         })
+    }
+
+    /// Whether the server at `b` is out of rotation (ejected); notices a return.
+    fn ejected(&self, b: &Backend, now_ms: u64) -> bool {
+        let (Some(outliers), Some(addr)) = (&self.outliers, b.addr.as_inet()) else {
+            return false;
+        };
+        let (out, returned) = outliers.is_out(addr, now_ms);
+        if let Some(t) = returned {
+            self.log_transition(t);
+        }
+        out
+    }
+
+    /// Counts how an attempt at `addr` ended (passive outlier detection).
+    pub fn record(&self, addr: SocketAddr, attempt: Attempt) {
+        if let Some(outliers) = &self.outliers {
+            let now_ms = MonotonicClock.now_ms();
+            if let Some(t) = outliers.record(addr, attempt, now_ms, self.len()) {
+                self.log_transition(t);
+            }
+        }
+    }
+
+    fn log_transition(&self, t: Transition) {
+        let pool = &self.config.name;
+        match t {
+            Transition::Ejected {
+                addr,
+                failures,
+                for_ms,
+            } => log::warn!(
+                "upstream {pool:?}: server {addr} ejected for {for_ms} ms after {failures} consecutive failures"
+            ),
+            Transition::Returned { addr } => {
+                log::info!("upstream {pool:?}: server {addr} is back in rotation")
+            }
+        }
+    }
+
+    /// Servers out of rotation now, by address (empty without outlier detection).
+    pub fn ejected_servers(&self) -> Vec<(SocketAddr, bool)> {
+        self.outliers
+            .as_ref()
+            .map(|o| o.states(MonotonicClock.now_ms()))
+            .unwrap_or_default()
     }
 
     /// A healthy server by the pool's policy, or `None` if every server is down.
@@ -221,7 +284,15 @@ impl Pool {
             }
         }
         let n = self.len().max(1);
-        selected(&self.lb.select(b"", n)?)
+        if self.outliers.is_none() {
+            return selected(&self.lb.select(b"", n)?);
+        }
+        let now_ms = MonotonicClock.now_ms();
+        selected(
+            &self
+                .lb
+                .select_with(b"", n, |b, healthy| healthy && !self.ejected(b, now_ms))?,
+        )
     }
 
     /// Power of two choices among the healthy servers (`None`: fewer than two servers, or
@@ -234,10 +305,12 @@ impl Pool {
         }
         let load = |b: &Backend| (b.ext.get::<Arc<Load>>().map_or(0, |l| l.get()), b.weight);
         let weight = |b: &Backend| u16::try_from(b.weight).unwrap_or(u16::MAX);
+        let now_ms = MonotonicClock.now_ms();
+        let usable = |b: &Backend| backends.ready(b) && !self.ejected(b, now_ms);
         for _ in 0..3 {
             let (i, j) = two_of(all.len(), random());
             let (a, b) = (all.iter().nth(i)?, all.iter().nth(j)?);
-            let pick = match (backends.ready(a), backends.ready(b)) {
+            let pick = match (usable(a), usable(b)) {
                 (true, true) => {
                     let (la, lb) = (load(a), load(b));
                     if lighter((la.0, weight(a)), (lb.0, weight(b))) {
@@ -297,6 +370,10 @@ impl Pool {
         if self.lb.update().await.is_ok() {
             // New addresses are checked before they count as healthy only if checks run.
             self.lb.backends().run_health_check(true).await;
+            if let Some(outliers) = &self.outliers {
+                let current: Vec<SocketAddr> = self.health().into_iter().map(|(a, _)| a).collect();
+                outliers.retain(&current);
+            }
         }
         let next = Instant::now() + self.config.resolve_interval;
         *self.next_resolve.lock().expect("not poisoned") = Some(next);
@@ -324,6 +401,35 @@ fn split_host_port(server: &str) -> Result<(String, u16), String> {
         .parse::<u16>()
         .map_err(|_| format!("{server:?} has no valid port"))?;
     Ok((host.to_owned(), port))
+}
+
+/// The pool's active check; one that passes brings an ejected server back at once.
+struct Checked {
+    inner: HttpHealthCheck,
+    outliers: Option<Arc<Outliers>>,
+    pool: String,
+}
+
+#[async_trait]
+impl HealthCheck for Checked {
+    async fn check(&self, target: &Backend) -> pingora::Result<()> {
+        let result = self.inner.check(target).await;
+        if let (Ok(()), Some(outliers), Some(addr)) =
+            (&result, &self.outliers, target.addr.as_inet())
+        {
+            if outliers.check_passed(addr).is_some() {
+                log::info!(
+                    "upstream {:?}: server {addr} is back in rotation (its health check passed)",
+                    self.pool
+                );
+            }
+        }
+        result
+    }
+
+    fn health_threshold(&self, success: bool) -> usize {
+        self.inner.health_threshold(success)
+    }
 }
 
 fn http_health_check(cfg: &HealthCheckConfig) -> HttpHealthCheck {

@@ -233,6 +233,13 @@ impl Upstream {
         assert_eq!(resp.status, 200, "{}", resp.text());
     }
 
+    /// Answers every request with `status` from now on (0: answers normally again).
+    pub fn set_failing(&self, status: u16) {
+        let path = format!("/_control/fail?status={status}");
+        let resp = http::request(self.port, "POST", &path, &[], b"");
+        assert_eq!(resp.status, 200, "{}", resp.text());
+    }
+
     pub fn set_healthy(&self, healthy: bool) {
         let path = if healthy {
             "/_control/healthy"

@@ -18,6 +18,7 @@ mod grpc;
 mod hostile;
 mod jwt;
 mod mtls;
+mod outliers;
 mod readings;
 mod tls;
 mod upstream_tls;

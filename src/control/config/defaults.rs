@@ -28,6 +28,12 @@ pub const RESOLVE_INTERVAL: Duration = Duration::from_secs(30);
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Passive outlier ejection: failures in a row, the first ejection's length, the longest,
+/// and the largest share of a pool out at once.
+pub const OUTLIER_FAILURES: u32 = 5;
+pub const OUTLIER_BASE_EJECTION: Duration = Duration::from_secs(30);
+pub const OUTLIER_MAX_EJECTION: Duration = Duration::from_secs(300);
+pub const OUTLIER_MAX_PERCENT: u8 = 50;
 /// An upgraded connection silent this long in one direction is closed (a WebSocket's pings
 /// keep a quiet one open: most libraries ping every 20–30 s).
 pub const UPGRADE_IDLE_TIMEOUT: Duration = Duration::from_secs(300);

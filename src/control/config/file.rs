@@ -8,7 +8,8 @@ pub use super::file_auth::{
     RegistryFile,
 };
 pub use super::file_upstream::{
-    BalanceFile, HealthCheckFile, PriorityFile, SheddingFile, UpstreamFile,
+    BalanceFile, FailureFile, HealthCheckFile, OutlierFile, PriorityFile, SheddingFile,
+    UpstreamFile,
 };
 use super::units::{HumanDuration, Rate};
 use serde::de::{self, Deserializer, MapAccess, Visitor};

@@ -30,6 +30,33 @@ pub struct UpstreamFile {
     pub resolve_interval: Option<HumanDuration>,
     /// How requests are spread over the servers (default round robin).
     pub balance: Option<BalanceFile>,
+    /// Passive outlier ejection; off unless this table is present.
+    pub outlier_detection: Option<OutlierFile>,
+}
+
+/// `[upstreams.NAME.outlier_detection]`: servers failing requests in a row are taken out of
+/// rotation for a while.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutlierFile {
+    pub consecutive_failures: Option<u32>,
+    pub base_ejection_time: Option<HumanDuration>,
+    pub max_ejection_time: Option<HumanDuration>,
+    pub max_ejected_percent: Option<u8>,
+    /// What counts as a failure (default all of them).
+    pub on: Option<Vec<FailureFile>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum FailureFile {
+    #[serde(rename = "5xx")]
+    Status5xx,
+    #[serde(rename = "connect")]
+    Connect,
+    #[serde(rename = "timeout")]
+    Timeout,
+    #[serde(rename = "reset")]
+    Reset,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]

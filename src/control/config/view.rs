@@ -92,6 +92,13 @@ pub fn render(config: &Config) -> Value {
                 "healthy_threshold": h.healthy_threshold,
             })),
             "shedding": u.shedding.as_ref().map(shedding),
+            "outlier_detection": u.outlier_detection.as_ref().map(|o| json!({
+                "consecutive_failures": o.consecutive_failures,
+                "base_ejection_time": format_duration(o.base_ejection_time),
+                "max_ejection_time": format_duration(o.max_ejection_time),
+                "max_ejected_percent": o.max_ejected_percent,
+                "on": failures(&o.on),
+            })),
         })).collect::<Vec<_>>(),
         "routes": config.routes.iter().map(|r| json!({
             "name": r.name,
@@ -293,6 +300,20 @@ pub fn redact_url(text: &str) -> String {
     }
     // The serializer percent-encodes the asterisks of a query value; show them plainly.
     url.as_str().replace("%2A%2A%2A", "***")
+}
+
+/// What counts as a failure for outlier detection, as configured.
+fn failures(on: &crate::upstream::outlier::Failures) -> Vec<&'static str> {
+    [
+        ("5xx", on.status_5xx),
+        ("connect", on.connect),
+        ("timeout", on.timeout),
+        ("reset", on.reset),
+    ]
+    .into_iter()
+    .filter(|(_, counted)| *counted)
+    .map(|(name, _)| name)
+    .collect()
 }
 
 #[cfg(test)]

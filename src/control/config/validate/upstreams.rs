@@ -2,10 +2,13 @@
 
 use super::checks::*;
 use crate::control::config::defaults;
-use crate::control::config::file::{BalanceFile, HealthCheckFile, UpstreamFile};
+use crate::control::config::file::{
+    BalanceFile, FailureFile, HealthCheckFile, OutlierFile, UpstreamFile,
+};
 use crate::control::config::model::{HealthCheckConfig, UpstreamConfig, UpstreamTls};
 use crate::control::config::units::{HumanDuration, SecretSource};
 use crate::upstream::balance::{server_entry, Balance};
+use crate::upstream::outlier::{Failures, OutlierSettings};
 use std::net::SocketAddr;
 
 pub(super) fn upstream_config(
@@ -27,6 +30,7 @@ pub(super) fn upstream_config(
         http2,
         resolve_interval,
         balance,
+        outlier_detection,
     } = file;
     let base = format!("upstreams.{name}");
     check_name(&base, name, problems);
@@ -88,6 +92,7 @@ pub(super) fn upstream_config(
             None | Some(BalanceFile::RoundRobin) => Balance::RoundRobin,
             Some(BalanceFile::LeastRequest) => Balance::LeastRequest,
         },
+        outlier_detection: outlier_detection.map(|o| outlier_config(&base, o, problems)),
     }
 }
 
@@ -173,6 +178,74 @@ pub(super) fn check_server(server: &str) -> Result<(), String> {
     match port.parse::<u16>() {
         Ok(p) if p > 0 && host_ok => Ok(()),
         _ => Err(format!("{server:?} is not host:port: {expected}")),
+    }
+}
+
+fn outlier_config(base: &str, file: OutlierFile, problems: &mut Problems) -> OutlierSettings {
+    let base = format!("{base}.outlier_detection");
+    let OutlierFile {
+        consecutive_failures,
+        base_ejection_time,
+        max_ejection_time,
+        max_ejected_percent,
+        on,
+    } = file;
+    let consecutive_failures = match consecutive_failures {
+        Some(0) => {
+            problems.push(format!("{base}.consecutive_failures"), "must be at least 1");
+            defaults::OUTLIER_FAILURES
+        }
+        Some(n) => n,
+        None => defaults::OUTLIER_FAILURES,
+    };
+    let base_ejection_time = positive(
+        format!("{base}.base_ejection_time"),
+        base_ejection_time,
+        defaults::OUTLIER_BASE_EJECTION,
+        problems,
+    );
+    let max_ejection_time = positive(
+        format!("{base}.max_ejection_time"),
+        max_ejection_time,
+        defaults::OUTLIER_MAX_EJECTION.max(base_ejection_time),
+        problems,
+    );
+    if max_ejection_time < base_ejection_time {
+        problems.push(
+            format!("{base}.max_ejection_time"),
+            "must be at least base_ejection_time",
+        );
+    }
+    let max_ejected_percent = match max_ejected_percent {
+        Some(p) if !(1..=100).contains(&p) => {
+            problems.push(format!("{base}.max_ejected_percent"), "expected 1 to 100");
+            defaults::OUTLIER_MAX_PERCENT
+        }
+        Some(p) => p,
+        None => defaults::OUTLIER_MAX_PERCENT,
+    };
+    let on = match on {
+        None => Failures::ALL,
+        Some(list) if list.is_empty() => {
+            problems.push(
+                format!("{base}.on"),
+                "name at least one of \"5xx\", \"connect\", \"timeout\", \"reset\"",
+            );
+            Failures::ALL
+        }
+        Some(list) => Failures {
+            status_5xx: list.contains(&FailureFile::Status5xx),
+            connect: list.contains(&FailureFile::Connect),
+            timeout: list.contains(&FailureFile::Timeout),
+            reset: list.contains(&FailureFile::Reset),
+        },
+    };
+    OutlierSettings {
+        consecutive_failures,
+        base_ejection_time,
+        max_ejection_time,
+        max_ejected_percent,
+        on,
     }
 }
 
