@@ -257,6 +257,7 @@ fn tracing(c: &mut Criterion) {
         store_kind: "redis",
         upstream_addr: Some("127.0.0.1:9001".into()),
         upstream_pool: Some("orders"),
+        upstream_attempts: 1,
     };
     let mut trace = begin(&settings(1.0), &none, true);
     let now = Instant::now();

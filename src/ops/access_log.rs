@@ -58,6 +58,8 @@ pub struct Record {
     pub limited_by: Option<Arc<str>>,
     pub latency_ms: f64,
     pub upstream: Option<String>,
+    /// Times the request was sent upstream (more than 1: retried).
+    pub attempts: u32,
     /// The request's trace (when tracing is on), to find its spans.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
@@ -226,6 +228,7 @@ mod tests {
             limited_by: None,
             latency_ms: 0.1,
             upstream: None,
+            attempts: 0,
             trace_id: None,
         }
     }
@@ -317,6 +320,7 @@ mod tests {
             limited_by: None,
             latency_ms: 1.5,
             upstream: Some("127.0.0.1:9001".into()),
+            attempts: 1,
             trace_id: None,
         };
         let mut out = Vec::new();
@@ -358,6 +362,7 @@ mod tests {
             limited_by: None,
             latency_ms: 0.0,
             upstream: None,
+            attempts: 0,
             trace_id: Some("t".into()),
         };
         let mut out = Vec::new();

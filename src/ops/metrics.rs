@@ -41,6 +41,9 @@ pub struct Metrics {
     /// Passive outlier ejection: ejections per pool, and which servers are out (at scrape).
     pub upstream_ejections: IntCounterVec,
     pub upstream_ejected: IntGaugeVec,
+    /// Retries per pool and reason, and retries the pool's budget refused.
+    pub upstream_retries: IntCounterVec,
+    pub upstream_retry_budget_exhausted: IntCounterVec,
     pub reloads: IntCounterVec,
     pub config_version: IntGauge,
     pub config_info: IntGaugeVec,
@@ -241,6 +244,18 @@ impl Metrics {
                 &registry,
                 "turnstile_upstream_ejections_total",
                 "Servers taken out of rotation by passive outlier detection, per upstream pool",
+                &["upstream"],
+            ),
+            upstream_retries: counter_vec(
+                &registry,
+                "turnstile_upstream_retries_total",
+                "Tries after the first, per upstream pool and reason (timeout, reset, or the status retried)",
+                &["upstream", "reason"],
+            ),
+            upstream_retry_budget_exhausted: counter_vec(
+                &registry,
+                "turnstile_upstream_retry_budget_exhausted_total",
+                "Retries not made because the pool's retry budget was spent, per upstream pool",
                 &["upstream"],
             ),
             upstream_ejected: gauge_vec(

@@ -67,6 +67,13 @@ pub struct RequestCtx {
     pub upgrade: bool,
     /// The request counted in flight to its server (least-request pools).
     pub in_flight: Option<crate::upstream::balance::InFlight>,
+    /// Times the request was sent upstream.
+    pub attempts: u32,
+    /// A retry was decided: the next try waits its backoff first.
+    pub retry_pending: bool,
+    /// Counted in its pool's retry budget: as a request, and while a retry is in flight.
+    pub pool_active: Option<crate::upstream::retry::Active>,
+    pub retrying: Option<crate::upstream::retry::Retrying>,
 }
 
 impl RequestCtx {
@@ -97,6 +104,10 @@ impl RequestCtx {
             deadline: None,
             upgrade: false,
             in_flight: None,
+            attempts: 0,
+            retry_pending: false,
+            pool_active: None,
+            retrying: None,
         }
     }
 

@@ -38,6 +38,7 @@ mod identify;
 mod quota;
 mod request;
 mod response;
+mod retry;
 pub mod tls;
 mod upstream;
 
@@ -148,6 +149,7 @@ impl ProxyHttp for Gateway {
         _session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
+        retry::before_try(ctx).await?;
         upstream::upstream_peer(ctx)
     }
 
@@ -172,12 +174,29 @@ impl ProxyHttp for Gateway {
 
     async fn upstream_response_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         upstream_response: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
+        upstream::record_answer(upstream_response, ctx);
+        let status = upstream_response.status.as_u16();
+        if let Some(e) = retry::retry_status(session, status, ctx) {
+            return Err(e);
+        }
         upstream::upstream_response_filter(upstream_response, ctx);
         Ok(())
+    }
+
+    fn error_while_proxy(
+        &self,
+        peer: &HttpPeer,
+        session: &mut Session,
+        e: Box<Error>,
+        ctx: &mut RequestCtx,
+        client_reused: bool,
+    ) -> Box<Error> {
+        let e = e.more_context(format!("Peer: {peer}"));
+        retry::error_while_proxy(session, e, ctx, client_reused)
     }
 
     fn upstream_response_body_filter(

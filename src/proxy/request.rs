@@ -47,6 +47,15 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
     let snapshot = Arc::clone(&ctx.snapshot);
     let index = route_request(session, ctx)?;
     let route = &snapshot.routes[index];
+    if let Some(retry) = &route.config.retry {
+        // A retried request's body is sent again from Pingora's replay buffer (a body larger
+        // than the buffer is not retried), within the whole request's deadline.
+        session.enable_retry_buffering();
+        if let Some(timeout) = retry.timeout {
+            let deadline = ctx.started + timeout;
+            ctx.deadline = Some(ctx.deadline.map_or(deadline, |d| d.min(deadline)));
+        }
+    }
     let mut record = |policy: &str, outcome: Outcome| route.metrics.decision(policy, outcome);
     let addr = client_addr(session, ctx);
     let ip = addr.map(|a| group_key(a, snapshot.config.server.grouping));

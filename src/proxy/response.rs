@@ -231,6 +231,7 @@ fn trace_facts<'a>(session: &'a Session, ctx: &'a RequestCtx, status: u16) -> Fa
         store_kind: ctx.snapshot.store.kind(),
         upstream_addr: ctx.upstream_addr.map(|a| a.to_string()),
         upstream_pool: ctx.route().map(|r| r.pool.config.name.as_str()),
+        upstream_attempts: ctx.attempts,
     }
 }
 
@@ -266,6 +267,7 @@ fn access_entry(session: &Session, ctx: &RequestCtx, status: u16) -> Record {
             .map(|name| Arc::from(*name)),
         latency_ms: ctx.started.elapsed().as_secs_f64() * 1000.0,
         upstream: ctx.upstream_addr.map(|a| a.to_string()),
+        attempts: ctx.attempts,
         trace_id: ctx.trace.as_ref().map(|t| t.trace_id.to_hex()),
     }
 }

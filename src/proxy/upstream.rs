@@ -70,6 +70,12 @@ pub fn upstream_peer(ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
         },
         None => None,
     };
+    // And a retrying route's per-try timeout bounds each try's reads and writes.
+    let per_try = route.config.retry.as_ref().and_then(|r| r.per_try_timeout);
+    let left = match (left, per_try) {
+        (Some(l), Some(p)) => Some(l.min(p)),
+        (l, p) => l.or(p),
+    };
     let within = |timeout: std::time::Duration| Some(left.map_or(timeout, |l| l.min(timeout)));
     let options = &mut peer.options;
     options.connection_timeout = within(route.config.connect_timeout);
@@ -169,6 +175,7 @@ pub fn upstream_request_filter(
         upstream_request.insert_header(GRPC_TIMEOUT, grpc::timeout_value(left))?;
     }
     ctx.upstream_sent = Some(Instant::now());
+    ctx.attempts += 1;
     if let Some(trace) = ctx.trace.as_mut() {
         // The upstream continues the trace under the gateway's `upstream` span (also when
         // not sampled: the decision travels in the flags).
@@ -225,14 +232,18 @@ impl UpstreamHead for PingoraHead<'_> {
     }
 }
 
-/// The upstream answered: its latency, per pool, also the shedding controller's sample; the
-/// cost the response reports is charged.
-pub fn upstream_response_filter(response: &ResponseHeader, ctx: &mut RequestCtx) {
+/// The upstream answered: how this try went counts for outlier detection.
+pub fn record_answer(response: &ResponseHeader, ctx: &RequestCtx) {
     if let (Some(route), Some(addr)) = (ctx.route(), ctx.upstream_addr) {
         route
             .pool
             .record(addr, Attempt::Answered(response.status.as_u16()));
     }
+}
+
+/// The upstream answered: its latency, per pool, also the shedding controller's sample; the
+/// cost the response reports is charged.
+pub fn upstream_response_filter(response: &ResponseHeader, ctx: &mut RequestCtx) {
     crate::proxy::charge::charge_from_response(response, ctx);
     if let Some(trace) = ctx.sampled_trace() {
         if let Some((_, answered)) = trace.upstream.as_mut() {
@@ -273,17 +284,10 @@ pub fn upgraded(session: &mut Session, ctx: &mut RequestCtx) {
     ctx.permit = None;
 }
 
-/// Proxying failed: the server's failure counts for outlier detection; a timeout waiting for
-/// the upstream is a latency sample too (the longest there is); a refused connection is not
-/// (it says nothing about how busy the pool is).
+/// Proxying failed (the server's failure was counted by `error_while_proxy`): a timeout
+/// waiting for the upstream is a latency sample too (the longest there is); a refused
+/// connection is not (it says nothing about how busy the pool is).
 pub fn upstream_failed(e: &Error, ctx: &mut RequestCtx) {
-    if let (Some(route), Some(addr), Some(attempt)) = (
-        ctx.route(),
-        ctx.upstream_addr,
-        upstream_error::attempt(e, false),
-    ) {
-        route.pool.record(addr, attempt);
-    }
     let timed_out = *e.esource() == pingora::ErrorSource::Upstream
         && matches!(
             e.etype(),

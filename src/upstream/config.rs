@@ -23,6 +23,8 @@ pub struct UpstreamConfig {
     pub balance: crate::upstream::balance::Balance,
     /// Passive outlier ejection; `None`: off.
     pub outlier_detection: Option<crate::upstream::outlier::OutlierSettings>,
+    /// How many retries the pool takes at once.
+    pub retry_budget: crate::upstream::retry::BudgetSettings,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

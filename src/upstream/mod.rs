@@ -6,6 +6,7 @@
 //! pool.rs       a pool: its servers (resolved again every resolve_interval), round robin over
 //!               the healthy ones, its active health check, its shedding gate
 //! resolve.rs    host names → addresses (the system resolver or server.dns_servers)
+//! retry.rs      a route's retry policy, backoff with full jitter, a pool's retry budget
 //! tls.rs        what its TLS connections use, read when it is built
 //! health.rs     the due health checks and resolutions of every pool, run by background/
 //! outlier.rs    passive outlier ejection: servers failing requests taken out for a while
@@ -24,6 +25,7 @@ pub mod health;
 pub mod outlier;
 pub mod pool;
 pub mod resolve;
+pub mod retry;
 pub mod shed;
 pub mod tls;
 

@@ -12,6 +12,7 @@ use crate::upstream::balance::{lighter, random, server_entry, two_of, Balance, L
 use crate::upstream::config::{HealthCheckConfig, UpstreamConfig};
 use crate::upstream::outlier::{Attempt, Outliers, Transition};
 use crate::upstream::resolve::NameResolver;
+use crate::upstream::retry::RetryBudget;
 use crate::upstream::shed::Gate;
 use crate::upstream::tls::{peer_tls, PeerTls};
 use crate::upstream::Invalid;
@@ -57,6 +58,8 @@ pub struct Pool {
     balance: Balance,
     /// Passive outlier ejection, when the pool has it.
     pub outliers: Option<Arc<Outliers>>,
+    /// Its requests and retries in flight (what retries may take).
+    pub budget: Arc<RetryBudget>,
 }
 
 /// The selected server: its address, in a TLS pool the host it came from, in a
@@ -227,6 +230,13 @@ impl Pool {
             tls,
             balance: config.balance,
             outliers,
+            budget: previous
+                .map(|p| &p.budget)
+                .filter(|b| b.settings == config.retry_budget)
+                .map_or_else(
+                    || Arc::new(RetryBudget::new(config.retry_budget)),
+                    Arc::clone,
+                ),
         })
     }
 

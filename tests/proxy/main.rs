@@ -20,6 +20,7 @@ mod jwt;
 mod mtls;
 mod outliers;
 mod readings;
+mod retries;
 mod tls;
 mod upstream_tls;
 mod websocket;

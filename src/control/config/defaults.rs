@@ -31,6 +31,10 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Passive outlier ejection: failures in a row, the first ejection's length, the longest,
 /// and the largest share of a pool out at once.
 pub const OUTLIER_FAILURES: u32 = 5;
+/// A route's retries: tries in all, and the first and longest waits before one.
+pub const RETRY_ATTEMPTS: u32 = 2;
+pub const RETRY_BACKOFF: Duration = Duration::from_millis(25);
+pub const RETRY_MAX_BACKOFF: Duration = Duration::from_millis(250);
 pub const OUTLIER_BASE_EJECTION: Duration = Duration::from_secs(30);
 pub const OUTLIER_MAX_EJECTION: Duration = Duration::from_secs(300);
 pub const OUTLIER_MAX_PERCENT: u8 = 50;

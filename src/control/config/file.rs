@@ -8,8 +8,8 @@ pub use super::file_auth::{
     RegistryFile,
 };
 pub use super::file_upstream::{
-    BalanceFile, FailureFile, HealthCheckFile, OutlierFile, PriorityFile, SheddingFile,
-    UpstreamFile,
+    BalanceFile, FailureFile, HealthCheckFile, OutlierFile, PriorityFile, RetryBudgetFile,
+    RetryFile, SheddingFile, UpstreamFile,
 };
 use super::units::{HumanDuration, Rate};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -457,6 +457,8 @@ pub struct RouteFile {
     pub add_prefix: Option<String>,
     /// Append an RFC 7239 `Forwarded` element for the upstream.
     pub forwarded: Option<bool>,
+    /// Retries after the request was sent (off unless given).
+    pub retry: Option<RetryFile>,
     pub ip_limit: Option<IpLimitSetting>,
     pub auth: Option<AuthFile>,
     /// Units each request costs against the client's plan limits.

@@ -32,6 +32,30 @@ pub struct UpstreamFile {
     pub balance: Option<BalanceFile>,
     /// Passive outlier ejection; off unless this table is present.
     pub outlier_detection: Option<OutlierFile>,
+    /// How many retries the pool takes at once, relative to its requests in flight.
+    pub retry_budget: Option<RetryBudgetFile>,
+}
+
+/// `retry_budget = { percent = 20, min_retries = 3 }` on an upstream.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryBudgetFile {
+    pub percent: Option<u8>,
+    pub min_retries: Option<u32>,
+}
+
+/// `retry = { ... }` on a route: what is retried after the request was sent.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryFile {
+    pub attempts: Option<u32>,
+    /// `"timeout"`, `"reset"`, `"5xx"`, `"gateway"` (502, 503, 504) or a status (`"503"`).
+    pub on: Option<Vec<String>>,
+    pub per_try_timeout: Option<HumanDuration>,
+    pub timeout: Option<HumanDuration>,
+    pub backoff: Option<HumanDuration>,
+    pub max_backoff: Option<HumanDuration>,
+    pub methods: Option<Vec<String>>,
 }
 
 /// `[upstreams.NAME.outlier_detection]`: servers failing requests in a row are taken out of

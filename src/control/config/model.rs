@@ -210,6 +210,8 @@ pub struct RouteConfig {
     pub add_prefix: Option<String>,
     /// The upstream gets an RFC 7239 `Forwarded` element of this hop.
     pub forwarded: bool,
+    /// Retries after the request was sent; `None`: none.
+    pub retry: Option<crate::upstream::retry::RetryPolicy>,
     pub ip_limit: IpLimitChoice,
     pub auth: Auth,
     /// Units one request costs against the client's plan limits.

@@ -80,6 +80,8 @@ fn probe(path: &str, arrays: &BTreeSet<String>) -> String {
     match path {
         "" => return "__probe__ = 1".to_owned(),
         "ip_limit" => return "[server]\nip_limit = { __probe__ = 1 }".to_owned(),
+        "retry" => return "[[routes]]\nretry = { __probe__ = 1 }".to_owned(),
+        "retry_budget" => return "[upstreams.x]\nretry_budget = { __probe__ = 1 }".to_owned(),
         _ => {}
     }
     let concrete = path.replace(".NAME", ".x");

@@ -85,6 +85,8 @@ pub struct Facts<'a> {
     pub store_kind: &'static str,
     pub upstream_addr: Option<String>,
     pub upstream_pool: Option<&'a str>,
+    /// Times the request was sent upstream (more than 1: retried).
+    pub upstream_attempts: u32,
 }
 
 impl RequestTrace {
@@ -232,6 +234,12 @@ impl RequestTrace {
                 span.attributes
                     .push(("server.address", addr.as_str().into()));
             }
+            if facts.upstream_attempts > 1 {
+                span.attributes.push((
+                    "turnstile.upstream.attempts",
+                    AttrValue::Int(i64::from(facts.upstream_attempts)),
+                ));
+            }
             match self.upstream_status {
                 Some(status) => span.attributes.push((
                     "http.response.status_code",
@@ -275,6 +283,7 @@ mod tests {
             store_kind: "redis",
             upstream_addr: Some("127.0.0.1:9001".into()),
             upstream_pool: Some("orders"),
+            upstream_attempts: 1,
         });
         let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(

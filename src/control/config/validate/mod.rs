@@ -10,6 +10,7 @@ mod clients;
 mod issuers;
 mod plans;
 mod registry;
+mod retry;
 mod route_auth;
 mod routes;
 mod server;

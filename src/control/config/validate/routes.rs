@@ -39,6 +39,7 @@ pub(super) fn route_config(
         strip_prefix,
         add_prefix,
         forwarded,
+        retry,
         ip_limit,
         auth,
         cost,
@@ -214,6 +215,7 @@ pub(super) fn route_config(
             checked.is_ok()
         }),
         forwarded: forwarded.unwrap_or(false),
+        retry: retry.map(|r| super::retry::policy(&base, r, problems)),
         ip_limit,
         auth,
         cost,

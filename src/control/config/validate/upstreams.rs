@@ -31,6 +31,7 @@ pub(super) fn upstream_config(
         resolve_interval,
         balance,
         outlier_detection,
+        retry_budget,
     } = file;
     let base = format!("upstreams.{name}");
     check_name(&base, name, problems);
@@ -93,6 +94,7 @@ pub(super) fn upstream_config(
             Some(BalanceFile::LeastRequest) => Balance::LeastRequest,
         },
         outlier_detection: outlier_detection.map(|o| outlier_config(&base, o, problems)),
+        retry_budget: super::retry::budget(&base, retry_budget, problems),
     }
 }
 
