@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping fuzz clean
+.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping bench-resilience fuzz clean
 
 all: build
 
@@ -73,6 +73,11 @@ bench-identity: deps
 # plain Redis-limited one (needs h2load: apt install nghttp2-client); and the shape of a burst.
 bench-shaping: deps
 	benches/load/shaping.sh
+
+# What retries, outlier ejection and least-request balancing cost a request that succeeds:
+# the same two nginx servers behind a plain route and resilient ones (same run, ratios).
+bench-resilience: deps
+	benches/load/resilience.sh
 
 # TLS handshakes/s and HTTP/2 requests/s next to nginx, same certificate.
 bench-tls: deps
