@@ -4,7 +4,7 @@
 //! exempt from `body_timeout` and `max_body_bytes`, closed when silent for
 //! `upgrade_idle_timeout`, counted against its client's `max_concurrent` for as long as it is
 //! open (its Redis slot renewed past the slot time to live), and closed by a graceful
-//! shutdown.
+//! shutdown; new handshakes meet the per-IP limit.
 
 use crate::common;
 
@@ -232,4 +232,34 @@ upstream = "ws"
     gw.proc.signal("TERM");
     assert_eq!(session.next()["closed"], true);
     wait_until("the gateway exits", || gw.proc.has_exited());
+}
+
+#[test]
+fn new_upgrades_meet_the_per_ip_limit() {
+    let echo = WsEcho::start();
+    let gw = Gateway::start(&format!(
+        r#"
+[upstreams.ws]
+servers = ["127.0.0.1:{port}"]
+
+[[routes]]
+name = "ws"
+path_prefix = "/ws"
+upstream = "ws"
+ip_limit = {{ rate = "2/m", burst = 2 }}
+"#,
+        port = echo.port
+    ));
+    for _ in 0..2 {
+        let lines = Session::start(gw.port, "/ws/chat", &[], &["echo:5"]).rest();
+        assert_eq!(
+            lines,
+            [
+                serde_json::json!({"open": true}),
+                serde_json::json!({"echo": true})
+            ]
+        );
+    }
+    let mut third = Session::start(gw.port, "/ws/chat", &[], &[]);
+    assert_eq!(third.next()["refused"], 429);
 }
