@@ -24,8 +24,13 @@ local function sliding_log(key, now, cost, limit, window)
     if count > 0 then oldest = time_of(0) end
     local commit = function()
       redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-      for i = 1, cost do
-        redis.call('ZADD', key, now, string.format('%d:%d', now, count + i))
+      -- A member name not taken yet: after a refund removed one of this millisecond's
+      -- entries, count + i can name one that is still there (and ZADD would only move it).
+      local ordinal = count
+      for _ = 1, cost do
+        repeat
+          ordinal = ordinal + 1
+        until redis.call('ZADD', key, 'NX', now, string.format('%d:%d', now, ordinal)) == 1
       end
       expire(key, window)
     end
