@@ -207,24 +207,7 @@ mod tests {
     #[test]
     fn the_docs_table_names_every_code_used() {
         let docs = include_str!("../../docs/problems.md");
-        let kinds = [
-            Kind::BadRequest,
-            Kind::Unauthorized,
-            Kind::RouteNotFound,
-            Kind::MethodNotAllowed,
-            Kind::PayloadTooLarge,
-            Kind::UriTooLong,
-            Kind::HeadersTooLarge,
-            Kind::QuotaExceeded,
-            Kind::LimiterUnavailable,
-            Kind::IdentityUnavailable,
-            Kind::NoHealthyUpstream,
-            Kind::Overloaded,
-            Kind::UpstreamUnavailable,
-            Kind::UpstreamTimeout,
-            Kind::Internal,
-        ];
-        for kind in kinds {
+        for kind in Kind::NAMED {
             let code = code(kind);
             let cell = format!("| {} `{}` |", code.as_str(), code.name());
             let row = docs

@@ -37,6 +37,25 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind but `Other` (the docs' tables have a row for each).
+    pub const NAMED: [Kind; 15] = [
+        Kind::BadRequest,
+        Kind::Unauthorized,
+        Kind::RouteNotFound,
+        Kind::MethodNotAllowed,
+        Kind::PayloadTooLarge,
+        Kind::UriTooLong,
+        Kind::HeadersTooLarge,
+        Kind::QuotaExceeded,
+        Kind::LimiterUnavailable,
+        Kind::IdentityUnavailable,
+        Kind::NoHealthyUpstream,
+        Kind::Overloaded,
+        Kind::UpstreamUnavailable,
+        Kind::UpstreamTimeout,
+        Kind::Internal,
+    ];
+
     pub fn from_status(status: u16) -> Kind {
         match status {
             400 => Kind::BadRequest,
@@ -216,24 +235,7 @@ mod tests {
             | Kind::Internal
             | Kind::Other(_) => k,
         };
-        let kinds = [
-            Kind::BadRequest,
-            Kind::Unauthorized,
-            Kind::RouteNotFound,
-            Kind::MethodNotAllowed,
-            Kind::PayloadTooLarge,
-            Kind::UriTooLong,
-            Kind::HeadersTooLarge,
-            Kind::QuotaExceeded,
-            Kind::LimiterUnavailable,
-            Kind::IdentityUnavailable,
-            Kind::NoHealthyUpstream,
-            Kind::Overloaded,
-            Kind::UpstreamUnavailable,
-            Kind::UpstreamTimeout,
-            Kind::Internal,
-        ];
-        for kind in kinds.map(listed) {
+        for kind in Kind::NAMED.map(listed) {
             let row = format!("| {} | `{}` |", kind.status(), kind.slug());
             assert!(docs.contains(&row), "docs/problems.md lacks {row}");
         }

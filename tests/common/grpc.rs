@@ -51,15 +51,7 @@ impl GrpcServer {
         let mut config = builder.with_single_cert(chain, key).unwrap();
         config.alpn_protocols = vec![b"h2".to_vec()];
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let (runtime, listener, port) = loopback_server();
         runtime.spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 let acceptor = acceptor.clone();
@@ -81,6 +73,20 @@ impl GrpcServer {
             _runtime: runtime,
         }
     }
+}
+
+/// A one-worker runtime for a test server and its listener on a free loopback port.
+fn loopback_server() -> (tokio::runtime::Runtime, tokio::net::TcpListener, u16) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (runtime, listener, port)
 }
 
 async fn echo(req: http::Request<h2::RecvStream>, mut respond: h2::server::SendResponse<Bytes>) {
@@ -176,15 +182,7 @@ pub struct SilentServer {
 
 impl SilentServer {
     pub fn start() -> SilentServer {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let (runtime, listener, port) = loopback_server();
         let received = Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = Arc::clone(&received);
         runtime.spawn(async move {
