@@ -53,7 +53,14 @@ fn fold(text: &str) -> String {
         return text.trim_matches(trimmed).to_ascii_lowercase();
     }
     let ignorable = CodePointSetData::new::<DefaultIgnorableCodePoint>();
-    let kept: String = text.chars().filter(|&c| !ignorable.contains(c)).collect();
+    let kept: String = text
+        .chars()
+        .filter(|&c| !ignorable.contains(c))
+        .map(|c| match c {
+            '\u{130}' | '\u{131}' => 'i',
+            c => c,
+        })
+        .collect();
     let nfkc = ComposingNormalizerBorrowed::new_nfkc();
     let composed = nfkc.normalize(&kept);
     let folded = CaseMapper::new().fold_string(&composed);
@@ -87,6 +94,9 @@ mod tests {
         assert_eq!(v("Jose\u{301}"), v("José"), "NFD and NFC");
         assert_eq!(v("Straße"), v("STRASSE"), "full case folding");
         assert_eq!(v("\u{212a}elvin"), v("kelvin"), "the Kelvin sign");
+        // ASP.NET Identity upper-cases `ı` to `I`; Go's simple lower case of `İ` is `i`.
+        assert_eq!(v("v\u{131}ctim"), v("victim"), "dotless i");
+        assert_eq!(v("V\u{130}CT\u{130}M"), v("victim"), "dotted capital I");
     }
 
     #[test]
@@ -112,6 +122,11 @@ mod tests {
         assert_eq!(name("user name"), "user_name");
         assert_eq!(name("user[name"), "user_name");
         assert_eq!(name("ｕｓｅｒｎａｍｅ"), "username");
+        assert_eq!(
+            name("ema\u{131}l"),
+            "email",
+            ".NET's OrdinalIgnoreCase matches it"
+        );
         assert_ne!(name("username2"), "username");
     }
 }

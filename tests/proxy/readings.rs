@@ -197,6 +197,18 @@ fn unicode_spellings_that_django_folds_into_one_account_are_counted_as_one() {
 }
 
 #[test]
+fn names_that_aspnet_identity_upper_cases_alike_are_counted_as_one() {
+    // ToUpperInvariant makes the dotless `ı` an `I`: one account for ASP.NET Identity.
+    let spellings = ["v\u{131}ctim", "victim", "VICTIM", "V\u{131}ct\u{131}m"];
+    let (statuses, seen) = attack("aspnet", "victim", |i| {
+        let body = format!(r#"{{"username":"{}"}}"#, spellings[i % spellings.len()]);
+        post("/login", &[JSON], body.as_bytes())
+    });
+    held("aspnet", &statuses, seen);
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), LIMIT);
+}
+
+#[test]
 fn characters_that_python_and_java_trim_do_not_make_new_accounts() {
     for reader in ["flask", "spring", "django"] {
         let (statuses, seen) = attack(reader, "victim", |i| {
