@@ -192,14 +192,12 @@ fn outlier_config(base: &str, file: OutlierFile, problems: &mut Problems) -> Out
         max_ejected_percent,
         on,
     } = file;
-    let consecutive_failures = match consecutive_failures {
-        Some(0) => {
-            problems.push(format!("{base}.consecutive_failures"), "must be at least 1");
-            defaults::OUTLIER_FAILURES
-        }
-        Some(n) => n,
-        None => defaults::OUTLIER_FAILURES,
-    };
+    let consecutive_failures = at_least_one(
+        format!("{base}.consecutive_failures"),
+        consecutive_failures,
+        defaults::OUTLIER_FAILURES,
+        problems,
+    );
     let base_ejection_time = positive(
         format!("{base}.base_ejection_time"),
         base_ejection_time,
