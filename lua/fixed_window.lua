@@ -12,20 +12,25 @@ Function  calendar_window(key, now, cost, limit, bounds) -> decision, commit
           A missing key, or a count of an earlier window, is an empty window.
 Returns   decision = {admitted 0/1, remaining, reset_ms (until the window ends), retry_after_ms}
           commit   = function writing the new state (nil when not admitted).
-TTL       until the window ends, plus TTL_GRACE_MS (lib.lua).
+TTL       until the window ends, plus TTL_GRACE_MS (lib.lua): set by the window's first
+          write; a later write in the same window only moves `c` (the TTL is the same).
 Note      admits up to twice `limit` around a window edge (by design: it is the cheap one).
 Mirrors   src/limit/algorithm/fixed_window.rs.
 ]]
 local function fixed_window_in(key, now, cost, limit, start, stop)
   local s = redis.call('HMGET', key, 's', 'c')
-  local count = 0
-  if s[1] and tonumber(s[1]) == start then count = tonumber(s[2]) end
+  local count, same = 0, false
+  if s[1] and tonumber(s[1]) == start then count, same = tonumber(s[2]), true end
   local reset = stop - now
   if count + cost <= limit then
     local after = count + cost
     local commit = function()
-      redis.call('HSET', key, 's', start, 'c', after)
-      expire(key, reset)
+      if same then
+        redis.call('HSET', key, 'c', after)
+      else
+        redis.call('HSET', key, 's', start, 'c', after)
+        expire(key, reset)
+      end
     end
     return {1, limit - after, reset, 0}, commit
   end

@@ -10,18 +10,21 @@ Returns   decision = {admitted 0/1, remaining, reset_ms, retry_after_ms}; reset_
           of the current window, or when rejected the time until the request would fit.
           commit   = function writing the new state (nil when not admitted).
 TTL       until the end of the next window (when both counts stop mattering), plus
-          TTL_GRACE_MS (lib.lua).
+          TTL_GRACE_MS (lib.lua). Every script that writes `s` sets it, and it depends on
+          `s` alone, so a write within the window the key already holds only moves `c`:
+          one field, no PEXPIRE (the key keeps the TTL its window's first write gave it).
 Mirrors   src/limit/algorithm/sliding_window.rs.
 ]]
 local function sliding_window(key, now, cost, limit, window)
   local start = now - now % window
   local s = redis.call('HMGET', key, 's', 'c', 'p')
-  local cur, prev = 0, 0
+  local cur, prev, same = 0, 0, false
   if s[1] then
     local stored = tonumber(s[1])
     if stored == start then
       cur = tonumber(s[2]) or 0
       prev = tonumber(s[3]) or 0
+      same = true
     elseif stored + window == start then
       prev = tonumber(s[2]) or 0
     end
@@ -34,8 +37,12 @@ local function sliding_window(key, now, cost, limit, window)
     local count = cur + cost
     local ttl = start + 2 * window - now
     local commit = function()
-      redis.call('HSET', key, 's', start, 'c', count, 'p', prev)
-      expire(key, ttl)
+      if same then
+        redis.call('HSET', key, 'c', count)
+      else
+        redis.call('HSET', key, 's', start, 'c', count, 'p', prev)
+        expire(key, ttl)
+      end
     end
     return {1, floor_div(capacity - after, window), until_next, 0}, commit
   end
