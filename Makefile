@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping bench-resilience fuzz clean
+.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping bench-resilience bench-redis-core fuzz clean
 
 all: build
 
@@ -78,6 +78,11 @@ bench-shaping: deps
 # the same two nginx servers behind a plain route and resilient ones (same run, ratios).
 bench-resilience: deps
 	benches/load/resilience.sh
+
+# Decisions one Redis core sustains per kind of plan (turnstile's scripts under
+# redis-benchmark, Redis and the load pinned to their own CPUs).
+bench-redis-core: deps
+	benches/load/redis_core.sh
 
 # TLS handshakes/s and HTTP/2 requests/s next to nginx, same certificate.
 bench-tls: deps

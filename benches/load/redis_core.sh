@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Decisions one Redis core sustains, per kind of plan: turnstile's own scripts (lua/, loaded
+# in the order src/limit/store/redis/scripts.rs sends them) called by redis-benchmark against
+# a private redis-server, Redis pinned to CPU 0 and the load to CPU 1, a new client (hash
+# tag) per call out of a million, as an API with many low-rate clients sees it. Per row:
+# Redis's `usec_per_call` (INFO commandstats) and decisions per second of Redis CPU (user +
+# system, from /proc: the script's work plus reading the call and writing the reply).
+#
+#   benches/load/redis_core.sh            ROUNDS=5 CALLS=200000 to change the defaults
+#
+# Rows alternate within each round; the medians are printed as a Markdown table.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. benches/load/lib.sh
+
+ROUNDS=${ROUNDS:-3}
+CALLS=${CALLS:-200000}
+work=$(mktemp -d)
+rport=$(port)
+trap 'redis-cli -p "$rport" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+
+taskset -c 0 redis-server --port "$rport" --save "" --appendonly no --logfile "$work/redis.log" \
+  --daemonize yes --pidfile "$work/redis.pid"
+wait_port "$rport"
+rpid=$(cat "$work/redis.pid")
+cli() { redis-cli -p "$rport" "$@"; }
+
+# The source of one script: its files (a `NAME_FILES` list of scripts.rs), concatenated.
+source_of() {
+  sed -n "/[^A-Z_]$1 = \[/,/\]/p" src/limit/store/redis/scripts.rs | grep -o '"[a-z_]*\.lua"' |
+    tr -d '"' | while read -r f; do cat "lua/$f"; echo; done
+}
+check=$(cli SCRIPT LOAD "$(source_of CHECK_FILES)")
+lease=$(cli SCRIPT LOAD "$(source_of LEASE_FILES)")
+time_only=$(cli SCRIPT LOAD "return redis.call('TIME')[1]")
+
+# Limits no request reaches: every call admits and writes, the costly path.
+BIG=1000000000
+# Keys name their row (ROW), so rows of other algorithms never meet.
+k() { echo "t:{c__rand_int__}:ROW:$1"; }
+declare -A rows=(
+  ["a. TIME only (calibration)"]="EVALSHA $time_only 0"
+  ["b. 1 limit: token bucket"]="EVALSHA $check 1 $(k a) @ 1 @ a tb $BIG 1000 $BIG 0"
+  ["c. 1 limit: fixed window"]="EVALSHA $check 1 $(k a) @ 1 @ a fw $BIG 60000 0 0"
+  ["d. 1 limit: sliding window"]="EVALSHA $check 1 $(k a) @ 1 @ a sw $BIG 60000 0 0"
+  ["e. 1 limit: sliding log"]="EVALSHA $check 1 $(k a) @ 1 @ a sl 1000 60000 0 0"
+  ["f. 1 limit: leaky bucket"]="EVALSHA $check 1 $(k a) @ 1 @ a lb $BIG 1000 $BIG:$BIG 0"
+  ["g. 4 limits (tb, sw, sw, fw)"]="EVALSHA $check 4 $(k a) $(k b) $(k c) $(k d) @ 1 @ a tb $BIG 1000 $BIG 0 b sw $BIG 60000 0 0 c sw $BIG 3600000 0 0 d fw $BIG 86400000 0 0"
+  ["h. plan + keyed (sw + sw)"]="EVALSHA $check 2 $(k a) t:{c__rand_int__}:ROW:k:b @ 1 @ a sw $BIG 60000 0 0 b sw $BIG 900000 0 0"
+  ["i. leased: one lease.lua call per 100 decisions (fw)"]="EVALSHA $lease 1 $(k a) @ 100 100 a fw $BIG 60000 0 0"
+)
+
+declare -A usec per_core
+for label in "${!rows[@]}"; do usec[$label]=""; per_core[$label]=""; done
+for round in $(seq "$ROUNDS"); do
+  for label in $(printf '%s\n' "${!rows[@]}" | sort | tr ' ' '\001'); do
+    label=${label//$'\001'/ }
+    # "@" stands for an empty argument (the server's clock; no slot id).
+    row=${rows[$label]}
+    read -r -a args <<<"${row//ROW/${label%%.*}}"
+    for i in "${!args[@]}"; do [[ ${args[$i]} == @ ]] && args[$i]=""; done
+    cli FLUSHALL >/dev/null
+    cli CONFIG RESETSTAT >/dev/null
+    before=$(cpu_ticks "$rpid")
+    taskset -c 1 redis-benchmark -p "$rport" -n "$CALLS" -c 32 -P 8 -r 1000000 -q "${args[@]}" \
+      >/dev/null 2>&1
+    ticks=$(($(cpu_ticks "$rpid") - before))
+    stat=$(cli INFO commandstats | grep '^cmdstat_evalsha:')
+    calls=$(sed 's/^cmdstat_evalsha:calls=\([0-9]*\),.*/\1/' <<<"$stat")
+    failed=$(sed 's/.*failed_calls=\([0-9]*\).*/\1/' <<<"$stat")
+    [[ $calls == "$CALLS" && $failed == 0 ]] || { echo "$label: $stat" >&2; exit 1; }
+    per_call=$(sed 's/.*usec_per_call=\([0-9.]*\),.*/\1/' <<<"$stat")
+    decisions=$CALLS
+    [[ $label == i.* ]] && decisions=$((CALLS * 100))
+    hz=$(getconf CLK_TCK)
+    usec[$label]+=" $per_call"
+    per_core[$label]+=" $(awk -v d="$decisions" -v t="$ticks" -v hz="$hz" 'BEGIN {printf "%d", d * hz / t}')"
+  done
+done
+
+echo "redis-server $(redis-server --version | grep -o 'v=[0-9.]*'), $(nproc) CPUs, $ROUNDS rounds × $CALLS calls, $(date -u +%F)"
+echo
+echo "| plan | Redis µs per call (usec_per_call) | decisions per Redis core-second |"
+echo "| --- | --- | --- |"
+for label in $(printf '%s\n' "${!rows[@]}" | sort | tr ' ' '\001'); do
+  label=${label//$'\001'/ }
+  echo "| ${label#?. } | $(median <<<"${usec[$label]}") | $(median <<<"${per_core[$label]}") |"
+done
