@@ -12,6 +12,7 @@
 //!                                                             with status N (500-599; 0: normally)
 //! GET  /_control/stats    {"requests": N}: requests served, /_control/* excluded
 //! GET  /_control/arrivals {"ms": [...]}: when the last 10000 requests arrived (Unix ms)
+//! GET  /_control/bytes?n=N N bytes of 'x' (at most 64 MiB), for clients that read slowly
 //! ANY  /echo/...          what the upstream received (method, path, headers, peer, body) as JSON
 //! ```
 //! Every response carries `X-Upstream-Name: NAME`, so load balancing is visible. Any request may
@@ -56,6 +57,8 @@ struct Args {
 
 const MAX_BODY: usize = 1 << 20;
 const MAX_DELAY_MS: u64 = 60_000;
+/// The largest body `GET /_control/bytes?n=N` answers with.
+const MAX_BYTES: usize = 64 << 20;
 /// Arrival times remembered (the oldest are forgotten).
 const MAX_ARRIVALS: usize = 10_000;
 
@@ -137,6 +140,22 @@ impl OrdersApi {
                     .map(|a| a.iter().copied().collect())
                     .unwrap_or_default();
                 self.reply(StatusCode::OK, json!({ "ms": ms }))
+            }
+            ("GET", ["_control", "bytes"]) => {
+                // A large answer, for clients that read it slowly or not at all.
+                let n = req
+                    .uri
+                    .query()
+                    .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("n=")))
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .unwrap_or(0)
+                    .min(MAX_BYTES);
+                Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "application/octet-stream")
+                    .header("content-length", n)
+                    .body(vec![b'x'; n])
+                    .expect("valid response parts")
             }
             ("GET", ["_control", "stats"]) => self.reply(
                 StatusCode::OK,

@@ -13,6 +13,9 @@ pub struct RequestLimits {
     pub header_timeout: Duration,
     /// Longest pause while receiving a request body; the connection is closed.
     pub body_timeout: Duration,
+    /// Longest wait for the client to take more of a response (a client that stops
+    /// reading); the connection (HTTP/2: the stream) is ended.
+    pub send_timeout: Duration,
     /// Idle keep-alive connections are closed after this (whole seconds).
     pub keepalive_timeout: Duration,
     /// Request line plus headers, in bytes → 431.
@@ -135,6 +138,7 @@ mod tests {
         RequestLimits {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(60),
             keepalive_timeout: Duration::from_secs(60),
             max_header_bytes: 1024,
             max_header_count: 10,

@@ -30,6 +30,9 @@ pub fn early_request_filter(session: &mut Session, ctx: &mut RequestCtx) {
     // §9.3.2), each going through the whole chain, instead of being dropped with a close.
     session.set_pipelining_enabled(true);
     session.set_read_timeout(Some(limits.body_timeout));
+    // Pingora waits on a client that stops reading without end unless told (HTTP/1 and
+    // HTTP/2 alike): each write of the response gets this long.
+    session.set_write_timeout(Some(limits.send_timeout));
     // Only where the client asked to keep the connection (HTTP/1.1 by default, HTTP/1.0
     // with `Connection: keep-alive`): setting a timeout would turn keep-alive on. The guard
     // ends an idle guarded connection (0: no timer of Pingora's on every request's read).

@@ -5,7 +5,9 @@
 //! the gateway reads the body itself), a header block that never ends after
 //! `header_timeout`, and an idle connection after `keepalive_timeout` — over h2c and TLS. A
 //! TLS handshake left unfinished, and a half-sent request to the admin listener, end after
-//! `header_timeout` (Pingora's own bound is 60 s).
+//! `header_timeout` (Pingora's own bound is 60 s). A client that stops reading a response
+//! (HTTP/1), or grants it no flow-control window (HTTP/2), is given up on after
+//! `send_timeout`.
 
 use crate::common;
 
@@ -65,7 +67,7 @@ upstream = "main"
     )
 }
 
-const SERVER: &str = "h2c = true\nheader_timeout = \"1s\"\nbody_timeout = \"1s\"\nkeepalive_timeout = \"1s\"\nkey_hash_secret = \"h2-bounds-secret-0123456789\"";
+const SERVER: &str = "h2c = true\nheader_timeout = \"1s\"\nbody_timeout = \"1s\"\nsend_timeout = \"1s\"\nkeepalive_timeout = \"1s\"\nkey_hash_secret = \"h2-bounds-secret-0123456789\"";
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -157,6 +159,102 @@ fn a_stalled_body_on_a_keyed_route_ends_its_connection() {
     );
     let login = br#"{"username":"ada"}"#;
     assert_eq!(whole(gw.port, "/echo/login", login), 200);
+}
+
+/// A response far larger than the socket buffers between the gateway and the client.
+const LARGE: usize = 64 << 20;
+
+#[test]
+fn a_client_that_stops_reading_is_cut_at_send_timeout() {
+    let up = Upstream::start("a");
+    let gw = Gateway::start_with(SERVER, &config(&up, ""));
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", gw.port)).unwrap();
+    let head = format!("GET /_control/bytes?n={LARGE} HTTP/1.1\r\nHost: t\r\n\r\n");
+    tcp.write_all(head.as_bytes()).unwrap();
+    // Read nothing for a while: the buffers fill and the gateway's writes wait on us.
+    std::thread::sleep(Duration::from_secs(4));
+    tcp.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut received = 0usize;
+    let mut buf = vec![0u8; 1 << 20];
+    let ended = loop {
+        match tcp.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => received += n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false,
+        }
+    };
+    assert!(ended, "the connection must end, not wait on the client");
+    assert!(
+        received < LARGE,
+        "the gateway gave up on the reader: {received} of {LARGE} bytes arrived"
+    );
+}
+
+#[test]
+fn an_http2_client_that_grants_no_window_has_its_stream_reset_at_send_timeout() {
+    let up = Upstream::start("a");
+    let gw = Gateway::start_with(SERVER, &config(&up, ""));
+    let port = gw.port;
+    let outcome = runtime().block_on(async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        // No window for any stream's DATA, and none granted later.
+        let (client, conn) = h2::client::Builder::new()
+            .initial_window_size(0)
+            .handshake::<_, Bytes>(tcp)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let path = format!("/_control/bytes?n={}", 1 << 20);
+        let (response, _) = client
+            .send_request(request(port, "GET", &path, None), true)
+            .unwrap();
+        let response = tokio::time::timeout(PATIENCE, response)
+            .await
+            .expect("the response's head")
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        tokio::time::timeout(PATIENCE, body.data()).await
+    });
+    match outcome {
+        Ok(Some(Err(e))) => assert!(e.is_reset(), "the stream alone is reset: {e}"),
+        Ok(other) => panic!("the stream must be reset, got {other:?}"),
+        Err(_) => panic!("the gateway waited on a window the client never grants"),
+    }
+}
+
+/// A request waiting on its answer is not an idle connection, however long the client
+/// stays silent: an upstream slower than `keepalive_timeout` (1 s here) still answers.
+#[test]
+fn an_answer_slower_than_keepalive_timeout_still_arrives_over_http2() {
+    let up = Upstream::start("a");
+    let gw = Gateway::start_with(SERVER, &config(&up, ""));
+    let port = gw.port;
+    let status = runtime().block_on(async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let (response, _) = client
+            .send_request(request(port, "GET", "/orders?delay_ms=3000", None), true)
+            .unwrap();
+        let response = tokio::time::timeout(PATIENCE, response)
+            .await
+            .expect("an answer")
+            .map_err(|e| e.to_string());
+        response.map(|r| r.status().as_u16())
+    });
+    assert_eq!(
+        status,
+        Ok(200),
+        "the connection was ended as idle under a request"
+    );
 }
 
 #[test]

@@ -7,6 +7,8 @@ pub const LISTEN: &str = "0.0.0.0:8080";
 pub const ADMIN_LISTEN: &str = "127.0.0.1:9090";
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// nginx's `send_timeout` default.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(60);
 pub const CLIENT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 pub const MAX_HEADER_COUNT: usize = 100;

@@ -152,6 +152,8 @@ pub struct ServerFile {
     pub header_timeout: Option<HumanDuration>,
     /// Longest pause while receiving a request body.
     pub body_timeout: Option<HumanDuration>,
+    /// Longest wait for the client to take more of a response.
+    pub send_timeout: Option<HumanDuration>,
     /// Idle keep-alive connections are closed after this.
     pub keepalive_timeout: Option<HumanDuration>,
     pub max_header_bytes: Option<super::units::ByteSize>,

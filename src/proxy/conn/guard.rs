@@ -134,9 +134,12 @@ impl GuardedStream {
         })
     }
 
-    /// HTTP/2: bytes written to the client, shown to the watch.
-    fn sent_h2(&mut self, bufs: &[std::io::IoSlice<'_>], mut written: usize) {
+    /// HTTP/2: bytes written to the client, shown to the watch. Writes are made by the task
+    /// that also reads (the connection's): when they move the deadline (the server ended a
+    /// stream, opened a window), that task is woken, so its read sets the new timer.
+    fn sent_h2(&mut self, cx: &Context<'_>, bufs: &[std::io::IoSlice<'_>], mut written: usize) {
         if let Some(watch) = self.h2.as_mut() {
+            let before = watch.deadline();
             let now = ms_since_start(Instant::now());
             for b in bufs {
                 if written == 0 {
@@ -145,6 +148,9 @@ impl GuardedStream {
                 let n = written.min(b.len());
                 watch.sent(&b[..n], now);
                 written -= n;
+            }
+            if watch.deadline() != before {
+                cx.waker().wake_by_ref();
             }
         }
     }
@@ -174,7 +180,7 @@ impl AsyncWrite for GuardedStream {
         if this.h2.is_some() {
             let written = Pin::new(&mut this.inner).poll_write(cx, buf);
             if let Poll::Ready(Ok(n)) = written {
-                this.sent_h2(&[std::io::IoSlice::new(buf)], n);
+                this.sent_h2(cx, &[std::io::IoSlice::new(buf)], n);
             }
             return written;
         }
@@ -213,7 +219,7 @@ impl AsyncWrite for GuardedStream {
     ) -> Poll<std::io::Result<usize>> {
         let written = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(n)) = written {
-            self.sent_h2(bufs, n);
+            self.sent_h2(cx, bufs, n);
         }
         written
     }

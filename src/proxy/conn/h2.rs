@@ -7,11 +7,14 @@
 //!   back), and which has received no DATA for `body_timeout`;
 //! - **a header block that never ends**: HEADERS without END_HEADERS, CONTINUATIONs
 //!   trickling, for `header_timeout`;
-//! - **an idle connection**: no stream open and nothing received for `keepalive_timeout`.
+//! - **an idle connection**: no stream open and nothing received for `keepalive_timeout`. A
+//!   stream is open until the server ends or either side resets it: a response still coming
+//!   (a slow upstream, a long stream of events) keeps its connection, however long the
+//!   client is silent (its own bounds are `read_timeout` and `send_timeout`).
 //!
 //! Only frame headers are parsed (9 bytes each; the payload of the server's SETTINGS and
 //! WINDOW_UPDATE frames for the windows), never HPACK or data. Streams are tracked while
-//! open and forgotten when either side ends or resets them; the h2 server bounds how many
+//! open and forgotten when the server ends them or either side resets them; the h2 server bounds how many
 //! are open (`SETTINGS_MAX_CONCURRENT_STREAMS`), and this table refuses to grow past
 //! [`MAX_TRACKED`] (the connection is then closed as misbehaving).
 
@@ -177,8 +180,12 @@ pub struct H2Watch {
     initial_window: i64,
     /// A header block begun and not ended: since when.
     header_block_ms: Option<u64>,
-    /// When the client last sent anything.
-    last_received_ms: u64,
+    /// The highest stream id the client has opened (new streams' ids only grow: HEADERS on
+    /// a lower one are trailers, or for a stream already ended).
+    last_stream: u32,
+    /// When the client last sent anything, or the server last ended a stream: what an idle
+    /// connection's keep-alive counts from.
+    last_active_ms: u64,
     too_many: bool,
     /// The deadline as of the last frame seen (computed then, read on every idle poll).
     due: Option<(u64, Expiry)>,
@@ -207,7 +214,8 @@ impl H2Watch {
             conn_window: DEFAULT_WINDOW,
             initial_window: DEFAULT_WINDOW,
             header_block_ms: None,
-            last_received_ms: now_ms,
+            last_stream: 0,
+            last_active_ms: now_ms,
             too_many: false,
             due: Some((now_ms + limits.idle_ms, Expiry::Idle)),
         }
@@ -218,7 +226,7 @@ impl H2Watch {
         if bytes.is_empty() {
             return;
         }
-        self.last_received_ms = now_ms;
+        self.last_active_ms = now_ms;
         let mut incoming = std::mem::take(&mut self.incoming);
         incoming.feed(bytes, |_| false, |f| self.client_frame(f, now_ms));
         self.incoming = incoming;
@@ -251,13 +259,16 @@ impl H2Watch {
                     // Trailers end the body.
                     Some(s) if f.flags & END_STREAM != 0 => s.body_open = false,
                     Some(_) => {}
-                    None if f.flags & END_STREAM != 0 => {}
+                    // Not a new stream: one the server has ended already.
+                    None if f.stream <= self.last_stream => {}
                     None if full => self.too_many = true,
                     None => {
+                        self.last_stream = f.stream;
+                        // Without a body (END_STREAM) it waits on the server alone.
                         self.streams.insert(
                             f.stream,
                             Stream {
-                                body_open: true,
+                                body_open: f.flags & END_STREAM == 0,
                                 window: initial,
                                 since_ms: now_ms,
                             },
@@ -282,7 +293,6 @@ impl H2Watch {
             }
             _ => {}
         }
-        self.forget_ended();
     }
 
     fn server_frame(&mut self, f: Frame<'_>, now_ms: u64) {
@@ -325,20 +335,18 @@ impl H2Watch {
                     s.window += increment;
                 }
             }
-            // The server ended its response or reset the stream: nothing waits on its body.
-            RST_STREAM => {
-                self.streams.remove(&f.stream);
-            }
-            HEADERS | DATA if f.flags & END_STREAM != 0 => {
-                self.streams.remove(&f.stream);
-            }
+            // The server ended its response or reset the stream: nothing waits on it.
+            RST_STREAM => self.ended(f.stream, now_ms),
+            HEADERS | DATA if f.flags & END_STREAM != 0 => self.ended(f.stream, now_ms),
             _ => {}
         }
     }
 
-    fn forget_ended(&mut self) {
-        // A stream whose client is done waits only on the server, which ends it.
-        self.streams.retain(|_, s| s.body_open);
+    /// The server is done with `stream`: an idle connection's keep-alive counts from now.
+    fn ended(&mut self, stream: u32, now_ms: u64) {
+        if self.streams.remove(&stream).is_some() {
+            self.last_active_ms = self.last_active_ms.max(now_ms);
+        }
     }
 
     /// When the connection ends if nothing changes, and why (`None`: no deadline).
@@ -369,12 +377,12 @@ impl H2Watch {
             }
         }
         if self.streams.is_empty() && self.header_block_ms.is_none() {
-            earliest(self.last_received_ms + self.limits.idle_ms, Expiry::Idle);
+            earliest(self.last_active_ms + self.limits.idle_ms, Expiry::Idle);
         }
         due
     }
 
-    /// Streams whose client has not finished sending.
+    /// Streams the server has not ended (nor either side reset).
     #[cfg(test)]
     pub fn open_streams(&self) -> usize {
         self.streams.len()
@@ -419,10 +427,14 @@ mod tests {
         assert_eq!(w.deadline(), Some((1_010, Expiry::Stalled)));
         w.received(&frame(DATA, 0, 1, &[0; 100]), 500);
         assert_eq!(w.deadline(), Some((1_500, Expiry::Stalled)));
-        // The last DATA ends it: idle again from then.
+        // The last DATA ends the body; the stream waits on the server's answer.
         w.received(&frame(DATA, END_STREAM, 1, &[0; 10]), 700);
+        assert_eq!(w.open_streams(), 1);
+        assert_eq!(w.deadline(), None);
+        // The answer ends it: idle from then.
+        w.sent(&frame(DATA, END_STREAM, 1, b"ok"), 900);
         assert_eq!(w.open_streams(), 0);
-        assert_eq!(w.deadline(), Some((5_700, Expiry::Idle)));
+        assert_eq!(w.deadline(), Some((5_900, Expiry::Idle)));
     }
 
     #[test]
@@ -463,7 +475,38 @@ mod tests {
         w.received(&frame(CONTINUATION, 0, 1, b"more"), 120);
         assert_eq!(w.deadline(), Some((150, Expiry::Stalled)));
         w.received(&frame(CONTINUATION, END_HEADERS, 1, b"end"), 140);
-        assert_eq!(w.deadline(), Some((5_140, Expiry::Idle)));
+        // A request without a body, waiting on its answer.
+        assert_eq!(w.deadline(), None);
+        w.sent(&frame(HEADERS, END_HEADERS | END_STREAM, 1, b"h"), 200);
+        assert_eq!(w.deadline(), Some((5_200, Expiry::Idle)));
+    }
+
+    #[test]
+    fn a_response_still_coming_keeps_its_connection_however_silent_the_client() {
+        let mut w = opened(0);
+        w.received(&frame(HEADERS, END_HEADERS | END_STREAM, 1, b"get"), 10);
+        assert_eq!(w.open_streams(), 1);
+        // A slow upstream, then a long stream of events: the client sends nothing.
+        w.sent(&frame(HEADERS, END_HEADERS, 1, b"200"), 60_000);
+        w.sent(&frame(DATA, 0, 1, b"event"), 3_600_000);
+        assert_eq!(w.deadline(), None);
+        w.sent(&frame(DATA, END_STREAM, 1, b"last"), 7_200_000);
+        assert_eq!(w.deadline(), Some((7_205_000, Expiry::Idle)));
+    }
+
+    #[test]
+    fn trailers_after_the_server_ended_the_stream_open_nothing() {
+        let mut w = opened(0);
+        w.received(&frame(HEADERS, END_HEADERS, 1, b"post"), 0);
+        // The server answers early (a refusal) while the body is still coming.
+        w.sent(&frame(HEADERS, END_HEADERS | END_STREAM, 1, b"413"), 10);
+        w.received(&frame(DATA, 0, 1, &[0; 10]), 20);
+        w.received(
+            &frame(HEADERS, END_HEADERS | END_STREAM, 1, b"trailers"),
+            30,
+        );
+        assert_eq!(w.open_streams(), 0);
+        assert_eq!(w.deadline(), Some((5_030, Expiry::Idle)));
     }
 
     #[test]
@@ -490,7 +533,7 @@ mod tests {
             for piece in bytes.chunks(chunk) {
                 w.received(piece, 20);
             }
-            assert_eq!(w.open_streams(), 1, "chunks of {chunk}");
+            assert_eq!(w.open_streams(), 2, "chunks of {chunk}");
             assert_eq!(
                 w.deadline(),
                 Some((1_020, Expiry::Stalled)),

@@ -44,6 +44,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         on_store_error,
         header_timeout,
         body_timeout,
+        send_timeout,
         keepalive_timeout,
         max_header_bytes,
         max_header_count,
@@ -154,6 +155,12 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
                 "server.body_timeout".into(),
                 body_timeout,
                 defaults::BODY_TIMEOUT,
+                problems,
+            ),
+            send_timeout: positive(
+                "server.send_timeout".into(),
+                send_timeout,
+                defaults::SEND_TIMEOUT,
                 problems,
             ),
             keepalive_timeout: {
