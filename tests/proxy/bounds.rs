@@ -88,16 +88,33 @@ fn request(port: u16, method: &str, path: &str, length: Option<usize>) -> http::
     req.body(()).unwrap()
 }
 
+/// A new h2c connection to the gateway, its client ready for a request, and the task driving
+/// the connection (done when the gateway ends it). `window`: the client's initial stream
+/// window (`None`: the default).
+async fn h2c(
+    port: u16,
+    window: Option<u32>,
+) -> (
+    h2::client::SendRequest<Bytes>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+) {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut builder = h2::client::Builder::new();
+    if let Some(window) = window {
+        builder.initial_window_size(window);
+    }
+    let (client, conn) = builder.handshake::<_, Bytes>(tcp).await.unwrap();
+    let conn = tokio::spawn(conn);
+    (client.ready().await.unwrap(), conn)
+}
+
 /// Opens an h2c connection, sends `path`'s headers and `first` body bytes of an announced
 /// 1000, then stalls. Returns whether the gateway ended the connection within `PATIENCE`.
 fn stall_a_body(port: u16, path: &str, first: &[u8]) -> bool {
     runtime().block_on(async {
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        let conn = tokio::spawn(conn);
-        let mut client = client.ready().await.unwrap();
+        let (mut client, conn) = h2c(port, None).await;
         let (_response, mut send) = client
             .send_request(request(port, "POST", path, Some(1000)), false)
             .unwrap();
@@ -113,12 +130,7 @@ fn stall_a_body(port: u16, path: &str, first: &[u8]) -> bool {
 /// A whole request over a new h2c connection: its status.
 fn whole(port: u16, path: &str, body: &[u8]) -> u16 {
     runtime().block_on(async {
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(conn);
-        let mut client = client.ready().await.unwrap();
+        let (mut client, _conn) = h2c(port, None).await;
         let (response, mut send) = client
             .send_request(request(port, "POST", path, Some(body.len())), false)
             .unwrap();
@@ -197,17 +209,8 @@ fn an_http2_client_that_grants_no_window_has_its_stream_reset_at_send_timeout() 
     let gw = Gateway::start_with(SERVER, &config(&up, ""));
     let port = gw.port;
     let outcome = runtime().block_on(async {
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
         // No window for any stream's DATA, and none granted later.
-        let (client, conn) = h2::client::Builder::new()
-            .initial_window_size(0)
-            .handshake::<_, Bytes>(tcp)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        let mut client = client.ready().await.unwrap();
+        let (mut client, _conn) = h2c(port, Some(0)).await;
         let path = format!("/_control/bytes?n={}", 1 << 20);
         let (response, _) = client
             .send_request(request(port, "GET", &path, None), true)
@@ -235,12 +238,7 @@ fn an_answer_slower_than_keepalive_timeout_still_arrives_over_http2() {
     let gw = Gateway::start_with(SERVER, &config(&up, ""));
     let port = gw.port;
     let status = runtime().block_on(async {
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(conn);
-        let mut client = client.ready().await.unwrap();
+        let (mut client, _conn) = h2c(port, None).await;
         let (response, _) = client
             .send_request(request(port, "GET", "/orders?delay_ms=3000", None), true)
             .unwrap();
@@ -263,12 +261,7 @@ fn an_idle_http2_connection_is_closed_after_keepalive_timeout() {
     let gw = Gateway::start_with(SERVER, &config(&up, ""));
     let port = gw.port;
     let closed = runtime().block_on(async {
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        let conn = tokio::spawn(conn);
-        let mut client = client.ready().await.unwrap();
+        let (mut client, conn) = h2c(port, None).await;
         let (response, _) = client
             .send_request(request(port, "GET", "/echo/a", None), true)
             .unwrap();
