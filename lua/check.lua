@@ -36,24 +36,29 @@ local cost = tonumber(ARGV[2])
 local slot_id = ARGV[3]
 local algorithms = { tb = token_bucket, lb = leaky_bucket, fw = fixed_window, cw = calendar_window, sw = sliding_window, sl = sliding_log, cc = concurrency }
 
-local function arg(i, k) return ARGV[3 + PER * (i - 1) + k] end
-
+-- Limit i asked for c units: its decision and its commit. Arguments are read by offset, and
+-- strings are only turned into numbers where the algorithm wants numbers (this runs on every
+-- decision: Redis CPU per call is what sizes a store).
 local function decide(i, c)
-  local algorithm = algorithms[arg(i, 2)]
+  local o = 3 + PER * (i - 1)
+  local code = ARGV[o + 2]
+  local algorithm = algorithms[code]
   if not algorithm then
-    error('turnstile check.lua: unknown algorithm ' .. tostring(arg(i, 2)))
+    error('turnstile check.lua: unknown algorithm ' .. tostring(code))
   end
-  local window, burst = arg(i, 4), arg(i, 5)
-  if arg(i, 2) ~= 'cw' then window = tonumber(window) end
-  if arg(i, 2) ~= 'lb' then burst = tonumber(burst) end
-  return algorithm(KEYS[i], now, c, tonumber(arg(i, 3)), window, burst, slot_id)
+  local window, burst = ARGV[o + 4], ARGV[o + 5]
+  if code ~= 'cw' then window = tonumber(window) end
+  if code ~= 'lb' then burst = tonumber(burst) end
+  return algorithm(KEYS[i], now, c, tonumber(ARGV[o + 3]), window, burst, slot_id)
 end
 
 local decisions, commits, rejected = {}, {}, ''
 for i = 1, n do
-  decisions[i], commits[i] = decide(i, cost)
-  if decisions[i][1] == 0 and rejected == '' and arg(i, 6) ~= '1' then
-    rejected = arg(i, 1)
+  local d, commit = decide(i, cost)
+  decisions[i], commits[i] = d, commit
+  local o = 3 + PER * (i - 1)
+  if d[1] == 0 and rejected == '' and ARGV[o + 6] ~= '1' then
+    rejected = ARGV[o + 1]
   end
 end
 
@@ -68,9 +73,11 @@ else
   end
 end
 
+-- One format per limit: string.format is the costly part of building the reply.
 local reply = { rejected == '' and '1' or '0', string.format('%d', now) }
 for i = 1, n do
-  for j = 1, 4 do reply[#reply + 1] = string.format('%d', decisions[i][j]) end
+  local d = decisions[i]
+  reply[i + 2] = string.format('%d %d %d %d', d[1], d[2], d[3], d[4])
 end
-reply[#reply + 1] = rejected
+reply[n + 3] = rejected
 return table.concat(reply, ' ')
