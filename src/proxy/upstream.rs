@@ -27,7 +27,8 @@ pub fn upstream_peer(ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
     let route = &snapshot.routes[ctx
         .route
         .expect("request_filter sets the route before proxying")];
-    let Some(server) = route.pool.select() else {
+    // A retry (or a connect tried again) goes to another server than the last try's.
+    let Some(server) = route.pool.select(ctx.upstream_addr) else {
         return Err(Error::explain(
             NO_HEALTHY_UPSTREAM,
             format!(

@@ -286,28 +286,37 @@ impl Pool {
             .unwrap_or_default()
     }
 
-    /// A healthy server by the pool's policy, or `None` if every server is down.
-    pub fn select(&self) -> Option<Selected> {
+    /// A healthy server by the pool's policy, or `None` if every server is down. `avoid`: the
+    /// server a retry's previous try failed on — another healthy server is taken if there is
+    /// one, that one only if it is the last.
+    pub fn select(&self, avoid: Option<SocketAddr>) -> Option<Selected> {
+        if avoid.is_some() {
+            if let Some(other) = self.select_avoiding(avoid) {
+                return Some(other);
+            }
+        }
+        self.select_avoiding(None)
+    }
+
+    fn select_avoiding(&self, avoid: Option<SocketAddr>) -> Option<Selected> {
         if self.balance == Balance::LeastRequest {
-            if let Some(chosen) = self.least_request() {
+            if let Some(chosen) = self.least_request(avoid) {
                 return Some(chosen);
             }
         }
         let n = self.len().max(1);
-        if self.outliers.is_none() {
+        if self.outliers.is_none() && avoid.is_none() {
             return selected(&self.lb.select(b"", n)?);
         }
         let now_ms = MonotonicClock.now_ms();
-        selected(
-            &self
-                .lb
-                .select_with(b"", n, |b, healthy| healthy && !self.ejected(b, now_ms))?,
-        )
+        selected(&self.lb.select_with(b"", n, |b, healthy| {
+            healthy && !self.ejected(b, now_ms) && !is(b, avoid)
+        })?)
     }
 
     /// Power of two choices among the healthy servers (`None`: fewer than two servers, or
     /// the draws found none healthy: round robin decides).
-    fn least_request(&self) -> Option<Selected> {
+    fn least_request(&self, avoid: Option<SocketAddr>) -> Option<Selected> {
         let backends = self.lb.backends();
         let all = backends.get_backend();
         if all.len() < 2 {
@@ -316,7 +325,7 @@ impl Pool {
         let load = |b: &Backend| (b.ext.get::<Arc<Load>>().map_or(0, |l| l.get()), b.weight);
         let weight = |b: &Backend| u16::try_from(b.weight).unwrap_or(u16::MAX);
         let now_ms = MonotonicClock.now_ms();
-        let usable = |b: &Backend| backends.ready(b) && !self.ejected(b, now_ms);
+        let usable = |b: &Backend| backends.ready(b) && !self.ejected(b, now_ms) && !is(b, avoid);
         for _ in 0..3 {
             let (i, j) = two_of(all.len(), random());
             let (a, b) = (all.iter().nth(i)?, all.iter().nth(j)?);
@@ -389,6 +398,11 @@ impl Pool {
         *self.next_resolve.lock().expect("not poisoned") = Some(next);
         Some(next)
     }
+}
+
+/// Whether `b` is the server `addr` names.
+fn is(b: &Backend, addr: Option<SocketAddr>) -> bool {
+    addr.is_some() && b.addr.as_inet() == addr.as_ref()
 }
 
 fn selected(b: &Backend) -> Option<Selected> {

@@ -77,6 +77,58 @@ retry = {{ attempts = 2, on = ["503"], methods = ["POST"] }}
     assert_eq!(retries(&gw, "503"), before + (a.served() - met_a) as f64);
 }
 
+/// A retry goes to another server when the pool has one: under least request the failing
+/// server, quick to answer, is the one with fewer requests in flight, and so would be drawn
+/// again; under round robin concurrent requests move the turn between the tries.
+#[test]
+fn a_retry_is_sent_to_another_server_than_the_one_that_failed() {
+    for balance in ["least_request", "round_robin"] {
+        let (a, b, c) = (
+            Upstream::start("a"),
+            Upstream::start("b"),
+            Upstream::start("c"),
+        );
+        a.set_failing(503);
+        let gw = Gateway::start(&format!(
+            r#"
+[upstreams.orders]
+servers = ["{a}", "{b}", "{c}"]
+balance = "{balance}"
+retry_budget = {{ percent = 100, min_retries = 100 }}
+
+[[routes]]
+name = "orders"
+path_prefix = "/orders"
+upstream = "orders"
+retry = {{ attempts = 2, on = ["503"], backoff = "1ms" }}
+"#,
+            a = a.addr(),
+            b = b.addr(),
+            c = c.addr()
+        ));
+        let port = gw.port;
+        let clients: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    (0..15)
+                        .map(|_| http::get(port, "/orders").status)
+                        .collect::<Vec<u16>>()
+                })
+            })
+            .collect();
+        for client in clients {
+            let statuses = client.join().unwrap();
+            assert!(
+                statuses.iter().all(|&s| s == 200),
+                "{balance}: {statuses:?}"
+            );
+        }
+        assert!(a.served() >= 1, "{balance}: a was never tried");
+        assert_eq!(b.served() + c.served(), 60, "{balance}");
+        assert_eq!(retries(&gw, "503"), a.served() as f64, "{balance}");
+    }
+}
+
 #[test]
 fn a_timeout_is_retried_within_the_per_try_timeout() {
     let (slow, fast) = (Upstream::start("slow"), Upstream::start("fast"));
