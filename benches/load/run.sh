@@ -145,7 +145,7 @@ locations = ["limited"]
 threads = ${THREADS}
 EOF
 "$PINGAP" -c "$WORK/pingap.toml" > "$WORK/pingap.log" 2>&1 & pids+=($!); PID_pingap=$!; PID_pingap_limit=$!
-redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" >/dev/null & pids+=($!)
+redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" >/dev/null & pids+=($!); PID_REDIS=$!
 
 # mode name -> extra route lines / store
 gateway() { # name ip_limit(0/1/flood) redis(0/1/lease)
@@ -196,19 +196,22 @@ TICK=$(getconf CLK_TCK)
 target_header() { case $1 in redis|both|leased) echo "X-Api-Key: $KEY";; *) echo "X-Bench: 1";; esac; }
 # Round trips (script calls) and all commands (those run inside scripts count too).
 redis_calls() { redis-cli -p "$REDIS" INFO commandstats | awk -F'[=,:]' '$1 == "cmdstat_evalsha" || $1 == "cmdstat_eval" {s+=$3} END {print s+0}'; }
+# Microseconds Redis spent inside the scripts (INFO commandstats: the `usec_per_call` total).
+redis_usec() { redis-cli -p "$REDIS" INFO commandstats | awk -F'[=,:]' '$1 == "cmdstat_evalsha" || $1 == "cmdstat_eval" {s+=$5} END {print s+0}'; }
 redis_cmds() { redis-cli -p "$REDIS" INFO commandstats | awk -F'[=,:]' '/^cmdstat_/ && $1 != "cmdstat_info" {s+=$3} END {print s+0}'; }
 
 # Warm up every target (connections, scripts).
 for t in "${TARGETS[@]}"; do wrk -t1 -c"$CONNS" -d1s -H "$(target_header "$t")" "http://127.0.0.1:$(target_port "$t")/" >/dev/null; done
 
-declare -A RPS CALLS CMDS REQS CPU
+declare -A RPS CALLS CMDS REQS CPU USEC RCPU
 echo "throughput: $ROUNDS rounds x ${DURATION}s per target, wrk -t1 -c$CONNS" >&2
 for round in $(seq "$ROUNDS"); do
   for t in "${TARGETS[@]}"; do
     pid=$(target_pid "$t"); ticks_before=$(cpu_ticks "$pid")
-    calls_before=$(redis_calls); before=$(redis_cmds)
+    calls_before=$(redis_calls); before=$(redis_cmds); usec_before=$(redis_usec); redis_before=$(cpu_ticks "$PID_REDIS")
     out=$(wrk -t1 -c"$CONNS" -d"${DURATION}s" -H "$(target_header "$t")" "http://127.0.0.1:$(target_port "$t")/")
     calls_after=$(redis_calls); after=$(redis_cmds); ticks_after=$(cpu_ticks "$pid")
+    USEC[$t]=$(( ${USEC[$t]:-0} + $(redis_usec) - usec_before )); RCPU[$t]=$(( ${RCPU[$t]:-0} + $(cpu_ticks "$PID_REDIS") - redis_before ))
     rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
     reqs=$(echo "$out" | awk '/requests in/ {print $1}')
     non2xx=$(echo "$out" | awk '/Non-2xx/ {print $5}')
@@ -253,8 +256,8 @@ PASS_RPS=$(echo "${RPS[passthrough]}" | median)
 peer() { case $1:$2 in passthrough:pingap) echo pingap;; passthrough:nginx) echo nginx;;
   *:pingap) echo pingap_limit;; *:nginx) echo nginx_limit_req;; esac; }
 printf '\n%s worker thread(s) per proxy; turnstile work_stealing = %s\n' "$THREADS" "$WORK_STEALING"
-printf '\n| target | req/s (median of %s) | turnstile / pingap | turnstile / nginx | vs turnstile pass-through | CPU µs/req | p50 ms | p99 ms | p99.9 ms | Redis calls/req | Redis cmds/req | peak RSS MiB |\n' "$ROUNDS"
-printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
+printf '\n| target | req/s (median of %s) | turnstile / pingap | turnstile / nginx | vs turnstile pass-through | CPU µs/req | p50 ms | p99 ms | p99.9 ms | Redis calls/req | Redis cmds/req | Redis µs/call | Redis CPU µs/req | peak RSS MiB |\n' "$ROUNDS"
+printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
 for t in "${TARGETS[@]}"; do
   rps=$(echo "${RPS[$t]}" | median)
   vs_pgp="-"; vs_ngx="-"
@@ -264,17 +267,21 @@ for t in "${TARGETS[@]}"; do
       vs_ngx=$(awk -v a="$rps" -v b="$(echo "${RPS[$(peer "$t" nginx)]}" | median)" 'BEGIN {printf "%.2f", a/b}');;
   esac
   vs_pass=$(awk -v a="$rps" -v b="$PASS_RPS" 'BEGIN {printf "%.2f", a/b}')
-  calls="-"; cmds="-"; rss="-"
+  calls="-"; cmds="-"; rss="-"; usec="-"; rcpu="-"
   case $t in
     redis|both|leased)
       calls=$(awk -v c="${CALLS[$t]}" -v r="${REQS[$t]}" 'BEGIN {printf "%.3f", c/r}')
-      cmds=$(awk -v c="${CMDS[$t]}" -v r="${REQS[$t]}" 'BEGIN {printf "%.2f", c/r}');;
+      cmds=$(awk -v c="${CMDS[$t]}" -v r="${REQS[$t]}" 'BEGIN {printf "%.2f", c/r}')
+      # Inside the scripts per call (usec_per_call), and the Redis process's CPU per request
+      # (the scripts, reading the calls, writing the replies).
+      usec=$(awk -v u="${USEC[$t]}" -v c="${CALLS[$t]}" 'BEGIN {printf "%.2f", c ? u/c : 0}')
+      rcpu=$(awk -v t="${RCPU[$t]}" -v hz="$TICK" -v r="${REQS[$t]}" 'BEGIN {printf "%.2f", t / hz * 1e6 / r}');;
   esac
   case $t in
     passthrough|per_ip|redis|both|leased) pid=$(eval echo "\$PID_$t"); rss=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$pid/status");;
   esac
   cpu=$(echo "${CPU[$t]}" | median)
-  printf '| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$t" "$rps" "$vs_pgp" "$vs_ngx" "$vs_pass" "$cpu" "${P50[$t]}" "${P99[$t]}" "${P999[$t]}" "$calls" "$cmds" "$rss"
+  printf '| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$t" "$rps" "$vs_pgp" "$vs_ngx" "$vs_pass" "$cpu" "${P50[$t]}" "${P99[$t]}" "${P999[$t]}" "$calls" "$cmds" "$usec" "$rcpu" "$rss"
 done
 printf '\nflood: %s requests from distinct addresses in %ss through a per-IP table (ip_limit 1/m burst 5, max_tracked_ips = 50000):\n' "$flood_reqs" "$FLOOD_DURATION"
 printf 'tracked entries after: %s; gateway peak RSS %.1f MiB before, %.1f MiB after\n' "${tracked:-?}" "$(awk -v k="$flood_before" 'BEGIN {print k/1024}')" "$(awk -v k="$flood_after" 'BEGIN {print k/1024}')"
