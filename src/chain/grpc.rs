@@ -1,25 +1,53 @@
 //! gRPC-native answers. A gRPC library reads only `grpc-status`: an HTTP 429 with a JSON body
-//! reaches the application as UNAVAILABLE ("unexpected HTTP status") with no retry hint. So
-//! every answer the gateway gives itself to a gRPC request is a gRPC response — HTTP 200,
-//! `content-type: application/grpc`, and the status in a "trailers-only" response (one
-//! HEADERS frame ending the stream) — with the code that says what happened. And the
-//! client's `grpc-timeout` is the request's deadline.
+//! reaches the application as UNAVAILABLE ("unexpected HTTP status") with no retry hint, and
+//! a gRPC-Web library may take the body for a reply. So every answer the gateway gives itself
+//! to a gRPC or gRPC-Web request is a gRPC response — HTTP 200, the call's gRPC content type,
+//! and the status in a "trailers-only" response (no body; one HEADERS frame ending the stream
+//! on HTTP/2) — with the code that says what happened. And the client's `grpc-timeout` is
+//! the request's deadline.
 
 use crate::chain::problem::Kind;
 use std::time::Duration;
 
-/// The request is a gRPC call: `application/grpc` or `application/grpc+<codec>` (gRPC-Web,
-/// `application/grpc-web…`, frames its status differently and is not one).
-pub fn is_grpc(content_type: Option<&[u8]>) -> bool {
-    let Some(value) = content_type else {
-        return false;
-    };
+/// How a gRPC call is carried: gRPC over HTTP/2, or gRPC-Web (`-text`: base64 bodies), which
+/// browsers and HTTP/1 clients speak. A trailers-only answer is the same in all three — HTTP
+/// 200, the status in the header, no body — only its content type differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    Grpc,
+    Web,
+    WebText,
+}
+
+impl Flavor {
+    /// The content type of the gateway's own answer.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Flavor::Grpc => "application/grpc",
+            Flavor::Web => "application/grpc-web",
+            Flavor::WebText => "application/grpc-web-text",
+        }
+    }
+}
+
+/// The request is a gRPC call: `application/grpc`, `application/grpc-web` or
+/// `application/grpc-web-text`, each optionally `+<codec>` and with parameters.
+pub fn flavor(content_type: Option<&[u8]>) -> Option<Flavor> {
+    let value = content_type?;
     let essence = value.split(|&b| b == b';').next().unwrap_or_default();
     let essence = essence.trim_ascii();
-    const GRPC: &[u8] = b"application/grpc";
-    essence.len() >= GRPC.len()
-        && essence[..GRPC.len()].eq_ignore_ascii_case(GRPC)
-        && matches!(essence.get(GRPC.len()), None | Some(b'+'))
+    let essence = match essence.iter().position(|&b| b == b'+') {
+        Some(plus) => &essence[..plus],
+        None => essence,
+    };
+    [
+        (b"application/grpc".as_slice(), Flavor::Grpc),
+        (b"application/grpc-web", Flavor::Web),
+        (b"application/grpc-web-text", Flavor::WebText),
+    ]
+    .into_iter()
+    .find(|(name, _)| essence.eq_ignore_ascii_case(name))
+    .map(|(_, flavor)| flavor)
 }
 
 /// gRPC status codes (`grpc/doc/statuscodes.md`) the gateway answers with.
@@ -168,25 +196,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn grpc_content_types_are_recognised_and_grpc_web_is_not() {
-        for yes in [
-            "application/grpc",
-            "application/grpc+proto",
-            "Application/GRPC+json",
-            "application/grpc; charset=utf-8",
+    fn grpc_and_grpc_web_content_types_are_recognised() {
+        for (value, want) in [
+            ("application/grpc", Flavor::Grpc),
+            ("application/grpc+proto", Flavor::Grpc),
+            ("Application/GRPC+json", Flavor::Grpc),
+            ("application/grpc; charset=utf-8", Flavor::Grpc),
+            ("application/grpc-web", Flavor::Web),
+            ("application/grpc-web+proto", Flavor::Web),
+            ("application/GRPC-WEB+proto ; x=y", Flavor::Web),
+            ("application/grpc-web-text", Flavor::WebText),
+            ("application/grpc-web-text+proto", Flavor::WebText),
         ] {
-            assert!(is_grpc(Some(yes.as_bytes())), "{yes}");
+            assert_eq!(flavor(Some(value.as_bytes())), Some(want), "{value}");
         }
         for no in [
-            "application/grpc-web",
-            "application/grpc-web+proto",
             "application/grpcx",
+            "application/grpc-webx",
+            "application/grpc-web-textual",
             "application/json",
+            "text/plain+application/grpc",
             "",
         ] {
-            assert!(!is_grpc(Some(no.as_bytes())), "{no}");
+            assert_eq!(flavor(Some(no.as_bytes())), None, "{no}");
         }
-        assert!(!is_grpc(None));
+        assert_eq!(flavor(None), None);
     }
 
     #[test]

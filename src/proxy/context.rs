@@ -3,6 +3,7 @@
 use crate::chain::admission::Admission;
 use crate::chain::auth::Client;
 use crate::chain::cert::PeerCert;
+use crate::chain::grpc::Flavor;
 use crate::chain::jwt::issuer::TokenIdentity;
 use crate::control::snapshot::{Route, Snapshot};
 use crate::ops::trace::span::RequestTrace;
@@ -56,9 +57,9 @@ pub struct RequestCtx {
     pub waited_ms: Option<u64>,
     /// Its client left while a leaky bucket held it (not an error worth a log line).
     pub left_while_waiting: bool,
-    /// A gRPC call (`content-type: application/grpc…`): the gateway's own answers are gRPC
-    /// responses.
-    pub grpc: bool,
+    /// A gRPC or gRPC-Web call (`content-type: application/grpc…`): the gateway's own answers
+    /// are gRPC responses of that flavour.
+    pub grpc: Option<Flavor>,
     /// The gateway answered the gRPC call itself, with the status of this HTTP answer.
     pub grpc_answer: Option<crate::chain::problem::Kind>,
     /// The call's deadline (`grpc-timeout`), when it has one.
@@ -99,7 +100,7 @@ impl RequestCtx {
             cost_charged: false,
             waited_ms: None,
             left_while_waiting: false,
-            grpc: false,
+            grpc: None,
             grpc_answer: None,
             deadline: None,
             upgrade: false,

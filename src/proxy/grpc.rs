@@ -1,7 +1,8 @@
-//! The gateway's own answer to a gRPC call (`chain::grpc`'s codes), written as a gRPC
-//! "trailers-only" response: on HTTP/2 one HEADERS frame that ends the stream, carrying HTTP
-//! 200, `grpc-status`, `grpc-message` and the metadata the HTTP answer would have had
-//! (RateLimit headers, `Retry-After`, and `grpc-retry-pushback-ms` for a retry policy).
+//! The gateway's own answer to a gRPC or gRPC-Web call (`chain::grpc`'s codes), written as a
+//! "trailers-only" response: HTTP 200 carrying `grpc-status`, `grpc-message` and the metadata
+//! the HTTP answer would have had (RateLimit headers, `Retry-After`, and
+//! `grpc-retry-pushback-ms` for a retry policy), no body — on HTTP/2 one HEADERS frame that
+//! ends the stream.
 
 use crate::chain::grpc;
 use crate::chain::problem::Kind;
@@ -16,18 +17,19 @@ use pingora::Result;
 pub const GRPC_TIMEOUT: &str = "grpc-timeout";
 const PUSHBACK: &str = "grpc-retry-pushback-ms";
 
-/// Writes the answer of `kind` to the gRPC call; `extra` holds the HTTP answer's headers,
+/// Writes the answer of `kind` to the call of `flavor`; `extra` holds the HTTP answer's headers,
 /// sent as metadata. The status the metrics and the access log count is the HTTP one of
 /// `kind` (`ctx.grpc_answer`), the wire carries 200.
 pub async fn answer(
     session: &mut Session,
     ctx: &mut RequestCtx,
+    flavor: grpc::Flavor,
     kind: Kind,
     detail: &str,
     extra: Vec<(HeaderName, HeaderValue)>,
 ) -> Result<()> {
     let mut resp = ResponseHeader::build(200, Some(6 + extra.len()))?;
-    resp.insert_header(CONTENT_TYPE, "application/grpc")?;
+    resp.insert_header(CONTENT_TYPE, flavor.content_type())?;
     resp.insert_header("grpc-status", grpc::code(kind).as_str())?;
     resp.insert_header("grpc-message", grpc::message(detail))?;
     resp.insert_header(request_id::HEADER, ctx.request_id.clone())?;
@@ -44,7 +46,7 @@ pub async fn answer(
     match session.downstream_session.as_mut() {
         HttpSession::H2(h2) => h2.write_response_header(Box::new(resp), true),
         _ => {
-            // gRPC runs over HTTP/2; an HTTP/1 client still gets a well-framed answer.
+            // gRPC-Web (and an HTTP/1 client of gRPC): a well-framed empty answer.
             resp.insert_header(CONTENT_LENGTH, 0)?;
             session.write_response_header(Box::new(resp), false).await?;
             session.write_response_body(None, true).await

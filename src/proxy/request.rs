@@ -184,8 +184,8 @@ pub fn check_head(session: &Session, ctx: &mut RequestCtx) -> Result<(), Reject>
         _ => request_id::generate_value(),
     };
     ctx.upgrade = session.is_upgrade_req();
-    ctx.grpc = grpc::is_grpc(req.headers.get(CONTENT_TYPE).map(HeaderValue::as_bytes));
-    if ctx.grpc {
+    ctx.grpc = grpc::flavor(req.headers.get(CONTENT_TYPE).map(HeaderValue::as_bytes));
+    if ctx.grpc.is_some() {
         if let Some(timeout) = req.headers.get(GRPC_TIMEOUT) {
             let timeout = grpc::timeout(timeout.as_bytes()).map_err(Reject::BadDeadline)?;
             ctx.deadline = Some(ctx.started + timeout);

@@ -121,8 +121,9 @@ pub async fn respond_reject(
     if closes_connection(reject) {
         session.set_keepalive(None);
     }
-    if ctx.grpc {
-        return crate::proxy::grpc::answer(session, ctx, kind, &reject.detail(), extra).await;
+    if let Some(flavor) = ctx.grpc {
+        return crate::proxy::grpc::answer(session, ctx, flavor, kind, &reject.detail(), extra)
+            .await;
     }
     write_problem(session, ctx, kind, body, extra).await
 }
@@ -141,8 +142,8 @@ pub async fn fail_to_proxy(session: &mut Session, e: &Error, ctx: &mut RequestCt
     let detail = describe(kind, e, upstream);
     if session.response_written().is_none() {
         session.set_keepalive(None);
-        let written = if ctx.grpc {
-            crate::proxy::grpc::answer(session, ctx, kind, &detail, Vec::new()).await
+        let written = if let Some(flavor) = ctx.grpc {
+            crate::proxy::grpc::answer(session, ctx, flavor, kind, &detail, Vec::new()).await
         } else {
             let body = problem::render(kind, &detail, ctx.request_id.to_str().ok());
             write_problem(session, ctx, kind, body, Vec::new()).await

@@ -40,9 +40,14 @@ pub fn venv(name: &str, packages: &[&str]) -> PathBuf {
     root.join("bin")
 }
 
-/// The Python clients of the upstream tests (`tests/clients/`): grpcio and websockets.
+/// The Python clients of the upstream tests (`tests/clients/`): grpcio, sonora (gRPC-Web) and
+/// websockets.
 pub fn clients() -> PathBuf {
-    venv("py-clients", &["grpcio==1.85.3", "websockets==17.4"]).join("python")
+    venv(
+        "py-clients",
+        &["grpcio==1.85.3", "sonora==0.2.3", "websockets==17.4"],
+    )
+    .join("python")
 }
 
 /// A client script of `tests/clients/`.

@@ -155,6 +155,99 @@ fn a_grpc_library_sees_the_gateways_answers_as_grpc_statuses() {
         .contains("problem+json"));
 }
 
+/// One unary call by sonora, a gRPC-Web client (HTTP/1), through the gateway on `port`.
+fn grpc_web(port: u16, method: &str, metadata: &[(&str, &str)]) -> Value {
+    let mut cmd = std::process::Command::new(clients());
+    cmd.arg(client_script("grpc_web_call.py"))
+        .arg(format!("http://127.0.0.1:{port}"))
+        .arg(method)
+        .arg("hello");
+    for (k, v) in metadata {
+        cmd.arg(format!("{k}={v}"));
+    }
+    let out = cmd.output().expect("run grpc_web_call.py");
+    assert!(
+        out.status.success(),
+        "grpc_web_call.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("grpc_web_call.py prints JSON")
+}
+
+/// gRPC-Web (browsers, HTTP/1 clients) reads its status from the same trailers-only answer:
+/// HTTP 200, `grpc-status` in the header, no body. Before, it got problem+json, which a
+/// gRPC-Web library reads as a broken message frame, not as a status.
+#[test]
+fn a_grpc_web_client_sees_the_gateways_answers_as_grpc_statuses() {
+    let gw = Gateway::start(&format!(
+        r#"
+[upstreams.gone]
+servers = ["127.0.0.1:{dead}"]
+
+[plans.one]
+limits = [{{ name = "per-minute", algorithm = "sliding_log", limit = 1, window = "1m" }}]
+
+[[clients]]
+id = "ada"
+plan = "one"
+api_keys = ["{KEY}"]
+
+[[routes]]
+name = "web"
+path_prefix = "/echo.Echo"
+upstream = "gone"
+auth = "api_key"
+"#,
+        dead = free_port()
+    ));
+    let key = [("x-api-key", KEY)];
+    // Admitted, then the upstream refuses the connection: UNAVAILABLE.
+    let gone = grpc_web(gw.port, "/echo.Echo/Say", &key);
+    assert_eq!(gone["code"], "UNAVAILABLE", "{gone}");
+    // The plan allows one a minute: RESOURCE_EXHAUSTED.
+    let limited = grpc_web(gw.port, "/echo.Echo/Say", &key);
+    assert_eq!(limited["code"], "RESOURCE_EXHAUSTED", "{limited}");
+    assert!(
+        limited["details"].as_str().unwrap().contains("rate limit"),
+        "{limited}"
+    );
+    let anonymous = grpc_web(gw.port, "/echo.Echo/Say", &[]);
+    assert_eq!(anonymous["code"], "UNAUTHENTICATED", "{anonymous}");
+    let nowhere = grpc_web(gw.port, "/other.Service/Call", &key);
+    assert_eq!(nowhere["code"], "UNIMPLEMENTED", "{nowhere}");
+    assert_eq!(
+        gw.metric(
+            "turnstile_requests_total",
+            &[("route", "web"), ("status", "429")]
+        ),
+        1.0
+    );
+
+    // The answer on the wire, for both gRPC-Web content types: the status and the metadata
+    // in the header, the content type of the call's flavour, an empty body.
+    for (sent, answered) in [
+        ("application/grpc-web+proto", "application/grpc-web"),
+        ("application/grpc-web-text", "application/grpc-web-text"),
+    ] {
+        let resp = common::http::request(
+            gw.port,
+            "POST",
+            "/echo.Echo/Say",
+            &[("content-type", sent), ("x-api-key", KEY)],
+            b"AAAAAAVoZWxsbw==",
+        );
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        assert_eq!(resp.header("content-type"), Some(answered));
+        assert_eq!(resp.header("grpc-status"), Some("8"));
+        let retry_after: u64 = resp.header("retry-after").unwrap().parse().unwrap();
+        assert_eq!(
+            resp.header("grpc-retry-pushback-ms"),
+            Some((retry_after * 1000).to_string().as_str())
+        );
+        assert!(resp.body.is_empty(), "{}", resp.text());
+    }
+}
+
 #[test]
 fn a_fail_closed_limiter_is_unavailable_to_grpc_callers() {
     let dead = free_port();
