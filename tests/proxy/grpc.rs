@@ -18,21 +18,37 @@ const KEY: &str = "grpc-answers-key-0123456789";
 
 /// One unary call by grpcio through the gateway on `port`.
 fn grpcio(port: u16, method: &str, metadata: &[(&str, &str)]) -> Value {
+    python_call(
+        "grpc_call.py",
+        &format!("127.0.0.1:{port}"),
+        method,
+        metadata,
+    )
+}
+
+/// One unary call by sonora, a gRPC-Web client (HTTP/1), through the gateway on `port`.
+fn grpc_web(port: u16, method: &str, metadata: &[(&str, &str)]) -> Value {
+    let url = format!("http://127.0.0.1:{port}");
+    python_call("grpc_web_call.py", &url, method, metadata)
+}
+
+/// Runs a client script of `tests/clients/` for one call of "hello"; its JSON output.
+fn python_call(script: &str, target: &str, method: &str, metadata: &[(&str, &str)]) -> Value {
     let mut cmd = std::process::Command::new(clients());
-    cmd.arg(client_script("grpc_call.py"))
-        .arg(format!("127.0.0.1:{port}"))
+    cmd.arg(client_script(script))
+        .arg(target)
         .arg(method)
         .arg("hello");
     for (k, v) in metadata {
         cmd.arg(format!("{k}={v}"));
     }
-    let out = cmd.output().expect("run grpc_call.py");
+    let out = cmd.output().expect("run a client script");
     assert!(
         out.status.success(),
-        "grpc_call.py: {}",
+        "{script}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("grpc_call.py prints JSON")
+    serde_json::from_slice(&out.stdout).expect("the client script prints JSON")
 }
 
 /// Metadata `name` of a call, initial or trailing (a trailers-only answer has only the
@@ -155,28 +171,9 @@ fn a_grpc_library_sees_the_gateways_answers_as_grpc_statuses() {
         .contains("problem+json"));
 }
 
-/// One unary call by sonora, a gRPC-Web client (HTTP/1), through the gateway on `port`.
-fn grpc_web(port: u16, method: &str, metadata: &[(&str, &str)]) -> Value {
-    let mut cmd = std::process::Command::new(clients());
-    cmd.arg(client_script("grpc_web_call.py"))
-        .arg(format!("http://127.0.0.1:{port}"))
-        .arg(method)
-        .arg("hello");
-    for (k, v) in metadata {
-        cmd.arg(format!("{k}={v}"));
-    }
-    let out = cmd.output().expect("run grpc_web_call.py");
-    assert!(
-        out.status.success(),
-        "grpc_web_call.py: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("grpc_web_call.py prints JSON")
-}
-
 /// gRPC-Web (browsers, HTTP/1 clients) reads its status from the same trailers-only answer:
-/// HTTP 200, `grpc-status` in the header, no body. Before, it got problem+json, which a
-/// gRPC-Web library reads as a broken message frame, not as a status.
+/// HTTP 200, `grpc-status` in the header, no body. Before, it got problem+json, whose body a
+/// gRPC-Web library reads as a message (sonora reported OK with the JSON as the reply).
 #[test]
 fn a_grpc_web_client_sees_the_gateways_answers_as_grpc_statuses() {
     let gw = Gateway::start(&format!(
