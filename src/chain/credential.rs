@@ -181,32 +181,87 @@ fn single<'a>(
 }
 
 /// The value of cookie `name` across every `Cookie` header (HTTP/2 splits them), if any.
+///
+/// Refused (400) when the cookies cannot be read one way: a `Cookie` field that is not text
+/// (skipping it would let a second token through to the upstream), the name twice, or the
+/// name under another spelling an upstream may take for it — ASP.NET Core matches cookie
+/// names ignoring case, PHP percent-decodes them and reads `.` and ` ` as `_`.
 fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, CredentialError> {
     let mut found = None;
     for value in headers.get_all(COOKIE) {
         let Ok(text) = std::str::from_utf8(value.as_bytes()) else {
-            continue;
+            return Err(CredentialError::Ambiguous(
+                "a Cookie header is not text: its cookies cannot be read one way",
+            ));
         };
         for pair in text.split(';') {
             let Some((n, v)) = pair.split_once('=') else {
                 continue;
             };
-            if n.trim() == name {
-                if found.is_some() {
+            let n = n.trim();
+            if n != name {
+                if cookie_names_alike(n, name) {
                     return Err(CredentialError::Ambiguous(
-                        "the token's cookie is given more than once",
+                        "the token's cookie is given under another spelling of its name",
                     ));
                 }
-                let v = v.trim();
-                let v = v
-                    .strip_prefix('"')
-                    .and_then(|v| v.strip_suffix('"'))
-                    .unwrap_or(v);
-                found = Some(v).filter(|v| !v.is_empty());
+                continue;
             }
+            if found.is_some() {
+                return Err(CredentialError::Ambiguous(
+                    "the token's cookie is given more than once",
+                ));
+            }
+            let v = v.trim();
+            let v = v
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .unwrap_or(v);
+            found = Some(v).filter(|v| !v.is_empty());
         }
     }
     Ok(found)
+}
+
+/// Whether an upstream could read cookie name `seen` as `name` (configured names are ASCII
+/// letters, digits, `_`, `-` and `.`): compared after percent-decoding, ignoring ASCII case,
+/// with `.`, ` ` and `_` alike.
+fn cookie_names_alike(seen: &str, name: &str) -> bool {
+    fn canonical(b: u8) -> u8 {
+        match b {
+            b'.' | b' ' => b'_',
+            b => b.to_ascii_lowercase(),
+        }
+    }
+    let seen = seen.as_bytes();
+    // Cheap refusal of the common case: a name that cannot decode to `name`'s length.
+    if seen.len() < name.len() || seen.len() > name.len() * 3 {
+        return false;
+    }
+    let mut decoded = Vec::with_capacity(name.len());
+    let mut i = 0;
+    while i < seen.len() {
+        let b = match (seen[i], seen.get(i + 1..i + 3)) {
+            (b'%', Some(hex)) => match std::str::from_utf8(hex)
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
+                Some(b) => {
+                    i += 2;
+                    b
+                }
+                None => b'%',
+            },
+            (b, _) => b,
+        };
+        decoded.push(canonical(b));
+        i += 1;
+    }
+    decoded.len() == name.len()
+        && decoded
+            .iter()
+            .zip(name.bytes())
+            .all(|(a, b)| *a == canonical(b))
 }
 
 #[cfg(test)]
@@ -319,6 +374,38 @@ mod tests {
         ]);
         assert!(matches!(
             credential(jwt_only(), &from, &h, false),
+            Err(CredentialError::Ambiguous(_))
+        ));
+        // Another spelling an upstream reads as the same cookie, alone or next to it.
+        for other in ["Session", "SESSION", "sess%69on", "Sess%69on", "%73ession"] {
+            let h = headers(&[("cookie", &format!("session={JWT}; {other}=y"))]);
+            assert!(
+                matches!(
+                    credential(jwt_only(), &from, &h, false),
+                    Err(CredentialError::Ambiguous(_))
+                ),
+                "{other}"
+            );
+        }
+        let h = headers(&[("cookie", "a=1; sessions=2; sessio=3; xsession=4")]);
+        assert_eq!(
+            credential(jwt_only(), &from, &h, false),
+            Err(CredentialError::Missing(jwt_only()))
+        );
+        // A Cookie field that is not text cannot be read one way.
+        let mut h = headers(&[("cookie", &format!("session={JWT}"))]);
+        h.append(
+            COOKIE,
+            HeaderValue::from_bytes(b"y=\xff; session=forged").unwrap(),
+        );
+        assert!(matches!(
+            credential(jwt_only(), &from, &h, false),
+            Err(CredentialError::Ambiguous(_))
+        ));
+        let dotted = TokenFrom::parse("cookie:my.session").unwrap();
+        let h = headers(&[("cookie", &format!("my.session={JWT}; my_session=y"))]);
+        assert!(matches!(
+            credential(jwt_only(), &dotted, &h, false),
             Err(CredentialError::Ambiguous(_))
         ));
         let from = TokenFrom::parse("header:X-Token").unwrap();

@@ -31,15 +31,20 @@ pub const CONTROLLED_HEADERS: [&str; 7] = [
     X_FORWARDED_PREFIX,
 ];
 
-/// Incoming header names that CGI/WSGI-style upstreams would read as one of
-/// [`CONTROLLED_HEADERS`]: they map `-` and `_` alike (`X_Client_Id` and `X-Client-Id` both
-/// become `HTTP_X_CLIENT_ID`), so such a header could stand in for the gateway's own. Empty
-/// (and allocation-free) unless a name has an underscore.
-pub fn underscore_aliases<'a>(names: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+/// Incoming header names that CGI/WSGI-style upstreams would read as one of `controlled`:
+/// they map `-` and `_` alike (`X_Client_Id` and `X-Client-Id` both become
+/// `HTTP_X_CLIENT_ID`), so such a header could stand in for one the gateway sets, strips or
+/// reads. `controlled` are lower-case names (header names as `http` keeps them): the fixed
+/// [`CONTROLLED_HEADERS`] and what a route adds ([`Forward::route_headers`]). Empty (and
+/// allocation-free) unless a name has an underscore.
+pub fn underscore_aliases<'a, 'c>(
+    names: impl Iterator<Item = &'a str>,
+    controlled: impl Iterator<Item = &'c str> + Clone,
+) -> Vec<&'a str> {
     names
         .filter(|name| name.as_bytes().contains(&b'_'))
         .filter(|name| {
-            CONTROLLED_HEADERS.iter().any(|controlled| {
+            controlled.clone().any(|controlled| {
                 name.len() == controlled.len()
                     && name
                         .bytes()
@@ -101,11 +106,26 @@ pub struct Forward<'a> {
     /// Headers set from the token's claims (`None`: the claim is absent; the incoming header
     /// is removed either way).
     pub claims: &'a [(&'a HeaderName, Option<&'a str>)],
+    /// The header the route reads bearer tokens from (`token_from = "header:NAME"`), whether
+    /// or not this request was identified by one: its `_` spellings never reach the upstream.
+    pub token_header: Option<&'a HeaderName>,
     /// The gateway answered `Expect: 100-continue` itself.
     pub continued: bool,
     /// How the client reached the gateway (`X-Forwarded-Proto`, `-Host`, `-Prefix`,
     /// `Forwarded`).
     pub origin: Origin<'a>,
+}
+
+impl Forward<'_> {
+    /// Every header whose upstream value the gateway decides for this route: the fixed ones,
+    /// the route's `forward_claims` headers and its token header.
+    fn controlled(&self) -> impl Iterator<Item = &str> + Clone {
+        CONTROLLED_HEADERS
+            .iter()
+            .copied()
+            .chain(self.claims.iter().map(|(name, _)| name.as_str()))
+            .chain(self.token_header.map(HeaderName::as_str))
+    }
 }
 
 /// Applies what the upstream receives to `head`: the path the route was chosen by (with the
@@ -135,10 +155,11 @@ pub fn forward(f: &Forward<'_>, head: &mut impl UpstreamHead) -> Result<(), Stri
         head.set_target(&target)?;
     }
     // Only the gateway says who the client is, also to servers reading `_` as `-`.
-    let aliases: Vec<HeaderName> = underscore_aliases(head.headers().keys().map(|k| k.as_str()))
-        .into_iter()
-        .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
-        .collect();
+    let aliases: Vec<HeaderName> =
+        underscore_aliases(head.headers().keys().map(|k| k.as_str()), f.controlled())
+            .into_iter()
+            .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+            .collect();
     for alias in &aliases {
         head.remove(alias);
     }
@@ -259,8 +280,9 @@ mod tests {
             "x_other",
             "x_client_idx",
         ];
+        let fixed = || CONTROLLED_HEADERS.iter().copied();
         assert_eq!(
-            underscore_aliases(names.into_iter()),
+            underscore_aliases(names.into_iter(), fixed()),
             [
                 "x_client_id",
                 "X_Forwarded_For",
@@ -269,7 +291,13 @@ mod tests {
                 "x_request_id"
             ]
         );
-        assert!(underscore_aliases(["accept", "host"].into_iter()).is_empty());
+        assert!(underscore_aliases(["accept", "host"].into_iter(), fixed()).is_empty());
+        // A route's own headers (claims, its token header) are controlled as well.
+        let route = fixed().chain(["x-tenant-id", "x-token"]);
+        assert_eq!(
+            underscore_aliases(["X_Tenant_Id", "x_token", "x_tenant"].into_iter(), route),
+            ["X_Tenant_Id", "x_token"]
+        );
     }
 
     /// A request head without Pingora: headers, and the target.
@@ -325,6 +353,7 @@ mod tests {
             forward_api_key: false,
             token: None,
             claims: &[],
+            token_header: None,
             continued: false,
             origin: Origin {
                 peer: Some("10.0.0.9".parse().unwrap()),

@@ -2,6 +2,7 @@
 //! `fail_to_connect` (retry on the next server), `upstream_request_filter` (what the upstream
 //! receives) and `upstream_response_filter` (its latency).
 
+use crate::chain::credential::TokenFrom;
 use crate::chain::forward::{forward, Forward, UpstreamHead};
 use crate::chain::forwarded::Origin;
 use crate::chain::upstream_error::{self, NO_HEALTHY_UPSTREAM};
@@ -165,6 +166,10 @@ pub fn upstream_request_filter(
         forward_api_key,
         token,
         claims: &claims,
+        token_header: route.and_then(|r| match &r.config.token_from {
+            TokenFrom::Header(name) => Some(name),
+            _ => None,
+        }),
         continued: ctx.continued,
         origin,
     };

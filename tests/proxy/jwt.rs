@@ -629,6 +629,113 @@ fn a_token_from_a_cookie_can_be_kept_from_the_upstream() {
     assert_eq!(also.status, 400);
 }
 
+/// CGI/WSGI upstreams read `_` as `-`: an `X_Tenant_Id` would stand in for the tenant
+/// header the gateway derives from a claim, an `X_Token` for the token header it reads (and,
+/// with `forward_token = false`, strips). Neither reaches the upstream, whatever the case.
+#[test]
+fn underscore_spellings_of_a_routes_claim_and_token_headers_never_reach_the_upstream() {
+    let up = Upstream::start("api");
+    let key = Signer::rsa("k");
+    let idp = JwksServer::start(&[&key]);
+    let gw = Gateway::start(&config(
+        &up,
+        &format!("jwks_url = \"{}\"", idp.url()),
+        "",
+        "token_from = \"header:X-Token\"\nforward_token = false\nforward_claims = { \"X-Tenant-Id\" = \"org\" }",
+    ));
+    wait_until("keys fetched", || gw.admin("/readyz").status == 200);
+    let forged = Signer::rsa("k").sign(&claims("admin"));
+    for org in [Some("acme"), None] {
+        let c = match org {
+            Some(org) => with(claims("u"), "org", json!(org)),
+            None => claims("u"),
+        };
+        let resp = gw.get_with(
+            "/echo/x",
+            &[
+                ("X-Token", &key.sign(&c)),
+                ("X_Tenant_Id", "victim-org"),
+                ("x_TENANT_id", "victim-org"),
+                ("X_Token", &forged),
+            ],
+        );
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        let names: Vec<String> = resp.json()["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                h[0].as_str()
+                    .unwrap()
+                    .to_ascii_lowercase()
+                    .replace('_', "-")
+            })
+            .collect();
+        let count = |n: &str| names.iter().filter(|h| *h == n).count();
+        assert_eq!(count("x-token"), 0, "{names:?}");
+        assert_eq!(
+            count("x-tenant-id"),
+            usize::from(org.is_some()),
+            "{names:?}"
+        );
+        assert_eq!(header_of(&resp, "x-tenant-id").as_deref(), org);
+    }
+}
+
+/// A second token cookie must not reach the upstream in a form the gateway did not read: in a
+/// `Cookie` line that is not text (it was skipped, so a Node upstream taking the first
+/// `session` cookie acted as the other token's subject), or under a spelling of the name that
+/// ASP.NET Core (any case) or PHP (percent-decoded) reads as the same cookie.
+#[test]
+fn a_second_token_cookie_in_any_spelling_or_an_unreadable_cookie_line_is_refused() {
+    let up = Upstream::start("api");
+    let key = Signer::rsa("k");
+    let idp = JwksServer::start(&[&key]);
+    let gw = Gateway::start(&config(
+        &up,
+        &format!("jwks_url = \"{}\"", idp.url()),
+        "",
+        "token_from = \"cookie:session\"",
+    ));
+    wait_until("keys fetched", || gw.admin("/readyz").status == 200);
+    let token = key.sign(&claims("cookie-user"));
+    let forged = Signer::rsa("k").sign(&claims("admin"));
+    let send = |lines: &[&[u8]]| {
+        let mut req = b"GET /echo/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".to_vec();
+        for line in lines {
+            req.extend_from_slice(line);
+            req.extend_from_slice(b"\r\n");
+        }
+        req.extend_from_slice(b"\r\n");
+        http::raw(gw.port, &req).unwrap()
+    };
+    let good = format!("Cookie: session={token}");
+    let mut undecodable = b"Cookie: y=\xff; session=".to_vec();
+    undecodable.extend_from_slice(forged.as_bytes());
+    assert_eq!(send(&[good.as_bytes()]).status, 200);
+    for lines in [
+        [good.as_bytes(), &undecodable[..]],
+        [&undecodable[..], good.as_bytes()],
+    ] {
+        let resp = send(&lines);
+        assert_eq!(resp.status, 400, "{}", resp.text());
+    }
+    for other in ["Session", "SESSION", "sess%69on", "%73ession"] {
+        let resp = send(&[format!("Cookie: session={token}; {other}={forged}").as_bytes()]);
+        assert_eq!(resp.status, 400, "{other}: {}", resp.text());
+        let resp = send(&[
+            good.as_bytes(),
+            format!("Cookie: {other}={forged}").as_bytes(),
+        ]);
+        assert_eq!(resp.status, 400, "{other} on its own line: {}", resp.text());
+    }
+    assert_eq!(
+        up.served(),
+        1,
+        "only the one clean request reached the upstream"
+    );
+}
+
 /// The README's tour mints a token with openssl for the demo's issuer: that block, run by
 /// bash, makes a token the demo configuration accepts (and maps to the partner plan).
 #[test]
