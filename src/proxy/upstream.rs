@@ -277,15 +277,12 @@ pub fn upstream_response_body_filter(end_of_stream: bool, ctx: &mut RequestCtx) 
 
 /// The upstream switched protocols (a WebSocket): from here the connection is a tunnel. Its
 /// client side may idle `upgrade_idle_timeout` (instead of `body_timeout`; the upstream side
-/// got it at connect), its concurrency slots are kept for as long as it is open, and its
-/// place in a shedding pool is freed (the handshake is what the gate measured; a tunnel's
-/// lifetime is not a latency).
+/// got it at connect), its concurrency slots are kept for as long as it is open (as every
+/// request's are), and its place in a shedding pool is freed (the handshake is what the gate
+/// measured; a tunnel's lifetime is not a latency).
 pub fn upgraded(session: &mut Session, ctx: &mut RequestCtx) {
     if let Some(route) = ctx.route() {
         session.set_read_timeout(Some(route.config.upgrade_idle_timeout));
-    }
-    if let Some(slots) = ctx.admission.slots.as_mut() {
-        slots.keep_alive();
     }
     ctx.permit = None;
 }

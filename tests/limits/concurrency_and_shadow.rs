@@ -234,3 +234,95 @@ fn shadow_limits_never_reject_count_globally_and_can_be_switched_on() {
         "no quota headers for limits that are not enforced"
     );
 }
+
+/// A request that sends its body one byte at a time (every `every`, `bytes` in all) and
+/// reads its answer: the status.
+fn trickled(
+    gw: &Gateway,
+    bytes: usize,
+    every: std::time::Duration,
+) -> std::thread::JoinHandle<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", gw.port)).unwrap();
+    let head = format!(
+        "POST /echo/upload HTTP/1.1\r\nHost: x\r\nX-Api-Key: {KEY}\r\nContent-Length: {bytes}\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    std::thread::spawn(move || {
+        for _ in 0..bytes {
+            std::thread::sleep(every);
+            if s.write_all(b"x").is_err() {
+                break;
+            }
+        }
+        let mut answer = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut s, &mut answer);
+        http::parse(&answer).map_or(0, |(r, _)| r.status)
+    })
+}
+
+/// Every request in flight keeps its slot until it ends, however long it lasts: a body
+/// trickled one byte per 0.5 s and an answer 9 s slow outlive a 3 s slot three times over,
+/// and the client's third request is refused all along (before, the slots expired and 8
+/// such requests were in flight at once). A crashed instance's slots still free themselves
+/// within the slot time to live.
+#[test]
+fn slots_are_kept_for_as_long_as_requests_last_and_a_crashed_instance_frees_them() {
+    use std::time::Duration;
+    let redis = RedisServer::start();
+    let up = Upstream::start("a");
+    let text = config(
+        &up,
+        &redis,
+        "limits = [{ name = \"per-hour\", algorithm = \"fixed_window\", limit = 1000, window = \"1h\" }]\nmax_concurrent = 2",
+        &route("echo", "/echo", "orders", "").replace("read_timeout = \"5s\"", "read_timeout = \"30s\""),
+    )
+    .replace("timeout = \"2s\"", "timeout = \"2s\"\nconcurrency_slot_ttl = \"3s\"");
+    let a = Gateway::start(&text);
+    let b = Gateway::start(&text);
+    let slow_body = trickled(&a, 18, Duration::from_millis(500));
+    let slow_answer = start_slow(&a, "/echo/slow?delay_ms=9000");
+    wait_until("the slow answer at the upstream", || up.served() >= 1);
+    // Both requests last 9 s: three slot lives. A third request, through either gateway,
+    // is refused the whole time.
+    let mut refused = 0;
+    while !slow_body.is_finished() {
+        let gw = if refused % 2 == 0 { &a } else { &b };
+        let resp = get(gw, "/echo/third");
+        if slow_body.is_finished() {
+            break;
+        }
+        assert_eq!(
+            resp.status,
+            429,
+            "after {refused} refusals: {}",
+            resp.text()
+        );
+        assert_eq!(
+            resp.json()["violated-policies"],
+            serde_json::json!(["concurrency"])
+        );
+        refused += 1;
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(slow_body.join().unwrap(), 200);
+    assert!(
+        refused >= 20,
+        "the check ran through the requests' lives: {refused}"
+    );
+    drop(slow_answer);
+    let statuses = retry_while_429(|| get(&b, "/echo/after").status);
+    assert_eq!(statuses.last(), Some(&200), "{statuses:?}");
+
+    // An instance that dies holding both slots: nothing renews them, and they free within
+    // their time to live.
+    let mut c = Gateway::start(&text);
+    let held = [
+        trickled(&c, 1000, Duration::from_millis(200)),
+        trickled(&c, 1000, Duration::from_millis(200)),
+    ];
+    wait_until("both slots taken", || get(&b, "/echo/probe").status == 429);
+    c.proc.kill();
+    let statuses = retry_while_429(|| get(&b, "/echo/after-crash").status);
+    assert_eq!(statuses.last(), Some(&200), "{statuses:?}");
+    drop(held);
+}

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use turnstile::chain::headers::retry_after;
+use turnstile::limit::store::held::Due;
 use turnstile::limit::store::redis::{LeaseCall, RedisConfig, RedisStore, Topology};
 use turnstile::limit::store::request::{CheckRequest, DecideAt};
 use turnstile::limit::store::StoreError;
@@ -443,4 +444,95 @@ async fn unspent_units_go_back_to_their_window_and_lapse_after_it() {
         .await
         .unwrap();
     assert_eq!(back, 0);
+}
+
+/// Takes a concurrency slot `slot_id` for `client`; returns the renewal entry for it.
+async fn take_slot(s: &RedisStore, client: &str, policy: &Policy, slot_id: &str, id: u64) -> Due {
+    let (c, r): (Arc<str>, Arc<str>) = (client.into(), "r".into());
+    let policies = [policy.clone()];
+    let request = CheckRequest {
+        slot_id,
+        ..CheckRequest::new(&c, &r, &policies, 1)
+    };
+    assert!(s.check(&request).await.unwrap().admitted);
+    Due {
+        id,
+        client: c,
+        route: r,
+        policy: policy.clone(),
+        slot_id: slot_id.to_owned(),
+        ttl_ms: 60_000,
+    }
+}
+
+/// The renewals of many requests' slots are one script call on one Redis, whatever the
+/// number of requests and clients; on a Cluster one call per client (its hash tag), never a
+/// CROSSSLOT. A slot already released is not taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slots_of_many_requests_are_renewed_in_one_call_per_redis_or_per_cluster_client() {
+    let slot = Policy::new("cc", Algorithm::Concurrency, 100, 2_000, 100);
+    let server = RedisServer::start();
+    let s = store(&server, "renew");
+    let mut due = Vec::new();
+    for i in 0..60u64 {
+        let client = format!("client-{}", i % 3);
+        due.push(take_slot(&s, &client, &slot, &format!("slot-{i}"), i).await);
+    }
+    // One released before the renewal: not taken again.
+    s.release(
+        &due[0].client,
+        &due[0].route,
+        std::slice::from_ref(&slot),
+        "slot-0",
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    let before = server.command_calls("evalsha");
+    let failed = s.renew_slots(&due, Duration::from_secs(5)).await;
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(server.command_calls("evalsha") - before, 1, "one call");
+    for client in ["client-0", "client-1", "client-2"] {
+        let key = s.key(client, "r", &slot);
+        let live: Vec<(String, f64)> = server.cmd(&["ZRANGE", &key, "0", "-1", "WITHSCORES"]);
+        assert_eq!(
+            live.len(),
+            if client == "client-0" { 19 } else { 20 },
+            "{client}"
+        );
+        let ttl: i64 = server.cmd(&["PTTL", &key]);
+        assert!(ttl > 2_000, "{key}: the key outlives its slots: {ttl}");
+    }
+
+    let cluster = RedisCluster::start();
+    let c = RedisStore::new(RedisConfig {
+        topology: Topology::Cluster(cluster.urls()),
+        auth: Default::default(),
+        tls: Default::default(),
+        prefix: "renew".into(),
+        timeout: Duration::from_secs(5),
+        slot_ttl: Duration::from_secs(2),
+    })
+    .unwrap();
+    let mut due = Vec::new();
+    for i in 0..40u64 {
+        let client = format!("client-{}", i % 8);
+        due.push(take_slot(&c, &client, &slot, &format!("slot-{i}"), i).await);
+    }
+    let failed = c.renew_slots(&due, Duration::from_secs(5)).await;
+    assert!(failed.is_empty(), "{failed:?}");
+    // Renewed: the slots outlive their first 2 s (still live by Redis's clock).
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    let live: usize = cluster
+        .all_keys()
+        .iter()
+        .map(|(port, key)| {
+            let node = cluster.nodes.iter().find(|n| n.port == *port).unwrap();
+            let time: Vec<String> = node.cmd(&["TIME"]);
+            let now_ms =
+                time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000;
+            node.cmd::<i64>(&["ZCOUNT", key, &format!("({now_ms}"), "+inf"]) as usize
+        })
+        .sum();
+    assert_eq!(live, 40);
 }

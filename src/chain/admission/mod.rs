@@ -27,6 +27,7 @@ use crate::chain::headers::{policy_header, LimitStatus};
 use crate::chain::partition::KeyInputs;
 use crate::chain::reject::Reject;
 use crate::limit::ip::IpKey;
+use crate::limit::store::held::HeldSlot;
 use crate::limit::store::request::{CheckRequest, Counted, DecideAt};
 use crate::limit::store::{FailureMode, Store};
 use crate::limit::{Algorithm, Decision, Policy, IP_POLICY_NAME};
@@ -292,14 +293,16 @@ impl Admission {
             .map(|(p, _)| p.clone())
             .collect();
         if let (false, Some(client)) = (held.is_empty(), client) {
-            self.slots = Some(SlotGuard {
-                store: Arc::clone(store),
+            let ticket = store.hold(HeldSlot {
                 client: Arc::clone(&client.id),
                 route: Arc::clone(&rules.name),
                 policies: held,
                 slot_id,
                 fallback,
-                renewing: None,
+            });
+            self.slots = Some(SlotGuard {
+                store: Arc::clone(store),
+                ticket: Some(ticket),
             });
         }
         Ok(())

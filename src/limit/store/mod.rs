@@ -28,6 +28,8 @@ pub mod failure;
 mod fallback;
 mod guard;
 pub mod health;
+pub mod held;
+mod holding;
 pub mod lease;
 pub mod memory;
 pub mod metrics;
@@ -80,6 +82,8 @@ pub struct Store<C: Clock + Clone = MonotonicClock> {
     degraded: DegradedLog,
     /// How the latest store call (decision or heartbeat) went.
     health: HealthCell,
+    /// Concurrency slots held in Redis by requests in flight, renewed while they last.
+    held: held::HeldTable,
 }
 
 impl Store {
@@ -134,6 +138,7 @@ impl<C: Clock + Clone> Store<C> {
             metrics,
             degraded: DegradedLog::default(),
             health: HealthCell::default(),
+            held: held::HeldTable::default(),
         }
     }
 
@@ -271,27 +276,6 @@ impl<C: Clock + Clone> Store<C> {
                     );
                 }
             }
-        }
-    }
-
-    /// A request that lasts (an upgraded connection) keeps its concurrency slots: in Redis
-    /// they live another slot time to live from now; the reply is how many it still held (a
-    /// slot already expired is not taken again). The memory store and the fallback count
-    /// slots in process, without a time to live: nothing to renew.
-    pub async fn renew(
-        &self,
-        client: &str,
-        route: &str,
-        policies: &[Policy],
-        slot_id: &str,
-        fallback: bool,
-    ) -> Result<u64, StoreError> {
-        match &self.backend {
-            Backend::Redis(r) if !fallback => {
-                let ttl = policies.iter().map(Policy::window_ms).max().unwrap_or(0);
-                r.renew(client, route, policies, slot_id, ttl).await
-            }
-            _ => Ok(policies.len() as u64),
         }
     }
 

@@ -28,6 +28,7 @@ use self::connection::{Lane, Link};
 use self::reply::{parse_grant, parse_reply};
 use self::scripts::Scripts;
 use crate::limit::store::error::StoreError;
+use crate::limit::store::held::Due;
 use crate::limit::store::lease::Grant;
 use crate::limit::store::request::{CheckRequest, Partition};
 use crate::limit::{Policy, Verdict};
@@ -94,6 +95,9 @@ impl HashSlotGroups {
         groups.into_iter().map(|(_, g)| g).collect()
     }
 }
+
+/// The most concurrency slots one renewal call carries.
+pub const RENEW_BATCH: usize = 512;
 
 pub struct RedisStore {
     config: RedisConfig,
@@ -329,25 +333,54 @@ impl RedisStore {
         }
     }
 
-    /// Renews the concurrency slots `slot_id` still holds for `ttl_ms` from now; how many
-    /// it holds. Bounded by the store timeout.
-    pub async fn renew(
-        &self,
-        client: &str,
-        route: &str,
-        policies: &[Policy],
-        slot_id: &str,
-        ttl_ms: u64,
-    ) -> Result<u64, StoreError> {
-        let prefix = &self.config.prefix;
-        let Some(invocation) = self
-            .scripts
-            .renew_call(prefix, client, route, policies, slot_id, ttl_ms)
-        else {
-            return Ok(0);
-        };
-        self.bounded(self.link.invoke::<u64>(&invocation, Lane::Background))
-            .await
+    /// Renews the concurrency slots `due` (those still held live their time to live from
+    /// now): one call on a single Redis or Sentinel (standalone Redis has no hash slot rule),
+    /// one per client on Redis Cluster (its keys' hash tag), at most [`RENEW_BATCH`] slots a
+    /// call, each call bounded by `within`. Returns the entries of the calls that failed.
+    pub async fn renew_slots(&self, due: &[Due], within: Duration) -> Vec<u64> {
+        let mut groups: Vec<Vec<&Due>> = Vec::new();
+        match self.config.topology {
+            Topology::Cluster(_) => {
+                let mut by_client: std::collections::HashMap<&str, Vec<&Due>> =
+                    std::collections::HashMap::new();
+                for d in due {
+                    by_client.entry(&d.client).or_default().push(d);
+                }
+                for (_, slots) in by_client {
+                    groups.extend(slots.chunks(RENEW_BATCH).map(<[&Due]>::to_vec));
+                }
+            }
+            _ => groups.extend(due.chunks(RENEW_BATCH).map(|c| c.iter().collect())),
+        }
+        let calls = groups.iter().map(|group| async move {
+            let keys: Vec<String> = group
+                .iter()
+                .map(|d| self.key(&d.client, &d.route, &d.policy))
+                .collect();
+            let slots = keys
+                .iter()
+                .zip(group.iter())
+                .map(|(k, d)| (k.as_str(), d.slot_id.as_str(), d.ttl_ms));
+            let Some(invocation) = self.scripts.renew_call(slots) else {
+                return true;
+            };
+            let call = self.link.invoke::<u64>(&invocation, Lane::Background);
+            match tokio::time::timeout(within, call).await {
+                Ok(Ok(_)) => true,
+                Ok(Err(e)) => {
+                    log::debug!("renewing concurrency slots failed (tried again): {e}");
+                    false
+                }
+                Err(_) => false,
+            }
+        });
+        let done = futures::future::join_all(calls).await;
+        groups
+            .iter()
+            .zip(done)
+            .filter(|(_, ok)| !ok)
+            .flat_map(|(group, _)| group.iter().map(|d| d.id))
+            .collect()
     }
 
     /// Asks for a lease: `want` units (at least `need`) of every policy (fixed or sliding

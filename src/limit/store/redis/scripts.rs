@@ -284,18 +284,23 @@ impl Scripts {
         Some(invocation)
     }
 
-    /// `release.lua` in its renewing mode: the slots of `slot_id` live `ttl_ms` from now.
-    pub fn renew_call(
+    /// `release.lua` in its renewing mode: each `(key, slot id, ttl_ms)` slot still held
+    /// lives its time to live from now. `None` for no slot.
+    pub fn renew_call<'s>(
         &self,
-        prefix: &str,
-        client: &str,
-        route: &str,
-        policies: &[Policy],
-        slot_id: &str,
-        ttl_ms: u64,
+        slots: impl ExactSizeIterator<Item = (&'s str, &'s str, u64)> + Clone,
     ) -> Option<Call<'_>> {
-        let mut invocation = self.release_call(prefix, client, route, policies, slot_id)?;
-        invocation.arg(ttl_ms);
+        if slots.len() == 0 {
+            return None;
+        }
+        let mut invocation = Call::new(&self.release, slots.len());
+        for (key, _, _) in slots.clone() {
+            invocation.arg(key);
+        }
+        invocation.arg("renew");
+        for (_, slot_id, ttl_ms) in slots {
+            invocation.arg(slot_id).arg(ttl_ms);
+        }
         Some(invocation)
     }
 
