@@ -47,6 +47,9 @@ pub enum Reject {
     /// Admitted to wait its turn, but this instance holds as many waiting requests as it
     /// may (`server.max_delayed`).
     TooManyWaiting,
+    /// Admitted to wait its turn, but this instance holds as many of this client's waiting
+    /// requests (by client id or by address) as it may (`server.max_delayed_per_client`).
+    WaitingShareTaken,
 }
 
 impl Reject {
@@ -72,7 +75,7 @@ impl Reject {
             Reject::NotFound(_) => Kind::RouteNotFound,
             Reject::MethodNotAllowed { .. } => Kind::MethodNotAllowed,
             Reject::Key(_) => Kind::Unauthorized,
-            Reject::TooManyRequests => Kind::QuotaExceeded,
+            Reject::TooManyRequests | Reject::WaitingShareTaken => Kind::QuotaExceeded,
             Reject::Store(_) => Kind::LimiterUnavailable,
             Reject::Overloaded(_) | Reject::TooManyWaiting => Kind::Overloaded,
         }
@@ -102,6 +105,7 @@ impl Reject {
                 "the rate limiter is unavailable; this is not caused by the request".to_owned()
             }
             Reject::TooManyWaiting => "too many requests are waiting their turn on this instance; this is not caused by the request, retry after the time in Retry-After".to_owned(),
+            Reject::WaitingShareTaken => "too many of this client's requests are waiting their turn on this instance already; retry after the time in Retry-After".to_owned(),
             Reject::Overloaded(why) => format!(
                 "the upstream is overloaded and this request was not sent to it ({}); this is \
                  not caused by the request, retry after the time in Retry-After",

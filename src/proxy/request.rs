@@ -117,7 +117,8 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
             .map(|t| t as &(dyn crate::chain::partition::TokenClaims + Sync)),
         cert: ctx.cert.as_ref(),
     };
-    ctx.admission.max_delayed = Some(snapshot.config.server.max_delayed);
+    let server = &snapshot.config.server;
+    ctx.admission.max_delayed = Some((server.max_delayed, server.max_delayed_per_client));
     let traced = ctx.trace.as_ref().is_some_and(|t| t.sampled);
     ctx.admission.time_store = traced;
     let started = traced.then(Instant::now);

@@ -79,7 +79,10 @@ pub async fn respond_reject(
             extra.push((RETRY_AFTER, HeaderValue::from(limits.retry_after_secs())));
             problem::render_with_policies(kind, &reject.detail(), request_id, &limits.violated())
         }
-        Reject::Store(_) | Reject::Overloaded(_) | Reject::TooManyWaiting => {
+        Reject::Store(_)
+        | Reject::Overloaded(_)
+        | Reject::TooManyWaiting
+        | Reject::WaitingShareTaken => {
             // Short: the store is usually back (or the breaker decides) within a second, and a
             // shedding pool's limit moves every window.
             extra.push((RETRY_AFTER, HeaderValue::from_static("1")));

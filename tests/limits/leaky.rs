@@ -340,7 +340,7 @@ fn beyond_max_delayed_waiting_requests_get_503_before_they_are_counted() {
     let redis = RedisServer::start();
     // One per 3 s, up to 20 may wait in the store; this instance holds at most two.
     let text = config(&up, &redis, &[("busy", 1, "3s", 20)]);
-    let gw = Gateway::start_with("max_delayed = 2", &text);
+    let gw = Gateway::start_with("max_delayed = 2\nmax_delayed_per_client = 2", &text);
     // A flood of 15 at once. The first counted passes (its place freed at once); at most two
     // are held; every other finds no place and is refused before the store counts it.
     let responses = at_once(&[gw.port], 15, "busy");
@@ -366,4 +366,165 @@ fn beyond_max_delayed_waiting_requests_get_503_before_they_are_counted() {
     let l = level(&redis, "busy").unwrap_or(0);
     assert!(l <= ok as u64 * 3000, "level {l} for {ok} counted");
     assert_eq!(up.served(), ok as u64);
+}
+
+/// `n` requests from `source` (a loopback address: another caller), with the headers each
+/// of them gets from `headers(i)`, on raw connections, written `pace` apart; their responses.
+fn sent_from(
+    port: u16,
+    source: std::net::Ipv4Addr,
+    n: usize,
+    pace: std::time::Duration,
+    headers: impl Fn(usize) -> String,
+) -> Vec<std::thread::JoinHandle<common::http::Response>> {
+    let mut streams: Vec<TcpStream> = (0..n)
+        .map(|_| {
+            let socket =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            socket
+                .bind(&std::net::SocketAddr::from((source, 0)).into())
+                .unwrap();
+            socket
+                .connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())
+                .unwrap();
+            socket.into()
+        })
+        .collect();
+    for (i, s) in streams.iter_mut().enumerate() {
+        let req = format!(
+            "GET /orders HTTP/1.1\r\nHost: t\r\n{}Connection: close\r\n\r\n",
+            headers(i)
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        std::thread::sleep(pace);
+    }
+    streams
+        .into_iter()
+        .map(|s| std::thread::spawn(move || read_response(s)))
+        .collect()
+}
+
+/// One caller cannot take every place an instance holds for leaky buckets: 72 requests from
+/// one address over 12 made-up users (a limit keyed on `X-User`) hold at most its share
+/// (`max_delayed_per_client`, a quarter of `max_delayed` by default: 5 of 20), the rest of its
+/// requests are refused with 429, and another caller — whose own bucket is empty — is served
+/// and held as usual (before: 503 for everyone once the 20 places were full). An API key is
+/// held to the same share from any address.
+#[test]
+fn one_caller_holds_at_most_its_share_of_the_held_places() {
+    let up = Upstream::start("orders");
+    let redis = RedisServer::start();
+    let text = format!(
+        r#"
+[upstreams.orders]
+servers = ["{addr}"]
+
+[[routes]]
+name = "public"
+path_prefix = "/orders"
+upstream = "orders"
+
+[[routes.limits]]
+name = "per-user"
+algorithm = "leaky_bucket"
+limit = 1
+window = "2s"
+burst = 5
+key = ["header:x-user"]
+
+{store}
+"#,
+        addr = up.addr(),
+        store = redis_store(&redis),
+    );
+    let gw = Gateway::start_with(
+        "max_delayed = 20\nkey_hash_secret = \"leaky-share-test-secret-0123456789\"",
+        &text,
+    );
+    // The flood, user after user (each user's first passes, the next five would be held).
+    let pace = std::time::Duration::from_millis(20);
+    let flood = sent_from(gw.port, [127, 0, 0, 2].into(), 72, pace, |i| {
+        format!("X-User: made-up-{}\r\n", i / 6)
+    });
+    // While the flood is held, another caller is served: its first request at once, its
+    // second held its turn.
+    let alice = sent_from(gw.port, [127, 0, 0, 3].into(), 2, pace, |_| {
+        "X-User: alice\r\n".to_owned()
+    });
+    let alice: Vec<common::http::Response> = alice.into_iter().map(|h| h.join().unwrap()).collect();
+    for r in &alice {
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(
+        alice
+            .iter()
+            .filter(|r| r.header("x-turnstile-delay-ms").is_some())
+            .count(),
+        1,
+        "alice's second request waited its turn"
+    );
+    let flood: Vec<common::http::Response> = flood.into_iter().map(|h| h.join().unwrap()).collect();
+    let held = flood
+        .iter()
+        .filter(|r| r.status == 200 && r.header("x-turnstile-delay-ms").is_some())
+        .count();
+    assert!(held <= 5, "the caller's share: {held} held");
+    assert!(
+        flood.iter().all(|r| r.status == 200 || r.status == 429),
+        "{:?}",
+        flood.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    assert!(flood.iter().any(|r| r.status == 429
+        && r.json()["detail"]
+            .as_str()
+            .unwrap()
+            .contains("this client's requests")));
+}
+
+/// A held request with a body whose client leaves (the body never sent) gives its place
+/// back, like a bodiless one: 30 such requests from callers that left, three places, and
+/// every next one still finds a place (before, a request with a body was never watched: it
+/// kept its place for its whole turn, and the callers after it got 503).
+#[test]
+fn a_held_request_with_a_body_whose_client_left_gives_its_place_back() {
+    let up = Upstream::start("orders");
+    let redis = RedisServer::start();
+    // One per minute, up to 30 wait: a held request waits long unless its client leaves.
+    let text = config(&up, &redis, &[("posts", 1, "60s", 30)]);
+    let gw = Gateway::start_with("max_delayed = 3\nmax_delayed_per_client = 3", &text);
+    let post = format!(
+        "POST /orders HTTP/1.1\r\nHost: t\r\nX-Api-Key: {}\r\nContent-Length: 100\r\nConnection: close\r\n\r\n",
+        key("posts")
+    );
+    let first = gw.get_with("/orders", &[("X-Api-Key", &key("posts"))]);
+    assert_eq!(first.status, 200);
+    // A request with a body that never comes, held (no answer yet); 503 while every place
+    // is taken, tried again.
+    let hold_one = |round: usize| -> TcpStream {
+        for _ in 0..100 {
+            let mut probe = TcpStream::connect(("127.0.0.1", gw.port)).unwrap();
+            probe.write_all(post.as_bytes()).unwrap();
+            probe
+                .set_read_timeout(Some(std::time::Duration::from_millis(500)))
+                .unwrap();
+            let mut answer = Vec::new();
+            let _ = probe.read_to_end(&mut answer);
+            if answer.is_empty() {
+                return probe;
+            }
+            let status = common::http::parse(&answer).map_or(0, |(r, _)| r.status);
+            assert_eq!(
+                status, 503,
+                "round {round}: only 503 is answered at once here"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("round {round}: no place came back");
+    };
+    for round in 0..10 {
+        let held: Vec<TcpStream> = (0..3).map(|_| hold_one(round)).collect();
+        // Their clients leave.
+        drop(held);
+    }
+    assert_eq!(up.served(), 1, "no held request was forwarded");
 }

@@ -19,7 +19,7 @@ mod waiting;
 pub use outcome::Outcome;
 pub use rules::{IpRule, KeyedLimit, RouteRules};
 pub use slots::SlotGuard;
-pub use waiting::Place;
+pub use waiting::{default_share, Full, Owner, Place};
 
 use self::asked::{keyed_partitions, Asked};
 use crate::chain::auth::Client;
@@ -57,9 +57,10 @@ pub struct Admission {
     /// How long an enforced leaky bucket holds the admitted request before it is forwarded
     /// (ms; 0: at once).
     pub delay_ms: u64,
-    /// Set by the caller: the most requests leaky buckets may hold on this instance at once
-    /// (`server.max_delayed`; `None`: no bound).
-    pub max_delayed: Option<usize>,
+    /// Set by the caller: the most requests leaky buckets may hold on this instance at once,
+    /// and of them for one client (`server.max_delayed`, `max_delayed_per_client`; `None`: no
+    /// bound).
+    pub max_delayed: Option<(usize, usize)>,
     /// The request's place among them while it waits its turn.
     pub place: Option<Place>,
 }
@@ -184,13 +185,20 @@ impl Admission {
             p.algorithm == Algorithm::LeakyBucket && !asked.shadow.get(i).copied().unwrap_or(false)
         });
         let place = match (holds, self.max_delayed) {
-            (true, Some(most)) => match Place::take(most) {
-                Some(place) => Some(place),
-                None => {
-                    self.outcome = Outcome::Shed;
-                    return Err(Reject::TooManyWaiting);
+            (true, Some((most, share))) => {
+                let owner = Owner::of(client.map(|c| &*c.id), inputs.ip);
+                match Place::take(most, share, owner) {
+                    Ok(place) => Some(place),
+                    Err(Full::Instance) => {
+                        self.outcome = Outcome::Shed;
+                        return Err(Reject::TooManyWaiting);
+                    }
+                    Err(Full::Client) => {
+                        self.outcome = Outcome::Rejected;
+                        return Err(Reject::WaitingShareTaken);
+                    }
                 }
-            },
+            }
             _ => None,
         };
         // Leasing spends the plan's own limits, all enforced: not on routes adding a

@@ -146,6 +146,8 @@ pub struct ServerFile {
     pub quota_path: Option<String>,
     /// Most requests held by leaky buckets at once on this instance (default 10000).
     pub max_delayed: Option<usize>,
+    /// Most of them one client holds, by client id and by address (default a quarter).
+    pub max_delayed_per_client: Option<usize>,
     /// Failure mode of routes that do not choose their own.
     pub on_store_error: Option<FailureModeFile>,
     /// Total time to receive a request's headers.

@@ -81,6 +81,8 @@ pub struct ServerConfig {
     pub quota_path: Option<String>,
     /// Most requests held by leaky buckets at once on this instance.
     pub max_delayed: usize,
+    /// Most of them one client holds at once (by client id, and by grouped address).
+    pub max_delayed_per_client: usize,
     /// Failure mode of routes that do not choose their own.
     pub on_store_error: FailureMode,
     pub limits: RequestLimits,

@@ -41,6 +41,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         max_cached_tokens,
         quota_path,
         max_delayed,
+        max_delayed_per_client,
         on_store_error,
         header_timeout,
         body_timeout,
@@ -133,6 +134,12 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         ),
         max_cached_tokens: max_cached_tokens.unwrap_or(defaults::MAX_CACHED_TOKENS),
         max_delayed: max_delayed.unwrap_or(10_000),
+        max_delayed_per_client: at_least_one(
+            "server.max_delayed_per_client",
+            max_delayed_per_client,
+            crate::chain::admission::default_share(max_delayed.unwrap_or(10_000)),
+            problems,
+        ),
         quota_path: quota_path.filter(|p| {
             let ok = crate::chain::path::check_path_prefix(p).is_ok() && p.len() > 1;
             if !ok {
