@@ -17,6 +17,8 @@ ARGV[4..] six per limit, in KEYS order: name, algorithm (tb | lb | fw | cw | sw 
           bounds "previous:start:end:next"), burst (the token bucket's capacity; the leaky
           bucket's "burst:delay"), and
           shadow ("1": decided and counted, but never blocks the request)
+          then, optionally, one cost per limit in KEYS order, replacing ARGV[2] for each (a
+          limit charged from the response reserves its own units)
 Reply     one string of integers separated by spaces: admitted 0/1, now_ms, then four per
           limit: admitted 0/1, remaining, reset_ms, retry_after_ms; then, after one more
           space, the name of the first enforced limit that rejected (empty when admitted).
@@ -28,8 +30,9 @@ Writes    nothing unless every enforced limit admits; then the new state of ever
 ]]
 local PER = 6
 local n = #KEYS
-if #ARGV ~= 3 + PER * n then
-  return redis.error_reply('turnstile check.lua: expected 3 + 6 arguments per key, got ' .. #ARGV .. ' for ' .. n .. ' keys')
+local costs = #ARGV == 3 + (PER + 1) * n
+if #ARGV ~= 3 + PER * n and not costs then
+  return redis.error_reply('turnstile check.lua: expected 3 + 6 arguments per key (and a cost per key), got ' .. #ARGV .. ' for ' .. n .. ' keys')
 end
 local now = now_ms(ARGV[1])
 local cost = tonumber(ARGV[2])
@@ -54,7 +57,7 @@ end
 
 local decisions, commits, rejected = {}, {}, ''
 for i = 1, n do
-  local d, commit = decide(i, cost)
+  local d, commit = decide(i, costs and tonumber(ARGV[3 + PER * n + i]) or cost)
   decisions[i], commits[i] = d, commit
   local o = 3 + PER * (i - 1)
   if d[1] == 0 and rejected == '' and ARGV[o + 6] ~= '1' then

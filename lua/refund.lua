@@ -10,11 +10,10 @@ The script sent to Redis is return_units.lua then this file (src/limit/store/red
 
 KEYS[i]   the keys check.lua committed (one slot)
 ARGV[1]   the time check.lua decided at (its reply's now_ms)
-ARGV[2]   the request's cost
-ARGV[3]   the request's slot id ("" when it took no concurrency slot)
-ARGV[4..] four per key: algorithm (tb | lb | fw | cw | sw | sl | cc), limit, window_ms (cw: the
-          start of the calendar window the request was counted in), burst (lb: how long the
-          request was held, 0 if it passed at once)
+ARGV[2]   the request's slot id ("" when it took no concurrency slot)
+ARGV[3..] five per key: algorithm (tb | lb | fw | cw | sw | sl | cc), the units the request
+          counted in it, limit, window_ms (cw: the start of the calendar window the request
+          was counted in), burst (lb: how long the request was held, 0 if it passed at once)
 Reply     the number of keys given something back
 Effect    fixed / sliding window: the units leave the window they were counted in (a sliding
           window that moved on since still weighs them as its previous window); leaky bucket:
@@ -24,18 +23,18 @@ Effect    fixed / sliding window: the units leave the window they were counted i
           the tokens go back, up to its capacity; sliding log: `cost` entries of that
           millisecond are removed; concurrency: the request's slot is removed. TTLs are kept.
 ]]
-local PER = 4
+local PER = 5
 -- Turns given back a leaky bucket remembers (HOLES in src/limit/algorithm/leaky_bucket.rs).
 local HOLES = 4
-if #ARGV ~= 3 + PER * #KEYS then
-  return redis.error_reply('turnstile refund.lua: expected 3 + 4 arguments per key, got ' .. #ARGV .. ' for ' .. #KEYS .. ' keys')
+if #ARGV ~= 2 + PER * #KEYS then
+  return redis.error_reply('turnstile refund.lua: expected 2 + 5 arguments per key, got ' .. #ARGV .. ' for ' .. #KEYS .. ' keys')
 end
-local now, cost, slot_id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local now, slot_id = tonumber(ARGV[1]), ARGV[2]
 local changed = 0
 for i = 1, #KEYS do
-  local o = 3 + PER * (i - 1)
-  local key, algorithm = KEYS[i], ARGV[o + 1]
-  local window, burst = tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4])
+  local o = 2 + PER * (i - 1)
+  local key, algorithm, cost = KEYS[i], ARGV[o + 1], tonumber(ARGV[o + 2])
+  local window, burst = tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5])
   local back = 0
   if algorithm == 'fw' or algorithm == 'sw' then
     back = return_units(key, algorithm, now - now % window, window, cost)

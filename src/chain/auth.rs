@@ -122,7 +122,7 @@ pub struct Plan {
     /// Route limits (by name) the plan's clients skip.
     pub exempt_from: Vec<Arc<str>>,
     /// Limits charged from the response: (limit name, the header, the most one charges).
-    pub response_costs: Vec<(Arc<str>, http::HeaderName, u64)>,
+    pub response_costs: Vec<crate::chain::cost::ResponseCost>,
 }
 
 impl Plan {
@@ -159,7 +159,7 @@ impl Plan {
         Plan { priority, ..self }
     }
 
-    pub fn with_response_costs(self, costs: &[(Arc<str>, http::HeaderName, u64)]) -> Plan {
+    pub fn with_response_costs(self, costs: &[crate::chain::cost::ResponseCost]) -> Plan {
         Plan {
             response_costs: costs.to_vec(),
             ..self

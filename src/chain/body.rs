@@ -31,14 +31,18 @@ use std::fmt;
 pub enum Field<'a> {
     Absent,
     Value(&'a str),
+    /// A JSON number that is a whole number (keys never read these: only a reservation).
+    Whole(u64),
+    /// Another JSON value (a fraction, a negative number, `true`, an object...).
+    Other,
     /// Given more than once.
     Repeated,
     /// Common frameworks could read the field otherwise: why.
     Ambiguous(String),
 }
 
-/// The fields of a body, in order: a string value, a value of another type (`None`), or
-/// repeated; with each name's folded form.
+/// The fields of a body, in order: a string value, a whole number, a value of another type,
+/// or repeated; with each name's folded form.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BodyFields {
     fields: Vec<Named>,
@@ -58,8 +62,18 @@ struct Named {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Seen {
-    Once(Option<String>),
+    Once(Scalar),
     Repeated,
+}
+
+/// A field's value as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Scalar {
+    Text(String),
+    /// A JSON number without fraction or exponent, from 0 to `u64::MAX`.
+    Whole(u64),
+    /// Anything else (a negative or fractional number, an object, `null`...).
+    Other,
 }
 
 impl BodyFields {
@@ -112,7 +126,7 @@ impl BodyFields {
         BodyFields::collect(
             pairs
                 .into_iter()
-                .map(|(k, v)| (k.to_owned(), Some(v.to_owned()))),
+                .map(|(k, v)| (k.to_owned(), Scalar::Text(v.to_owned()))),
             Vec::new(),
         )
     }
@@ -125,12 +139,12 @@ impl BodyFields {
     }
 
     fn form(body: &[u8]) -> BodyFields {
-        let pairs =
-            url::form_urlencoded::parse(body).map(|(k, v)| (k.into_owned(), Some(v.into_owned())));
+        let pairs = url::form_urlencoded::parse(body)
+            .map(|(k, v)| (k.into_owned(), Scalar::Text(v.into_owned())));
         BodyFields::collect(pairs, split_names(body))
     }
 
-    fn collect(pairs: impl Iterator<Item = (String, Option<String>)>, split: Vec<String>) -> Self {
+    fn collect(pairs: impl Iterator<Item = (String, Scalar)>, split: Vec<String>) -> Self {
         let mut fields: Vec<Named> = Vec::new();
         for (name, value) in pairs {
             match fields.iter_mut().find(|e| e.name == name) {
@@ -158,8 +172,9 @@ impl BodyFields {
         for entry in &self.fields {
             if entry.name == name {
                 found = match &entry.seen {
-                    Seen::Once(Some(v)) => Field::Value(v),
-                    Seen::Once(None) => Field::Absent,
+                    Seen::Once(Scalar::Text(v)) => Field::Value(v),
+                    Seen::Once(Scalar::Whole(n)) => Field::Whole(*n),
+                    Seen::Once(Scalar::Other) => Field::Other,
                     Seen::Repeated => Field::Repeated,
                 };
             } else if entry.folded == folded {
@@ -229,7 +244,7 @@ impl MediaType {
 /// The top-level entries of `body` if it is a JSON object (`Some(Err)`: it starts like one
 /// but is not valid JSON); `None` when it does not start with `{`.
 #[allow(clippy::type_complexity)]
-fn json_object(body: &[u8]) -> Option<Result<Vec<(String, Option<String>)>, ()>> {
+fn json_object(body: &[u8]) -> Option<Result<Vec<(String, Scalar)>, ()>> {
     if body.trim_ascii_start().first() != Some(&b'{') {
         return None;
     }
@@ -243,12 +258,12 @@ fn is_json_value(body: &[u8]) -> bool {
     serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
 }
 
-/// A JSON object's top-level entries, strings kept, other values as `None`, duplicates kept
-/// (serde_json's own maps would keep only the last).
+/// A JSON object's top-level entries, strings and whole numbers kept, other values as
+/// `Scalar::Other`, duplicates kept (serde_json's own maps would keep only the last).
 struct TopLevel;
 
 impl<'de> Visitor<'de> for TopLevel {
-    type Value = Vec<(String, Option<String>)>;
+    type Value = Vec<(String, Scalar)>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
@@ -258,8 +273,9 @@ impl<'de> Visitor<'de> for TopLevel {
         let mut out = Vec::new();
         while let Some((k, v)) = map.next_entry::<String, serde_json::Value>()? {
             let v = match v {
-                serde_json::Value::String(s) => Some(s),
-                _ => None,
+                serde_json::Value::String(s) => Scalar::Text(s),
+                serde_json::Value::Number(n) => n.as_u64().map_or(Scalar::Other, Scalar::Whole),
+                _ => Scalar::Other,
             };
             out.push((k, v));
         }
@@ -282,6 +298,8 @@ mod tests {
     fn read(fields: &BodyFields, name: &str) -> String {
         match fields.field(name, &fold::name(name)) {
             Field::Value(v) => format!("value:{v}"),
+            Field::Whole(n) => format!("whole:{n}"),
+            Field::Other => "other".into(),
             Field::Absent => "absent".into(),
             Field::Repeated => "repeated".into(),
             Field::Ambiguous(_) => "ambiguous".into(),
@@ -293,8 +311,16 @@ mod tests {
         let json = br#"{"username": "ada", "password": "x", "remember": true, "nested": {"username": "eve"}}"#;
         let fields = BodyFields::parse(&[b"Application/JSON; charset=utf-8"], json);
         assert_eq!(read(&fields, "username"), "value:ada");
-        assert_eq!(read(&fields, "remember"), "absent", "not a string");
+        assert_eq!(read(&fields, "remember"), "other", "not a string");
         assert_eq!(read(&fields, "missing"), "absent");
+        // Whole numbers are kept as numbers (a reservation reads them; keys do not).
+        let numbers =
+            br#"{"max_tokens": 4096, "t": 0.5, "n": -1, "e": 1e3, "big": 18446744073709551616}"#;
+        let fields = BodyFields::parse(&[JSON], numbers);
+        assert_eq!(read(&fields, "max_tokens"), "whole:4096");
+        for other in ["t", "n", "e", "big"] {
+            assert_eq!(read(&fields, other), "other", "{other}");
+        }
         let form = BodyFields::parse(&[FORM], b"username=ada%40example.com&password=x+y");
         assert_eq!(read(&form, "username"), "value:ada@example.com");
         assert_eq!(read(&form, "password"), "value:x y");

@@ -3,14 +3,41 @@
 //! - `cost_from_request = "header:NAME"`: a caller trusted to declare its cost sends it, a
 //!   whole number from 1 to `max_cost`; anything else (absent, twice, not a number, out of
 //!   range) is a 400 — the declared cost is what the limits count.
-//! - `cost_from_response = "header:NAME"` on a plan limit: the request was counted at its
-//!   estimate (the route's cost) when admitted; the response's header says what it really
-//!   cost, and the difference is charged (`limit/store`'s `charge`). The rule for headers
+//! - `cost_from_response = "header:NAME"` on a plan limit: the request reserved units of it
+//!   when admitted — the bound it states (the route's `reserve_from`), else the limit's
+//!   `reserve`, else the route's cost ([`ResponseCost::reservation`]); the response's header
+//!   says what it really cost, and the difference is charged (`limit/store`'s `charge`). The rule for headers
 //!   that say nothing usable: absent, given twice, or not a whole number → the estimate
 //!   stands (counted as `missing` / `invalid`); above `max_response_cost` → that maximum is
 //!   charged (`capped`).
 
 use http::{HeaderMap, HeaderName};
+use std::sync::Arc;
+
+/// A plan limit charged from the response (`cost_from_response`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseCost {
+    /// The limit's name.
+    pub limit: Arc<str>,
+    /// The response header that says what the request cost.
+    pub header: HeaderName,
+    /// The most one response charges (`max_response_cost`).
+    pub max: u64,
+    /// What a request reserves of the limit when admitted (`reserve`), unless it states its
+    /// own bound (the route's `reserve_from`); `None`: the route's cost.
+    pub reserve: Option<u64>,
+}
+
+impl ResponseCost {
+    /// The units a request reserves of this limit: the bound it states (`declared`, at least
+    /// 1, at most what one response may charge), else the limit's `reserve`, else `cost`.
+    pub fn reservation(&self, declared: Option<u64>, cost: u64) -> u64 {
+        match declared {
+            Some(n) => n.clamp(1, self.max),
+            None => self.reserve.unwrap_or(cost),
+        }
+    }
+}
 
 /// The cost a request declares in `name`, 1 to `max`.
 pub fn declared(headers: &HeaderMap, name: &HeaderName, max: u64) -> Result<u64, String> {
@@ -109,6 +136,25 @@ mod tests {
         }
         assert_eq!(Reported::Missing.actual(4), 4);
         assert_eq!(Reported::Capped(1000).actual(4), 1000);
+    }
+
+    #[test]
+    fn a_reservation_is_the_stated_bound_within_what_a_response_may_charge() {
+        let limit = ResponseCost {
+            limit: Arc::from("tokens"),
+            header: HeaderName::from_static("x-tokens-used"),
+            max: 4000,
+            reserve: Some(500),
+        };
+        assert_eq!(limit.reservation(Some(256), 1), 256);
+        assert_eq!(limit.reservation(Some(0), 1), 1);
+        assert_eq!(limit.reservation(Some(u64::MAX), 1), 4000);
+        assert_eq!(limit.reservation(None, 1), 500);
+        let unreserved = ResponseCost {
+            reserve: None,
+            ..limit
+        };
+        assert_eq!(unreserved.reservation(None, 3), 3);
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub mod message;
 pub mod partition;
 pub mod path;
 pub mod problem;
+pub mod reading;
 pub mod reject;
 pub mod request_id;
 pub mod rewrite;

@@ -18,15 +18,14 @@
 //! named in the query string too (Servlet's `getParameter` and Flask's `request.values` read
 //! the query first).
 
-use crate::chain::body::{query_names, BodyFields, Field};
-use crate::chain::cert::PeerCert;
+pub use crate::chain::reading::{BodyField, KeyInputs, PartError, TokenClaims};
+
 use crate::chain::fold;
 use crate::chain::jwt::claims::ClaimPath;
+use crate::chain::reading::{body_field, body_value, digits, header, header_value};
 use hmac::{Hmac, Mac};
-use http::HeaderMap;
 use sha2::Sha256;
 use std::fmt::Write;
-use std::sync::Arc;
 
 /// One part of a limit's key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -56,23 +55,6 @@ pub enum CertName {
     Subject,
     /// The SHA-256 of the certificate.
     Fingerprint,
-}
-
-/// A body field a key reads: its name, and the name folded (`chain::fold::name`) to find the
-/// names frameworks would read as this one.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct BodyField {
-    pub name: Arc<str>,
-    folded: Arc<str>,
-}
-
-impl BodyField {
-    pub fn new(name: &str) -> BodyField {
-        BodyField {
-            name: name.into(),
-            folded: fold::name(name).into(),
-        }
-    }
 }
 
 impl KeyPart {
@@ -132,11 +114,6 @@ impl KeyPart {
 /// The shapes a key part is written in (for errors).
 pub const PART_SHAPES: &str = "\"ip\", \"client\", \"route\", \"header:NAME\", \"body:FIELD\", \"jwt:CLAIM\" or \"cert:san|subject|fingerprint\"";
 
-/// The claims of a request's verified token, as text (`chain::jwt` keeps them).
-pub trait TokenClaims {
-    fn claim(&self, path: &ClaimPath) -> Option<&str>;
-}
-
 /// What a request lacking a key part gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Missing {
@@ -156,35 +133,6 @@ impl Missing {
             Missing::Shared => "shared",
         }
     }
-}
-
-/// The request values key parts are read from.
-pub struct KeyInputs<'a> {
-    /// The grouped client address (`identity::group_key`), if an IP connection.
-    pub ip: Option<u128>,
-    /// The client address itself (after trusted proxies), for exemptions by address.
-    pub addr: Option<std::net::IpAddr>,
-    pub client: Option<&'a str>,
-    pub route: &'a str,
-    pub headers: &'a HeaderMap,
-    /// The request target's query string, if any (as sent).
-    pub query: Option<&'a str>,
-    /// The body's fields, when the route reads them and the body could be read.
-    pub body: Option<&'a BodyFields>,
-    /// The verified token's claims, when the request was authenticated by one.
-    pub token: Option<&'a (dyn TokenClaims + Sync)>,
-    /// The connection's verified client certificate, if any.
-    pub cert: Option<&'a PeerCert>,
-}
-
-/// Why a key could not be made.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PartError {
-    /// The request lacks this part (no such header, field, or readable body; no client).
-    Missing(String),
-    /// A part the upstream could read otherwise (a header given twice, a field named twice):
-    /// which one counts would be the client's choice.
-    Ambiguous(String),
 }
 
 /// The secret of the keyed hash.
@@ -288,73 +236,42 @@ fn value(part: &KeyPart, inputs: &KeyInputs<'_>) -> Result<Vec<u8>, PartError> {
     }
 }
 
-fn header(headers: &HeaderMap, name: &http::HeaderName) -> Result<Vec<u8>, PartError> {
-    let mut values = headers.get_all(name).iter();
-    let first = values.next();
-    if values.next().is_some() {
-        return Err(PartError::Ambiguous(format!(
-            "the {name} header is given more than once"
-        )));
-    }
-    if has_underscore_alias(headers, name) {
-        return Err(PartError::Ambiguous(format!(
-            "the request has a header that CGI-style servers read as {name} (\"_\" for \"-\")"
-        )));
-    }
-    let first = first.ok_or_else(|| PartError::Missing(format!("the {name} header")))?;
-    if first.as_bytes().contains(&b',') {
-        return Err(PartError::Ambiguous(format!(
-            "the {name} header holds a list (a comma), which frameworks split and pick from differently"
-        )));
-    }
-    fold::value(first.as_bytes())
-        .map(String::into_bytes)
-        .ok_or_else(|| PartError::Missing(format!("the {name} header")))
-}
-
-/// Whether another header name reads as `name` once `_` is taken for `-`.
-fn has_underscore_alias(headers: &HeaderMap, name: &http::HeaderName) -> bool {
-    let name = name.as_str().as_bytes();
-    headers.keys().any(|other| {
-        let other = other.as_str().as_bytes();
-        other.len() == name.len()
-            && other != name
-            && other
-                .iter()
-                .zip(name)
-                .all(|(a, b)| a == b || (*a == b'_' && *b == b'-'))
-    })
-}
-
-fn body_field(inputs: &KeyInputs<'_>, field: &BodyField) -> Result<Vec<u8>, PartError> {
-    let name = &field.name;
-    if let Some(query) = inputs.query {
-        if query_names(query.as_bytes()).any(|n| *n == *field.folded) {
-            return Err(PartError::Ambiguous(format!(
-                "the query string names the body field {name:?} too (some frameworks read the \
-                 query first)"
-            )));
+/// The whole number a request states in a header or a body field (a reservation of units,
+/// the route's `reserve_from`), read as a key part is — refused where the upstream could
+/// read it otherwise — and only as digits (a header's surrounding spaces aside): a sign, a
+/// fraction, an exponent or other digits than ASCII are refused, not guessed at. Too large
+/// for `u64`: `u64::MAX`.
+pub fn whole_number(part: &KeyPart, inputs: &KeyInputs<'_>) -> Result<u64, PartError> {
+    use crate::chain::body::Field;
+    let not_whole = |what: String| PartError::Ambiguous(format!("{what} is not a whole number"));
+    match part {
+        KeyPart::Header(name) => {
+            let value = header_value(inputs.headers, name)?;
+            digits(value.as_bytes().trim_ascii())
+                .ok_or_else(|| not_whole(format!("the {name} header")))
         }
-    }
-    let missing = || PartError::Missing(format!("the body field {name:?}"));
-    match inputs
-        .body
-        .map_or(Field::Absent, |b| b.field(name, &field.folded))
-    {
-        Field::Value(v) => fold::value(v.as_bytes())
-            .map(String::into_bytes)
-            .ok_or_else(missing),
-        Field::Absent => Err(missing()),
-        Field::Repeated => Err(PartError::Ambiguous(format!(
-            "the body field {name:?} is given more than once"
+        KeyPart::Body(field) => match body_value(inputs, field)? {
+            Field::Whole(n) => Ok(n),
+            Field::Value(v) => digits(v.as_bytes())
+                .ok_or_else(|| not_whole(format!("the body field {:?}", field.name))),
+            Field::Absent => Err(PartError::Missing(format!(
+                "the body field {:?}",
+                field.name
+            ))),
+            _ => Err(not_whole(format!("the body field {:?}", field.name))),
+        },
+        other => Err(PartError::Missing(format!(
+            "{} cannot hold a number",
+            other.describe()
         ))),
-        Field::Ambiguous(why) => Err(PartError::Ambiguous(why)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chain::body::BodyFields;
+    use http::HeaderMap;
     use http::HeaderValue;
 
     fn inputs<'a>(headers: &'a HeaderMap, body: Option<&'a BodyFields>) -> KeyInputs<'a> {
@@ -516,5 +433,101 @@ mod tests {
         assert!(h
             .partition(&account, Missing::Skip, &with_query("next=/home&user=1"))
             .is_ok());
+    }
+
+    #[test]
+    fn a_reservation_is_one_whole_number_read_one_way() {
+        let number =
+            |headers: &[(&str, &str)], body: Option<&[u8]>, query: Option<&str>, part: &str| {
+                let mut h = HeaderMap::new();
+                for (k, v) in headers {
+                    h.append(
+                        http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                        HeaderValue::from_str(v).unwrap(),
+                    );
+                }
+                let fields = body.map(|b| BodyFields::parse(&[b"application/json"], b));
+                let inputs = KeyInputs {
+                    query,
+                    ..inputs(&h, fields.as_ref())
+                };
+                whole_number(&KeyPart::parse(part).unwrap(), &inputs)
+            };
+        let header = "header:x-max-tokens";
+        assert_eq!(
+            number(&[("x-max-tokens", " 512 ")], None, None, header),
+            Ok(512)
+        );
+        assert_eq!(
+            number(
+                &[("x-max-tokens", "99999999999999999999999")],
+                None,
+                None,
+                header
+            ),
+            Ok(u64::MAX)
+        );
+        assert!(matches!(
+            number(&[], None, None, header),
+            Err(PartError::Missing(_))
+        ));
+        for bad in [
+            &[("x-max-tokens", "1.5")][..],
+            &[("x-max-tokens", "-1")],
+            &[("x-max-tokens", "+1")],
+            &[("x-max-tokens", "1e3")],
+            &[("x-max-tokens", "")],
+            &[("x-max-tokens", "1, 2")],
+            &[("x-max-tokens", "1"), ("x-max-tokens", "2")],
+            &[("x-max-tokens", "1"), ("x_max_tokens", "900")],
+        ] {
+            assert!(
+                matches!(
+                    number(bad, None, None, header),
+                    Err(PartError::Ambiguous(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        let body = "body:max_tokens";
+        assert_eq!(
+            number(&[], Some(br#"{"max_tokens": 256}"#), None, body),
+            Ok(256)
+        );
+        assert_eq!(
+            number(&[], Some(br#"{"max_tokens": "256"}"#), None, body),
+            Ok(256)
+        );
+        assert!(matches!(
+            number(&[], Some(b"{}"), None, body),
+            Err(PartError::Missing(_))
+        ));
+        for bad in [
+            &br#"{"max_tokens": 25.6}"#[..],
+            br#"{"max_tokens": -1}"#,
+            br#"{"max_tokens": " 256"}"#,
+            "{\"max_tokens\": \"２５６\"}".as_bytes(),
+            br#"{"max_tokens": 1, "max_tokens": 9000}"#,
+            br#"{"max_tokens": 1, "MAX_TOKENS": 9000}"#,
+        ] {
+            assert!(
+                matches!(
+                    number(&[], Some(bad), None, body),
+                    Err(PartError::Ambiguous(_))
+                ),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        // Also named in the query: some frameworks read it first.
+        assert!(matches!(
+            number(
+                &[],
+                Some(br#"{"max_tokens": 256}"#),
+                Some("max_tokens=9000"),
+                body
+            ),
+            Err(PartError::Ambiguous(_))
+        ));
     }
 }

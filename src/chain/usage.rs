@@ -39,6 +39,7 @@ pub async fn usage(
             at: DecideAt::StoreClock,
             lease: None,
             waits: &[],
+            costs: &[],
         })
         .await?;
     Ok(policies

@@ -190,6 +190,7 @@ impl Snapshot {
                                     .map(|l| l.iter().map(|n| Arc::from(n.as_str())).collect()),
                             })
                             .collect(),
+                        reserve_from: r.reserve_from.clone(),
                     },
                     config: r.clone(),
                     pool: Arc::clone(&pools[&r.upstream]),

@@ -32,14 +32,16 @@ pub fn charge_from_response(response: &ResponseHeader, ctx: &mut RequestCtx) {
     };
     let metrics = &ctx.snapshot.metrics;
     let mut deltas = Vec::new();
-    for (name, header, max) in &client.plan.response_costs {
+    for charged in &client.plan.response_costs {
         // Not counted (exempt, not admitted by it): nothing to charge.
-        let Some(i) = taken.policies.iter().position(|p| p.name == *name) else {
+        let Some(i) = taken.policies.iter().position(|p| p.name == charged.limit) else {
             continue;
         };
-        let reported = Reported::read(&response.headers, header, *max);
+        let reported = Reported::read(&response.headers, &charged.header, charged.max);
         metrics.response_cost(reported.as_str());
-        let delta = reported.actual(taken.cost) as i64 - taken.cost as i64;
+        // What the limit counted at admission: the request's reservation of it.
+        let reserved = taken.costs.get(i).copied().unwrap_or(taken.cost);
+        let delta = reported.actual(reserved) as i64 - reserved as i64;
         if delta != 0 {
             deltas.push((i, delta));
         }

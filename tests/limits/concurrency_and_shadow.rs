@@ -273,7 +273,8 @@ fn slots_are_kept_for_as_long_as_requests_last_and_a_crashed_instance_frees_them
     let text = config(
         &up,
         &redis,
-        "limits = [{ name = \"per-hour\", algorithm = \"fixed_window\", limit = 1000, window = \"1h\" }]\nmax_concurrent = 2",
+        // A large hourly limit: the waits below poll, and every request they admit counts.
+        "limits = [{ name = \"per-hour\", algorithm = \"fixed_window\", limit = 1000000, window = \"1h\" }]\nmax_concurrent = 2",
         &route("echo", "/echo", "orders", "").replace("read_timeout = \"5s\"", "read_timeout = \"30s\""),
     )
     .replace("timeout = \"2s\"", "timeout = \"2s\"\nconcurrency_slot_ttl = \"3s\"");

@@ -177,3 +177,216 @@ fn three_gateways_charge_exactly_what_the_responses_report() {
     });
     assert!(gws[0].proc.log_text().contains("not counted"));
 }
+
+/// A budget of 1000 tokens an hour, charged from the response, that every request reserves
+/// from (the bound it states in `X-Max-Tokens`, or 100) on `store`, with `route_extra` on the
+/// route.
+fn reserving_config(up: &Upstream, store: &str, route_extra: &str) -> String {
+    format!(
+        r#"
+[upstreams.llm]
+servers = ["{addr}"]
+
+[plans.llm]
+limits = [
+  {{ name = "tokens", algorithm = "fixed_window", limit = 1000, window = "1h", cost_from_response = "header:x-tokens-used", max_response_cost = 100, reserve = 100 }},
+]
+
+[[clients]]
+id = "llm"
+plan = "llm"
+api_keys = ["{KEY}"]
+
+[[routes]]
+name = "complete"
+path_prefix = "/echo"
+upstream = "llm"
+auth = "api_key"
+reserve_from = "header:x-max-tokens"
+read_timeout = "30s"
+{route_extra}
+
+{store}
+"#,
+        addr = up.addr()
+    )
+}
+
+/// 200 requests in flight at once, spread over `gws`, each reserving a random bound of 1 to
+/// 100 tokens and reporting a random cost within it after 1.5 s: the tokens the admitted
+/// requests consumed never pass the budget, whatever the concurrency (before, each counted
+/// the estimate of 1 while in flight, and 200 of them consumed ~10 000 of 1000). Returns
+/// (admitted, consumed).
+fn two_hundred_in_flight(gws: &[&Gateway], seed: u64) -> (usize, u64) {
+    let mut rng = seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let requests: Vec<(u16, u64, u64)> = (0..200)
+        .map(|i| {
+            let bound = 1 + next() % 100;
+            let cost = next() % (bound + 1);
+            (gws[i % gws.len()].port, bound, cost)
+        })
+        .collect();
+    let threads: Vec<_> = requests
+        .into_iter()
+        .map(|(port, bound, cost)| {
+            std::thread::spawn(move || {
+                let resp = common::http::get_with(
+                    port,
+                    &format!("/echo/x?tokens={cost}&delay_ms=1500"),
+                    &[("X-Api-Key", KEY), ("X-Max-Tokens", &bound.to_string())],
+                );
+                (resp.status, cost, resp.text())
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    let mut consumed = 0;
+    for t in threads {
+        let (status, cost, text) = t.join().unwrap();
+        match status {
+            200 => {
+                admitted += 1;
+                consumed += cost;
+            }
+            429 => {}
+            other => panic!("{other}: {text}"),
+        }
+    }
+    (admitted, consumed)
+}
+
+fn assert_within_budget(what: &str, (admitted, consumed): (usize, u64)) {
+    println!("{what}: {admitted} admitted, {consumed} tokens consumed of 1000");
+    assert!(
+        consumed <= 1000,
+        "{what}: {consumed} consumed, {admitted} admitted"
+    );
+    // Not by refusing everything: at least ten bounds of at most 100 fit in 1000.
+    assert!(admitted >= 10, "{what}: {admitted} admitted");
+}
+
+/// The seed of the random bounds and costs (printed, so a failure can be replayed).
+fn seed() -> u64 {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    println!("seed {seed}");
+    seed
+}
+
+#[test]
+fn a_reserved_budget_is_never_overdrawn_by_concurrency_across_gateways_on_redis_and_a_cluster() {
+    let up = Upstream::start("llm");
+    let redis = RedisServer::start();
+    let store = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"",
+        redis.url()
+    );
+    let text = reserving_config(&up, &store, "");
+    let gws: Vec<Gateway> = (0..3).map(|_| Gateway::start(&text)).collect();
+    let seed = seed();
+    assert_within_budget(
+        "redis",
+        two_hundred_in_flight(&gws.iter().collect::<Vec<_>>(), seed),
+    );
+    // What Redis holds after the charges settled is what was consumed (the reservations
+    // all came back or were charged).
+    drop(gws);
+
+    let cluster = common::redis::RedisCluster::start();
+    let urls: Vec<String> = cluster.urls().iter().map(|u| format!("{u:?}")).collect();
+    let store = format!(
+        "[store]\nkind = \"redis_cluster\"\nnodes = [{}]\ntimeout = \"2s\"",
+        urls.join(", ")
+    );
+    let text = reserving_config(&up, &store, "");
+    let gws: Vec<Gateway> = (0..3).map(|_| Gateway::start(&text)).collect();
+    assert_within_budget(
+        "cluster",
+        two_hundred_in_flight(&gws.iter().collect::<Vec<_>>(), seed.rotate_left(17)),
+    );
+}
+
+#[test]
+fn a_reserved_budget_is_never_overdrawn_in_the_memory_store_or_the_local_failure_mode() {
+    let up = Upstream::start("llm");
+    let seed = seed();
+    let gw = Gateway::start(&reserving_config(&up, "", ""));
+    assert_within_budget("memory", two_hundred_in_flight(&[&gw], seed));
+    drop(gw);
+    // A Redis store that is not there: the route's local fallback decides (one instance
+    // expected, so the whole budget), in process.
+    let store = format!(
+        "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:{}\"\ntimeout = \"200ms\"\nexpected_instances = 1",
+        common::free_port()
+    );
+    let gw = Gateway::start(&reserving_config(&up, &store, "on_store_error = \"local\""));
+    assert_within_budget(
+        "local fallback",
+        two_hundred_in_flight(&[&gw], seed.rotate_left(29)),
+    );
+}
+
+/// What a request reserves is what it states, once: a bound given twice, as a list, under a
+/// `_` spelling or not as a whole number is refused (400) before anything is counted; a
+/// request without one reserves the limit's `reserve`; the settled count is what the
+/// responses reported.
+#[test]
+fn a_reservation_is_read_one_way_and_settled_to_what_the_response_reported() {
+    let up = Upstream::start("llm");
+    let redis = RedisServer::start();
+    let store = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"",
+        redis.url()
+    );
+    let gw = Gateway::start(&reserving_config(&up, &store, ""));
+    for bad in [
+        &[("X-Max-Tokens", "1.5")][..],
+        &[("X-Max-Tokens", "-3")],
+        &[("X-Max-Tokens", "10, 20")],
+        &[("X-Max-Tokens", "10"), ("X-Max-Tokens", "20")],
+        &[("X-Max-Tokens", "10"), ("X_Max_Tokens", "20")],
+    ] {
+        let mut headers = vec![("X-Api-Key", KEY)];
+        headers.extend_from_slice(bad);
+        let resp = gw.get_with("/echo/x?tokens=1", &headers);
+        assert_eq!(resp.status, 400, "{bad:?}: {}", resp.text());
+    }
+    assert_eq!(up.served(), 0);
+    // While a request is in flight its reservation is counted: the stated 70, or the
+    // limit's 100 without one.
+    for (bound, reserved) in [(Some("70"), 70), (None, 100)] {
+        let mut headers = vec![("X-Api-Key", KEY)];
+        if let Some(bound) = bound {
+            headers.push(("X-Max-Tokens", bound));
+        }
+        let headers: Vec<(String, String)> = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let port = gw.port;
+        let before = count(&redis, "complete", "tokens");
+        let slow = std::thread::spawn(move || {
+            let headers: Vec<(&str, &str)> = headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            common::http::get_with(port, "/echo/x?tokens=5&delay_ms=1500", &headers).status
+        });
+        wait_until("the reservation counted", || {
+            count(&redis, "complete", "tokens") == before + reserved
+        });
+        assert_eq!(slow.join().unwrap(), 200);
+        // Settled: the 5 the response reported.
+        wait_until("the settlement", || {
+            count(&redis, "complete", "tokens") == before + 5
+        });
+    }
+}

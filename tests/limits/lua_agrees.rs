@@ -90,8 +90,16 @@ async fn lua_and_rust_decide_identically_on_random_sequences() {
         for step in 0..150 {
             offset += rng.pick(&[0, 0, 1, 2, 5, 13, 40, 120, 400, 1500]);
             let cost = 1 + rng.below(max_cost);
+            // Half the requests ask each limit its own cost (a reservation of a limit
+            // charged from the response), the others one cost of every limit.
+            let costs: Vec<u64> = if rng.below(2) == 0 {
+                (0..n).map(|_| 1 + rng.below(max_cost)).collect()
+            } else {
+                Vec::new()
+            };
             let request = CheckRequest {
                 shadow: &shadow,
+                costs: &costs,
                 at: DecideAt::StoreClockPlus(offset),
                 ..CheckRequest::new(&client, &route, &policies, cost)
             };
@@ -103,7 +111,7 @@ async fn lua_and_rust_decide_identically_on_random_sequences() {
             });
             assert_eq!(
                 actual, expected,
-                "seed {seed}, step {step}, now {now}, cost {cost}, policies {policies:?}, shadow {shadow:?}"
+                "seed {seed}, step {step}, now {now}, cost {cost}, costs {costs:?}, policies {policies:?}, shadow {shadow:?}"
             );
             compared += 1;
             // Now and then an admitted request is given back (its client left while a leaky

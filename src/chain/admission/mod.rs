@@ -28,7 +28,7 @@ use crate::chain::partition::KeyInputs;
 use crate::chain::reject::Reject;
 use crate::limit::ip::IpKey;
 use crate::limit::store::held::HeldSlot;
-use crate::limit::store::request::{CheckRequest, Counted, DecideAt};
+use crate::limit::store::request::{CheckRequest, Counted, DecideAt, Partition};
 use crate::limit::store::{FailureMode, Store};
 use crate::limit::{Algorithm, Decision, Policy, IP_POLICY_NAME};
 use http::HeaderValue;
@@ -211,6 +211,7 @@ impl Admission {
         } else {
             String::new()
         };
+        let costs = reservations(rules, client, &asked, inputs, self.cost)?;
         let anonymous = Arc::clone(&rules.name);
         let request = CheckRequest {
             client: client.map_or(&anonymous, |c| &c.id),
@@ -223,6 +224,7 @@ impl Admission {
             at: DecideAt::StoreClock,
             lease,
             waits: &[],
+            costs: &costs,
         };
         let started = self.time_store.then(Instant::now);
         let checked = store.check(request).await;
@@ -356,4 +358,51 @@ impl Admission {
             self.limits.push_policy_header(header.clone());
         }
     }
+}
+
+/// What each policy asks when the client's plan has limits charged from the response that
+/// reserve other units than the request's cost (empty otherwise: every policy asks `cost`).
+/// A bound the request states (`reserve_from`) but gives ambiguously is a 400, like a key.
+fn reservations(
+    rules: &RouteRules,
+    client: Option<&Arc<Client>>,
+    asked: &Asked<'_>,
+    inputs: &KeyInputs<'_>,
+    declared_cost: Option<u64>,
+) -> Result<Vec<u64>, Reject> {
+    use crate::chain::partition::whole_number;
+    use crate::chain::partition::PartError;
+    let Some(charged) = client
+        .map(|c| &c.plan.response_costs)
+        .filter(|charged| !charged.is_empty())
+    else {
+        return Ok(Vec::new());
+    };
+    if rules.reserve_from.is_none() && charged.iter().all(|c| c.reserve.is_none()) {
+        return Ok(Vec::new());
+    }
+    let declared = match &rules.reserve_from {
+        None => None,
+        Some(part) => match whole_number(part, inputs) {
+            Ok(n) => Some(n),
+            Err(PartError::Missing(_)) => None,
+            Err(PartError::Ambiguous(why)) => {
+                return Err(Reject::AmbiguousKeyPart(format!(
+                    "the bound this request reserves is not readable one way: {why}"
+                )))
+            }
+        },
+    };
+    let cost = declared_cost.unwrap_or(rules.cost);
+    // The plan's own limits only (a route's keyed limit of the same name is not charged).
+    let plans = |i: usize| !matches!(asked.partitions.get(i), Some(Partition::Keyed(_)));
+    Ok(asked
+        .policies
+        .iter()
+        .enumerate()
+        .map(|(i, p)| match charged.iter().find(|c| c.limit == p.name) {
+            Some(c) if plans(i) => c.reservation(declared, cost),
+            _ => cost,
+        })
+        .collect())
 }

@@ -28,6 +28,8 @@ pub struct RouteRules {
     pub hasher: Arc<KeyHasher>,
     /// Callers that skip some of the route's limits.
     pub exempt: Vec<crate::chain::exempt::Exemption>,
+    /// Where a request states what it reserves of limits charged from the response.
+    pub reserve_from: Option<KeyPart>,
 }
 
 /// A route's limit counted per key.

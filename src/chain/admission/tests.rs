@@ -22,6 +22,7 @@ fn rules(shadow: bool, mode: FailureMode) -> RouteRules {
         keyed_header: None,
         hasher: Arc::new(KeyHasher::new(b"test")),
         exempt: Vec::new(),
+        reserve_from: None,
     }
 }
 

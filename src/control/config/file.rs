@@ -389,6 +389,9 @@ pub struct LimitFile {
     pub cost_from_response: Option<String>,
     /// Most units one response may charge (default: the limit).
     pub max_response_cost: Option<u64>,
+    /// Units a request reserves of a limit charged from the response when it is admitted,
+    /// unless it states its own bound (the route's `reserve_from`); default: the route's cost.
+    pub reserve: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -498,6 +501,9 @@ pub struct RouteFile {
     pub cost_from_request: Option<String>,
     /// Most a request may declare (default 100).
     pub max_cost: Option<u64>,
+    /// Where a request states the bound of what it will cost ("header:NAME", "body:FIELD"):
+    /// what it reserves of its plan's limits charged from the response.
+    pub reserve_from: Option<String>,
 }
 
 /// A route's own limit, counted per key.

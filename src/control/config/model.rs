@@ -175,8 +175,8 @@ pub struct PlanConfig {
     pub priority: Option<crate::upstream::shed::Priority>,
     /// Route limits (by name) and "ip" the plan's clients skip.
     pub exempt_from: Vec<String>,
-    /// Limits charged from the response: (limit name, the header, the most one charges).
-    pub response_costs: Vec<(std::sync::Arc<str>, http::HeaderName, u64)>,
+    /// Limits charged from the response.
+    pub response_costs: Vec<crate::chain::cost::ResponseCost>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -244,6 +244,9 @@ pub struct RouteConfig {
     pub exempt: Vec<ExemptRule>,
     /// The header a request declares its cost in, and the most it may declare.
     pub cost_from_request: Option<(http::HeaderName, u64)>,
+    /// Where a request states what it reserves of limits charged from the response (a
+    /// header or a body field).
+    pub reserve_from: Option<crate::chain::partition::KeyPart>,
 }
 
 /// Callers from `nets` or identified as one of `clients` skip `limits` (`None`: every
@@ -266,13 +269,14 @@ pub struct RouteLimitConfig {
 }
 
 impl RouteConfig {
-    /// Whether some keyed limit reads the body.
+    /// Whether some keyed limit, or the reservation, reads the body.
     pub fn reads_body(&self) -> bool {
-        self.limits.iter().any(|l| {
-            l.key
+        use crate::chain::partition::KeyPart;
+        matches!(self.reserve_from, Some(KeyPart::Body(_)))
+            || self
+                .limits
                 .iter()
-                .any(|p| matches!(p, crate::chain::partition::KeyPart::Body(_)))
-        })
+                .any(|l| l.key.iter().any(|p| matches!(p, KeyPart::Body(_))))
     }
 }
 

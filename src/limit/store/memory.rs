@@ -226,7 +226,7 @@ impl<C: Clock> MemoryStore<C> {
                     None => at,
                 };
                 let wait = req.waits.get(i).copied().unwrap_or(0);
-                slot.state.refund(policy, at, req.cost, wait);
+                slot.state.refund(policy, at, req.cost_of(i), wait);
             }
         }
     }
@@ -254,6 +254,7 @@ impl<C: Clock> MemoryStore<C> {
             policies: &policies,
             partitions: &partitions,
             shadow: &[],
+            costs: &[],
             ..*req
         };
         let now = sub.at.resolve(|| self.clock.now_ms());

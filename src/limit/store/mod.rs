@@ -374,6 +374,7 @@ mod tests {
             at: DecideAt::Fixed(1 << 40),
             lease: None,
             waits: &[],
+            costs: &[],
         };
         assert!(store.check(req()).await.unwrap().admitted);
         assert_eq!(store.divisor(), 1);

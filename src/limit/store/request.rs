@@ -16,6 +16,9 @@ pub struct CheckRequest<'a> {
     /// `shadow[i]`: policy `i` decides and counts but never blocks (missing = enforced).
     pub shadow: &'a [bool],
     pub cost: u64,
+    /// `costs[i]`: the units policy `i` asks when not `cost` (a limit charged from the
+    /// response reserves its own; missing = `cost`).
+    pub costs: &'a [u64],
     /// Names the concurrency slots the request takes, if it has concurrency policies
     /// ("" otherwise); releasing them names it again.
     pub slot_id: &'a str,
@@ -39,6 +42,11 @@ pub enum Partition {
 }
 
 impl CheckRequest<'_> {
+    /// The units policy `i` asks.
+    pub fn cost_of(&self, i: usize) -> u64 {
+        self.costs.get(i).copied().unwrap_or(self.cost)
+    }
+
     /// The name of policy `i`'s partition: the client id, or the keyed partition.
     pub fn partition_of(&self, i: usize) -> &Arc<str> {
         match self.partitions.get(i) {
@@ -88,6 +96,7 @@ impl<'a> CheckRequest<'a> {
             partitions: &[],
             shadow: &[],
             cost,
+            costs: &[],
             slot_id: "",
             at: DecideAt::StoreClock,
             lease: None,
@@ -109,6 +118,8 @@ pub struct Counted {
     /// `waits[i]`: how long policy `i` (a leaky bucket) held the request (0 for others).
     pub waits: Vec<u64>,
     pub cost: u64,
+    /// `costs[i]`: what policy `i` counted (empty: `cost` for every one).
+    pub costs: Vec<u64>,
     /// The time the store decided at (its clock; the lease table's for a lease).
     pub at_ms: u64,
     /// Spent from this instance's quota lease.
@@ -150,6 +161,11 @@ impl Counted {
                 .map(|&i| verdict.wait_of(policies, i))
                 .collect(),
             cost: req.cost,
+            costs: if req.costs.is_empty() {
+                Vec::new()
+            } else {
+                counted.iter().map(|&i| req.cost_of(i)).collect()
+            },
             at_ms: verdict.at_ms,
             from_lease: verdict.from_lease,
             fallback,
@@ -161,6 +177,7 @@ impl Counted {
         CheckRequest {
             partitions: &self.partitions,
             waits: &self.waits,
+            costs: &self.costs,
             at: DecideAt::Fixed(self.at_ms),
             ..CheckRequest::new(&self.client, &self.route, &self.policies, self.cost)
         }

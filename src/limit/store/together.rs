@@ -46,7 +46,8 @@ pub fn decide(
         .policies
         .iter()
         .zip(before)
-        .map(|(policy, state)| state.decide(policy, times.for_policy(policy), req.cost))
+        .enumerate()
+        .map(|(i, (policy, state))| state.decide(policy, times.for_policy(policy), req.cost_of(i)))
         .unzip();
     let admitted = decisions
         .iter()

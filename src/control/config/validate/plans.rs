@@ -1,6 +1,7 @@
 //! `[plans.NAME]`: limits (algorithm, limit, window, burst, shadow, lease), `max_concurrent`.
 
 use super::checks::*;
+use crate::chain::cost::ResponseCost;
 use crate::control::config::file::{AlgorithmFile, LimitFile, PlanFile};
 use crate::control::config::model::PlanConfig;
 use crate::control::config::units::WindowSetting;
@@ -52,6 +53,7 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
             lease,
             cost_from_response,
             max_response_cost,
+            reserve,
         } = limit;
         let path = format!("{base}.limits[{i}]");
         if policies.iter().any(|p| *p.name == *limit_name) {
@@ -70,14 +72,12 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
             delay,
         };
         if let Some(policy) = limit_policy(&path, &limit_name, shape, problems) {
-            if let Some(charged) = response_cost(
-                &path,
-                &policy,
-                cost_from_response,
-                max_response_cost,
-                lease,
-                problems,
-            ) {
+            let charge = Charge {
+                header: cost_from_response,
+                max: max_response_cost,
+                reserve,
+            };
+            if let Some(charged) = response_cost(&path, &policy, charge, lease, problems) {
                 response_costs.push(charged);
             }
             policies.push(policy);
@@ -105,22 +105,36 @@ pub(super) fn plan_config(name: &str, file: PlanFile, problems: &mut Problems) -
     }
 }
 
-/// A limit's `cost_from_response`: the header the upstream reports the cost in, and the
-/// most one response charges. Only window counters can be charged after the fact.
+/// What a limit says of charging from the response.
+struct Charge {
+    header: Option<String>,
+    max: Option<u64>,
+    reserve: Option<u64>,
+}
+
+/// A limit's `cost_from_response`: the header the upstream reports the cost in, the most one
+/// response charges, and what a request reserves. Only window counters can be charged after
+/// the fact.
 fn response_cost(
     path: &str,
     policy: &Policy,
-    header: Option<String>,
-    max: Option<u64>,
+    charge: Charge,
     lease: Option<u64>,
     problems: &mut Problems,
-) -> Option<(std::sync::Arc<str>, http::HeaderName, u64)> {
+) -> Option<ResponseCost> {
+    let Charge {
+        header,
+        max,
+        reserve,
+    } = charge;
     let Some(text) = header else {
-        if max.is_some() {
-            problems.push(
-                format!("{path}.max_response_cost"),
-                "only with cost_from_response",
-            );
+        for (key, given) in [
+            ("max_response_cost", max.is_some()),
+            ("reserve", reserve.is_some()),
+        ] {
+            if given {
+                problems.push(format!("{path}.{key}"), "only with cost_from_response");
+            }
         }
         return None;
     };
@@ -171,7 +185,22 @@ fn response_cost(
         policy.limit(),
         problems,
     );
-    Some((std::sync::Arc::clone(&policy.name), name, max))
+    let reserve = reserve.filter(|n| {
+        let ok = (1..=max).contains(n);
+        if !ok {
+            problems.push(
+                format!("{path}.reserve"),
+                format!("{n}: expected 1 to max_response_cost ({max})"),
+            );
+        }
+        ok
+    });
+    Some(ResponseCost {
+        limit: std::sync::Arc::clone(&policy.name),
+        header: name,
+        max,
+        reserve,
+    })
 }
 
 /// Quota leasing is all or nothing per plan: one local lease decides every limit of a

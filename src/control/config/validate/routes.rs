@@ -60,6 +60,7 @@ pub(super) fn route_config(
         exempt,
         cost_from_request,
         max_cost,
+        reserve_from,
     } = file;
     let base = format!("routes[{index}]");
     let priority = route_priority(&base, priority, upstreams.get(&upstream), problems);
@@ -235,6 +236,19 @@ pub(super) fn route_config(
         forward_claims: tokens.forward_claims,
         exempt: exempt_rules(&base, exempt.unwrap_or_default(), problems),
         cost_from_request: request_cost(&base, cost_from_request, max_cost, problems),
+        reserve_from: reserve_from.and_then(|text| {
+            use crate::chain::partition::KeyPart;
+            match KeyPart::parse(&text) {
+                Ok(part @ (KeyPart::Header(_) | KeyPart::Body(_))) => Some(part),
+                _ => {
+                    problems.push(
+                        format!("{base}.reserve_from"),
+                        format!("{text:?}: expected \"header:NAME\" or \"body:FIELD\""),
+                    );
+                    None
+                }
+            }
+        }),
     }
 }
 

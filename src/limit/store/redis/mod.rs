@@ -48,6 +48,8 @@ struct HashSlotGroup {
     shadow: Vec<bool>,
     partitions: Vec<Partition>,
     waits: Vec<u64>,
+    /// Each policy's cost, when the request's differ by policy (else empty).
+    costs: Vec<u64>,
 }
 
 impl HashSlotGroup {
@@ -58,6 +60,7 @@ impl HashSlotGroup {
             shadow: &self.shadow,
             partitions: &self.partitions,
             waits: &self.waits,
+            costs: &self.costs,
             ..*req
         }
     }
@@ -79,6 +82,7 @@ impl HashSlotGroups {
                             shadow: Vec::new(),
                             partitions: Vec::new(),
                             waits: Vec::new(),
+                            costs: Vec::new(),
                         },
                     ));
                     groups.len() - 1
@@ -91,6 +95,9 @@ impl HashSlotGroups {
             g.partitions
                 .push(req.partitions.get(i).cloned().unwrap_or(Partition::Client));
             g.waits.push(req.waits.get(i).copied().unwrap_or(0));
+            if !req.costs.is_empty() {
+                g.costs.push(req.cost_of(i));
+            }
         }
         groups.into_iter().map(|(_, g)| g).collect()
     }
@@ -223,7 +230,7 @@ impl RedisStore {
             for (&i, mut d) in g.indexes.iter().zip(verdict.decisions) {
                 if refunded && d.allowed {
                     // Reported as the state stays: the units are back.
-                    d.remaining = (d.remaining + req.cost).min(d.limit);
+                    d.remaining = (d.remaining + req.cost_of(i)).min(d.limit);
                 }
                 decisions[i] = Some(d);
             }

@@ -163,7 +163,8 @@ impl Scripts {
         Some(invocation)
     }
 
-    /// `check.lua`: KEYS one per policy; ARGV time, cost, slot id, then six per policy.
+    /// `check.lua`: KEYS one per policy; ARGV time, cost, slot id, six per policy, then — when
+    /// policies ask different costs — one cost per policy.
     pub fn check_call(&self, prefix: &str, req: &CheckRequest<'_>) -> Call<'_> {
         let mut invocation = Call::new(&self.check, req.policies.len());
         for (i, policy) in req.policies.iter().enumerate() {
@@ -195,11 +196,16 @@ impl Scripts {
             };
             invocation.arg(if is_shadow { "1" } else { "0" });
         }
+        if !req.costs.is_empty() {
+            for i in 0..req.policies.len() {
+                invocation.arg(req.cost_of(i));
+            }
+        }
         invocation
     }
 
     /// `refund.lua`: KEYS the policies `i` of `req` that were `committed(i)`; ARGV the time
-    /// they were decided at, cost, slot id, then four per key. `None` when none was.
+    /// they were decided at, slot id, then five per key. `None` when none was.
     pub fn refund_call(
         &self,
         prefix: &str,
@@ -220,10 +226,13 @@ impl Scripts {
                 &req.policies[i],
             ));
         }
-        invocation.arg(now).arg(req.cost).arg(req.slot_id);
+        invocation.arg(now).arg(req.slot_id);
         for &i in &refunded {
             let p = &req.policies[i];
-            invocation.arg(policy_code(p)).arg(p.limit());
+            invocation
+                .arg(policy_code(p))
+                .arg(req.cost_of(i))
+                .arg(p.limit());
             match p.calendar() {
                 // The start of the calendar window `now` (Redis's) is in.
                 Some(calendar) => invocation.arg(calendar.window(now).0),
