@@ -123,7 +123,7 @@ fn key_source(cfg: &IssuerConfig, metrics: &Metrics) -> Result<KeySource, Config
             })
     };
     match &cfg.keys {
-        IssuerKeys::Jwks(settings) => Ok(KeySource::url(settings.clone(), counters)),
+        IssuerKeys::Jwks(settings) => Ok(KeySource::url(&cfg.name, settings.clone(), counters)),
         IssuerKeys::Fixed(text) => fixed(KeySet::parse(text.expose().as_bytes()), "keys"),
         IssuerKeys::Hmac(secret) => fixed(KeySet::secret(secret.expose().as_bytes()), "secret"),
     }

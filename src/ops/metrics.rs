@@ -121,9 +121,30 @@ const BREAKER_STATES: [BreakerState; 3] = [
     BreakerState::HalfOpen,
 ];
 
+/// `turnstile_tls_handshake_failures_total{reason}`: `failed` (the handshake failed: refused
+/// certificate, none where required, not TLS, the client left) or `timeout` — one process-wide
+/// counter, counted by `ops::logging` and registered in every
+/// [`Metrics`]' registry.
+pub fn tls_handshake_failures() -> &'static prometheus::IntCounterVec {
+    static COUNTER: OnceLock<prometheus::IntCounterVec> = OnceLock::new();
+    COUNTER.get_or_init(|| {
+        prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "turnstile_tls_handshake_failures_total",
+                "TLS handshakes the listener refused or that failed (bad or missing client certificate, not TLS, client gone), by reason: failed, timeout",
+            ),
+            &["reason"],
+        )
+        .expect("a valid metric")
+    })
+}
+
 impl Metrics {
     pub fn new() -> Metrics {
         let registry = Registry::new();
+        registry
+            .register(Box::new(tls_handshake_failures().clone()))
+            .expect("unique metric");
         let store_duration = Histogram::with_opts(
             HistogramOpts::new(
                 "turnstile_store_call_duration_seconds",

@@ -135,6 +135,8 @@ enum Answer {
     Keys(String),
     Fail,
     Garbage,
+    /// Reads the request and never answers (the connection held open).
+    Hang,
 }
 
 struct State {
@@ -208,6 +210,11 @@ impl JwksServer {
         *self.state.answer.lock().unwrap() = Answer::Garbage;
     }
 
+    /// Accepts requests and never answers them, from now on (until `set_keys`).
+    pub fn hang(&self) {
+        *self.state.answer.lock().unwrap() = Answer::Hang;
+    }
+
     /// Requests for the key set served so far (whatever the answer).
     pub fn fetches(&self) -> u64 {
         self.state.fetches.load(Ordering::SeqCst)
@@ -247,6 +254,12 @@ fn serve<S: std::io::Read + Write>(stream: S, state: &State) {
         Answer::Keys(body) => ("200 OK", body),
         Answer::Fail => ("503 Service Unavailable", "down".to_owned()),
         Answer::Garbage => ("200 OK", "<html>not a key set</html>".to_owned()),
+        Answer::Hang => {
+            // Held until the client gives up (it closes the connection).
+            let mut rest = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut reader, &mut rest);
+            return;
+        }
     };
     let stream = reader.get_mut();
     let _ = write!(

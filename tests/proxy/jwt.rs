@@ -629,6 +629,56 @@ fn a_token_from_a_cookie_can_be_kept_from_the_upstream() {
     assert_eq!(also.status, 400);
 }
 
+/// An endpoint that accepts connections and never answers: a request needing keys joins
+/// the fetch under way and gives up with it — it never waits for a second fetch queued behind
+/// the first (before, with `jwks_min_refresh` under `jwks_timeout`, every request waited out
+/// the fetch in flight and then started and waited out another: twice the bound). Failures
+/// are logged once per interval, naming the issuer; when keys come, requests are served.
+#[test]
+fn a_request_joins_the_key_fetch_under_way_and_never_waits_for_the_next() {
+    let up = Upstream::start("api");
+    let key = Signer::rsa("k");
+    let idp = JwksServer::start(&[&key]);
+    idp.hang();
+    let gw = Gateway::start(&config(
+        &up,
+        &format!(
+            "jwks_url = \"{}\"\njwks_timeout = \"2s\"\njwks_min_refresh = \"1s\"",
+            idp.url()
+        ),
+        "",
+        "",
+    ));
+    let token = key.sign(&claims("u"));
+    for round in 1..=3u64 {
+        // A fetch is under way (the background's); a request arrives and joins it.
+        wait_until("a fetch under way", || idp.fetches() == round);
+        let resp = call(&gw, &token);
+        assert_eq!(resp.status, 503, "{}", resp.text());
+        // Answered when that fetch gave up, not after one more: no second fetch was started
+        // for it (the next, the background's retry, comes a second after the failure).
+        assert_eq!(
+            idp.fetches(),
+            round,
+            "round {round}: the request fetched again"
+        );
+    }
+    let failures = |gw: &Gateway| {
+        gw.proc
+            .log_text()
+            .matches("issuer idp: fetching its keys from")
+            .count()
+    };
+    assert_eq!(
+        failures(&gw),
+        1,
+        "logged once per interval, naming the issuer"
+    );
+    idp.set_keys(&[&key]);
+    wait_until("keys fetched", || call(&gw, &token).status == 200);
+    assert!(gw.proc.log_text().contains("issuer idp: keys fetched from"));
+}
+
 /// CGI/WSGI upstreams read `_` as `-`: an `X_Tenant_Id` would stand in for the tenant
 /// header the gateway derives from a claim, an `X_Token` for the token header it reads (and,
 /// with `forward_token = false`, strips). Neither reaches the upstream, whatever the case.

@@ -125,10 +125,31 @@ fn a_client_certificate_identifies_its_holder_where_a_route_asks_for_one() {
         .collect();
     assert_eq!(per_cert, [200, 200, 429]);
 
-    // A certificate of another CA (same names) never completes the handshake.
-    assert_eq!(
-        curl(tls_port, &ca_file, Some(&outsider), "/echo/public"),
-        None
+    // A certificate of another CA (same names) never completes the handshake. Each refusal
+    // is counted; the log gets one line for them all (a client cannot fill it).
+    let lines = |gw: &Gateway| {
+        gw.proc
+            .log_text()
+            .matches("Downstream handshake error")
+            .count()
+    };
+    let before = lines(&gw);
+    for _ in 0..5 {
+        assert_eq!(
+            curl(tls_port, &ca_file, Some(&outsider), "/echo/public"),
+            None
+        );
+    }
+    wait_until("the refusals counted", || {
+        gw.metric(
+            "turnstile_tls_handshake_failures_total",
+            &[("reason", "failed")],
+        ) >= 5.0
+    });
+    assert!(lines(&gw) <= before + 1, "{}", gw.proc.log_text());
+    assert!(
+        lines(&gw) >= 1,
+        "the first refusal of the interval is logged"
     );
 
     // Required, by reload: no certificate, no connection; a good one still works.

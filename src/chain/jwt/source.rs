@@ -6,8 +6,11 @@
 //! status: `/readyz`, the metrics). Fetches happen every `refresh` (the background service
 //! asks [`KeySource::refresh_if_due`]), and when a token names a `kid` the set lacks — at
 //! most once per `min_refresh`, however many such tokens arrive, so random `kid`s cannot make
-//! the gateway hammer the identity provider. Requests that wait for such a fetch wait for
-//! the one under way, bounded by its timeout.
+//! the gateway hammer the identity provider. A request that needs keys joins the fetch under
+//! way (whoever started it) or starts one if allowed, and waits at most `jwks_timeout` for it
+//! — never for a fetch queued behind another. A fetch runs as a task of its own, so its result
+//! is kept even when nobody waits for it any more. Failures are logged, naming the issuer, at
+//! most once per [`LOG_EVERY`] (and once when the endpoint answers again).
 
 use super::keys::{KeySet, MAX_KEY_SET_BYTES};
 use arc_swap::ArcSwapOption;
@@ -63,6 +66,8 @@ pub struct SourceStatus {
 enum Origin {
     Fixed,
     Url {
+        /// The issuer's name (its table in the configuration), for the log.
+        issuer: String,
         settings: JwksSettings,
         agent: ureq::Agent,
     },
@@ -74,7 +79,15 @@ struct FetchState {
     next_due: Option<Instant>,
     loaded_at: Option<SystemTime>,
     last_error: Option<String>,
+    /// The fetch under way: ends (its sender dropped) when the fetch is done.
+    in_flight: Option<tokio::sync::watch::Receiver<()>>,
+    /// When a failure was last logged, and failures not logged since.
+    logged_at: Option<Instant>,
+    unlogged: u64,
 }
+
+/// Fetch failures of one issuer are logged at most this often.
+pub const LOG_EVERY: Duration = Duration::from_secs(60);
 
 pub struct KeySource {
     origin: Origin,
@@ -82,8 +95,6 @@ pub struct KeySource {
     /// Bumped each time the key set is replaced (verified-token cache entries name it).
     generation: AtomicU64,
     state: Mutex<FetchState>,
-    /// Held while a fetch runs: requests needing a refresh wait for the one under way.
-    fetching: tokio::sync::Mutex<()>,
     metrics: SourceMetrics,
 }
 
@@ -99,19 +110,21 @@ impl KeySource {
                 loaded_at: Some(SystemTime::now()),
                 ..FetchState::default()
             }),
-            fetching: tokio::sync::Mutex::new(()),
             metrics,
         }
     }
 
-    pub fn url(settings: JwksSettings, metrics: SourceMetrics) -> KeySource {
+    pub fn url(issuer: &str, settings: JwksSettings, metrics: SourceMetrics) -> KeySource {
         let agent = crate::outbound::agent(settings.timeout, settings.ca_pem.as_deref());
         KeySource {
-            origin: Origin::Url { settings, agent },
+            origin: Origin::Url {
+                issuer: issuer.to_owned(),
+                settings,
+                agent,
+            },
             keys: ArcSwapOption::empty(),
             generation: AtomicU64::new(0),
             state: Mutex::new(FetchState::default()),
-            fetching: tokio::sync::Mutex::new(()),
             metrics,
         }
     }
@@ -139,33 +152,27 @@ impl KeySource {
         }
     }
 
-    /// A token named a `kid` that keys of generation `seen` lack: fetch again if allowed (or
-    /// wait for the fetch under way). `true` when the keys changed since `seen`.
-    pub async fn refresh_for_unknown_key(&self, seen: u64) -> bool {
+    /// A token named a `kid` that keys of generation `seen` lack (or there are no keys yet):
+    /// join the fetch under way, or start one if allowed, and wait for it at most
+    /// `jwks_timeout`. `true` when the keys changed since `seen`.
+    pub async fn refresh_for_unknown_key(self: &Arc<Self>, seen: u64) -> bool {
         let Origin::Url { settings, .. } = &self.origin else {
             return false;
         };
         if self.generation() != seen {
             return true;
         }
-        // A fetch under way is waited for; otherwise one starts only if allowed.
-        let under_way = self.fetching.try_lock().is_err();
-        if !under_way && !self.may_fetch(settings.min_refresh) {
+        let Some(mut done) = self.join_or_start(Some(settings.min_refresh)) else {
             return false;
-        }
-        let _fetching = self.fetching.lock().await;
-        if self.generation() != seen {
-            return true;
-        }
-        if !self.may_fetch(settings.min_refresh) {
-            return false;
-        }
-        self.fetch().await;
+        };
+        // Ends when the fetch does (its sender dropped), or at the bound.
+        let _ = tokio::time::timeout(settings.timeout, done.changed()).await;
         self.generation() != seen
     }
 
-    /// Fetches when the refresh interval (or the retry after a failure) has passed.
-    pub async fn refresh_if_due(&self) {
+    /// Fetches when the refresh interval (or the retry after a failure) has passed, and
+    /// waits for it (or for the fetch already under way).
+    pub async fn refresh_if_due(self: &Arc<Self>) {
         if !matches!(self.origin, Origin::Url { .. }) {
             return;
         }
@@ -174,9 +181,45 @@ impl KeySource {
             state.next_due.is_none_or(|at| at <= Instant::now())
         };
         if due {
-            let _fetching = self.fetching.lock().await;
-            self.fetch().await;
+            if let Some(mut done) = self.join_or_start(None) {
+                let _ = done.changed().await;
+            }
         }
+    }
+
+    /// The fetch under way; else a new one, if none was tried within `min_refresh` (`None`:
+    /// always), started as a task of its own. `None` when none runs.
+    fn join_or_start(
+        self: &Arc<Self>,
+        min_refresh: Option<Duration>,
+    ) -> Option<tokio::sync::watch::Receiver<()>> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        // A fetch whose task ended without clearing it (its runtime shut down) is over.
+        if let Some(done) = state.in_flight.as_ref().filter(|d| d.has_changed().is_ok()) {
+            return Some(done.clone());
+        }
+        let allowed =
+            min_refresh.is_none_or(|min| state.last_attempt.is_none_or(|at| at.elapsed() >= min));
+        if !allowed {
+            return None;
+        }
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let (sender, done) = tokio::sync::watch::channel(());
+        state.in_flight = Some(done.clone());
+        state.last_attempt = Some(Instant::now());
+        drop(state);
+        let source = Arc::clone(self);
+        runtime.spawn(async move {
+            source.fetch().await;
+            source
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .in_flight = None;
+            // Wakes every request waiting for this fetch.
+            drop(sender);
+        });
+        Some(done)
     }
 
     /// When the next periodic fetch is due (`None`: never, fixed keys).
@@ -193,22 +236,17 @@ impl KeySource {
         }
     }
 
-    fn may_fetch(&self, min_refresh: Duration) -> bool {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state
-            .last_attempt
-            .is_none_or(|at| at.elapsed() >= min_refresh)
-    }
-
-    /// One fetch (the caller holds `fetching`): a usable key set replaces the one in use.
+    /// One fetch (started by [`KeySource::join_or_start`]): a usable key set replaces the one
+    /// in use.
     async fn fetch(&self) {
-        let Origin::Url { settings, agent } = &self.origin else {
+        let Origin::Url {
+            issuer,
+            settings,
+            agent,
+        } = &self.origin
+        else {
             return;
         };
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .last_attempt = Some(Instant::now());
         let (agent, url) = (agent.clone(), settings.url.clone());
         let call = tokio::task::spawn_blocking(move || {
             crate::outbound::get(&agent, &url, MAX_KEY_SET_BYTES)
@@ -230,13 +268,39 @@ impl KeySource {
                 self.keys.store(Some(Arc::new(keys)));
                 self.generation.fetch_add(1, Ordering::AcqRel);
                 state.loaded_at = Some(SystemTime::now());
-                state.last_error = None;
+                if state.last_error.take().is_some() {
+                    log::info!(
+                        "issuer {issuer}: keys fetched from {} again ({} key(s))",
+                        settings.shown_url,
+                        self.metrics.keys.get()
+                    );
+                    state.logged_at = None;
+                    state.unlogged = 0;
+                }
                 state.next_due = Some(now + settings.refresh);
             }
             Err(why) => {
                 self.metrics.failed.inc();
                 // The error may quote the URL: never its credentials.
                 let why = why.replace(&settings.url, &settings.shown_url);
+                if state
+                    .logged_at
+                    .is_none_or(|at| now.duration_since(at) >= LOG_EVERY)
+                {
+                    let since = match state.unlogged {
+                        0 => String::new(),
+                        n => format!(" ({n} more failure(s) since the last line)"),
+                    };
+                    log::warn!(
+                        "issuer {issuer}: fetching its keys from {} failed: {why}; the keys in use stay ({}){since}",
+                        settings.shown_url,
+                        self.metrics.keys.get()
+                    );
+                    state.logged_at = Some(now);
+                    state.unlogged = 0;
+                } else {
+                    state.unlogged += 1;
+                }
                 state.last_error = Some(why);
                 state.next_due = Some(now + settings.min_refresh.min(settings.refresh));
             }
