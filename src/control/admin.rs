@@ -7,7 +7,11 @@
 //! configuration, secrets redacted, with its version and hash), `POST /reload` (reload the file now; 422 with the problems if it is invalid).
 //!
 //! With `admin.token` set, every request must carry `Authorization: Bearer <token>`
-//! (compared in constant time) or gets 401.
+//! (compared in constant time) or gets 401; two `Authorization` headers get 400 (which one
+//! counts would be the client's choice). A request naming a host other than the listener's
+//! own — `localhost`, the machine's name, an IP literal, or one of `admin.hosts` — gets 421:
+//! a page whose name was rebound to this address (DNS rebinding) cannot read or change
+//! anything, token or not.
 
 use crate::control::reload::{ReloadError, Reloaded, Reloader};
 use crate::control::snapshot::{IpTableId, Snapshot, SnapshotHandle};
@@ -275,6 +279,42 @@ async fn read_body(
     }
 }
 
+/// Whether the admin listener answers a request naming `host` (`Host`, or the absolute-form
+/// target's authority; a port is ignored): none named (HTTP/1.0), an IP literal (no name to
+/// rebind), `localhost`, this machine's name, or one of `extra`.
+fn host_allowed(host: Option<&[u8]>, extra: &[String]) -> bool {
+    let Some(host) = host else {
+        return true;
+    };
+    let Ok(host) = std::str::from_utf8(host) else {
+        return false;
+    };
+    let host = host.trim();
+    // `[v6]:port`, `[v6]`, `name:port`, `name`, `v4:port`.
+    let name = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((v6, _)) => return v6.parse::<std::net::Ipv6Addr>().is_ok(),
+            None => return false,
+        },
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    if name.parse::<std::net::Ipv4Addr>().is_ok() {
+        return true;
+    }
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost" || name == machine_name() || extra.contains(&name)
+}
+
+/// This machine's host name (lower case; empty when unknown).
+fn machine_name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_ascii_lowercase())
+            .unwrap_or_default()
+    })
+}
+
 fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Vec<u8>> {
     let body = serde_json::to_vec_pretty(body).expect("json serializes");
     Response::builder()
@@ -295,7 +335,26 @@ impl ServeHttp for Admin {
         let snapshot = self.snapshots.load_full();
         let req = session.req_header();
         let admin = &snapshot.config.admin;
-        let actor = bearer(req.headers.get(http::header::AUTHORIZATION))
+        let host = req
+            .uri
+            .authority()
+            .map(|a| a.as_str().as_bytes())
+            .or_else(|| req.headers.get(http::header::HOST).map(|h| h.as_bytes()));
+        if !host_allowed(host, &admin.hosts) {
+            return json_response(
+                StatusCode::MISDIRECTED_REQUEST,
+                &json!({"error": "this listener does not answer for that host name; add it to admin.hosts"}),
+            );
+        }
+        let mut authorization = req.headers.get_all(http::header::AUTHORIZATION).iter();
+        let (first, second) = (authorization.next(), authorization.next());
+        if second.is_some() {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                &json!({"error": "more than one Authorization header"}),
+            );
+        }
+        let actor = bearer(first)
             .and_then(|presented| admin.token_named(presented))
             .map(str::to_owned);
         if !admin.tokens.is_empty() && actor.is_none() {
@@ -370,6 +429,7 @@ mod tests {
                 ("admin".into(), "admin-token-0123456789".into()),
                 ("ci".into(), "ci-token-0123456789abc".into()),
             ],
+            hosts: Vec::new(),
         };
         let h = |v: &str| http::HeaderValue::from_str(v).unwrap();
         let who = |v: &str| bearer(Some(&h(v))).and_then(|t| config.token_named(t));
@@ -378,5 +438,34 @@ mod tests {
         assert_eq!(who("Bearer admin-token-012345678"), None);
         assert_eq!(who("Basic admin-token-0123456789"), None);
         assert_eq!(bearer(None), None);
+    }
+
+    #[test]
+    fn only_the_listeners_own_names_and_ip_literals_are_answered() {
+        let extra = vec!["turnstile-admin.internal".to_owned()];
+        let allowed = |h: &str| host_allowed(Some(h.as_bytes()), &extra);
+        for ok in [
+            "127.0.0.1:9090",
+            "10.1.2.3",
+            "[::1]:9090",
+            "[::1]",
+            "localhost:9090",
+            "LOCALHOST",
+            "localhost.",
+            "turnstile-admin.internal:9090",
+        ] {
+            assert!(allowed(ok), "{ok}");
+        }
+        for refused in [
+            "attacker.example",
+            "attacker.example:9090",
+            "localhost.attacker.example",
+            "[::1",
+            "127.0.0.1.attacker.example",
+        ] {
+            assert!(!allowed(refused), "{refused}");
+        }
+        assert!(!host_allowed(Some(b"\xff"), &extra));
+        assert!(host_allowed(None, &extra));
     }
 }

@@ -7,7 +7,7 @@
 use crate::control::config::ClientConfig;
 use crate::control::reload::{ReloadError, Reloader};
 use crate::control::snapshot::Snapshot;
-use crate::registry::model::{digest_hex, new_key, valid_id};
+use crate::registry::model::{digest_hex, id_problem, new_key};
 use crate::registry::write::{Issued, Put, RegistryError};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -140,10 +140,8 @@ impl FileClients {
         id: &str,
         f: impl FnOnce(&mut Vec<ClientConfig>) -> Result<(), RegistryError>,
     ) -> Result<(), RegistryError> {
-        if !valid_id(id) {
-            return Err(RegistryError::Invalid(format!(
-                "{id:?}: a client id is 1 to 64 of A-Z a-z 0-9 _ - ."
-            )));
+        if let Some(why) = id_problem(id) {
+            return Err(RegistryError::Invalid(why));
         }
         let Some(path) = snapshot.config.clients_file.clone() else {
             return Err(RegistryError::Invalid(

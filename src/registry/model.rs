@@ -44,14 +44,22 @@ impl StoredKey {
     }
 }
 
-/// A client id: 1 to 64 of `A-Z a-z 0-9 _ - .` (as in the configuration; never a `:`, so
-/// never one of the `jwt:` / `cert:` ids).
+/// A client id: 1 to 64 of `A-Z a-z 0-9 _ - .`, not only dots (as in the configuration;
+/// never a `:`, so never one of the `jwt:` / `cert:` ids; never `.` or `..`, which a URL path
+/// cannot name: `/clients/..` is `/`).
 pub fn valid_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 64
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        && !id.bytes().all(|b| b == b'.')
+}
+
+/// Why `id` is no client id, if it is none.
+pub fn id_problem(id: &str) -> Option<String> {
+    (!valid_id(id))
+        .then(|| format!("{id:?}: a client id is 1 to 64 of A-Z a-z 0-9 _ - ., not only dots"))
 }
 
 impl Entry {

@@ -174,10 +174,8 @@ impl Registry {
         id: &str,
         mut f: impl FnMut(Option<Entry>) -> Result<Option<Entry>, RegistryError>,
     ) -> Result<(), RegistryError> {
-        if !super::model::valid_id(id) {
-            return Err(RegistryError::Invalid(format!(
-                "{id:?}: a client id is 1 to 64 of A-Z a-z 0-9 _ - ."
-            )));
+        if let Some(why) = super::model::id_problem(id) {
+            return Err(RegistryError::Invalid(why));
         }
         if self.file_defines(id) {
             return Err(RegistryError::FileManaged);

@@ -211,3 +211,85 @@ fn metrics_count_a_scripted_sequence() {
     // Label values come from the config only: the key and the bad path never appear.
     assert!(!text.contains(KEY) && !text.contains("nowhere"));
 }
+
+/// The admin listener reads a request one way and answers only for its own names: a second
+/// `Authorization` header is refused (it took the first), a host name a DNS-rebinding page
+/// would send is refused with or without a token (before, with none set, any Host read
+/// `/clients` and `/config`), and client ids `.` and `..` — which no URL path can name back
+/// — are refused (before, `PUT /clients/..` made one).
+#[test]
+fn the_admin_listener_answers_only_its_own_names_once_and_refuses_dot_ids() {
+    let up = Upstream::start("a");
+    let gw = Gateway::start(&config(&up));
+    let port = gw.admin_port;
+    let raw = |head: &str| {
+        http::raw(port, format!("{head}Connection: close\r\n\r\n").as_bytes()).unwrap()
+    };
+    assert_eq!(
+        raw("GET /config HTTP/1.1\r\nHost: localhost:1\r\n").status,
+        200
+    );
+    assert_eq!(
+        raw(&format!(
+            "GET /config HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        ))
+        .status,
+        200
+    );
+    for host in ["attacker.example", &format!("rebound.example:{port}")] {
+        let resp = raw(&format!("GET /config HTTP/1.1\r\nHost: {host}\r\n"));
+        assert_eq!(resp.status, 421, "{host}: {}", resp.text());
+        assert!(
+            !resp.text().contains("routes"),
+            "nothing of the config: {}",
+            resp.text()
+        );
+        let resp = raw(&format!(
+            "POST /reload HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n"
+        ));
+        assert_eq!(resp.status, 421, "{host}");
+    }
+    // An operator's own name for it, configured.
+    let named = Gateway::start_full("", "hosts = [\"turnstile-admin.internal\"]", &config(&up));
+    let resp = http::raw(
+        named.admin_port,
+        b"GET /healthz HTTP/1.1\r\nHost: turnstile-admin.internal:9090\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(resp.status, 200);
+
+    // Two Authorization headers: which one counts would be the client's choice.
+    let token = "admin-token-0123456789";
+    let locked = Gateway::start_full("", &format!("token = \"{token}\""), &config(&up));
+    let resp = http::raw(
+        locked.admin_port,
+        format!(
+            "GET /config HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nAuthorization: Bearer wrong-token-0000000\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(resp.status, 400, "{}", resp.text());
+
+    // Client ids `.` and `..`.
+    let dir = tempfile::tempdir().unwrap();
+    let clients = dir.path().join("clients.toml");
+    std::fs::write(&clients, "").unwrap();
+    let files = Gateway::start_full(
+        &format!("clients_file = \"{}\"", clients.display()),
+        &format!("tokens = {{ ops = \"{token}\" }}"),
+        &config(&up),
+    );
+    for id in [".", ".."] {
+        let resp = http::raw(
+            files.admin_port,
+            format!(
+                "PUT /clients/{id} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: 16\r\nConnection: close\r\n\r\n{{\"plan\":\"small\"}}"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(resp.status, 422, "{id}: {}", resp.text());
+    }
+    assert!(!std::fs::read_to_string(&clients).unwrap().contains("id ="));
+}

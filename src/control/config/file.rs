@@ -222,6 +222,8 @@ pub struct AdminFile {
     pub token: Option<super::units::SecretSource>,
     /// Named tokens (the name is who the audit log says made a change).
     pub tokens: Option<BTreeMap<String, super::units::SecretSource>>,
+    /// Host names requests may name besides the listener's own (DNS rebinding guard).
+    pub hosts: Option<Vec<String>>,
 }
 
 impl fmt::Debug for AdminFile {
@@ -233,6 +235,7 @@ impl fmt::Debug for AdminFile {
                 "tokens",
                 &self.tokens.as_ref().map(|t| t.keys().collect::<Vec<_>>()),
             )
+            .field("hosts", &self.hosts)
             .finish()
     }
 }

@@ -100,6 +100,9 @@ pub struct AdminConfig {
     /// Bearer tokens admin requests may carry, by name (`token` is named "admin"); none: no
     /// token needed, and no writes. Never printed.
     pub tokens: Vec<(String, String)>,
+    /// Host names requests may name besides `localhost`, the machine's name and IP literals
+    /// (lower case, no port).
+    pub hosts: Vec<String>,
 }
 
 impl AdminConfig {
@@ -121,6 +124,7 @@ impl fmt::Debug for AdminConfig {
                 "tokens",
                 &self.tokens.iter().map(|(n, _)| n).collect::<Vec<_>>(),
             )
+            .field("hosts", &self.hosts)
             .finish()
     }
 }

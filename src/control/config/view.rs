@@ -57,6 +57,7 @@ pub fn render(config: &Config) -> Value {
             "token": if config.admin.tokens.iter().any(|(n, _)| n == "admin") { "set" } else { "not set" },
             // Names only: the values are secrets.
             "tokens": config.admin.tokens.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            "hosts": config.admin.hosts,
         },
         "store": store(&config.store),
         "tracing": config.tracing.as_ref().map(|t| json!({

@@ -14,6 +14,7 @@ pub(super) fn admin_config(file: AdminFile, problems: &mut Problems) -> AdminCon
         listen,
         token,
         tokens: named,
+        hosts,
     } = file;
     let text = listen.unwrap_or_else(|| defaults::ADMIN_LISTEN.to_owned());
     let listen = text.parse::<SocketAddr>().unwrap_or_else(|_| {
@@ -55,5 +56,28 @@ pub(super) fn admin_config(file: AdminFile, problems: &mut Problems) -> AdminCon
             tokens.push((name, value));
         }
     }
-    AdminConfig { listen, tokens }
+    let hosts = hosts
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, host)| {
+            let ok = !host.is_empty()
+                && host.len() <= 253
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.'));
+            if !ok {
+                problems.push(
+                    format!("admin.hosts[{i}]"),
+                    format!("{host:?}: expected a host name (A-Z a-z 0-9 - ., no port)"),
+                );
+            }
+            ok.then(|| host.to_ascii_lowercase())
+        })
+        .collect();
+    AdminConfig {
+        listen,
+        tokens,
+        hosts,
+    }
 }

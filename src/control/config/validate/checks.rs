@@ -89,12 +89,14 @@ pub(super) fn check_name(path: &str, name: &str, problems: &mut Problems) {
         && name.len() <= MAX_NAME_LEN
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        // `.` and `..` cannot be named in a URL path (the admin API's /clients/{id}).
+        && !name.bytes().all(|b| b == b'.');
     if !ok {
         problems.push(
             path,
             format!(
-                "invalid name {name:?}: expected 1 to {MAX_NAME_LEN} characters of A-Z a-z 0-9 _ - ."
+                "invalid name {name:?}: expected 1 to {MAX_NAME_LEN} characters of A-Z a-z 0-9 _ - ., not only dots"
             ),
         );
     }
