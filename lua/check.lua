@@ -1,9 +1,10 @@
 --[[ check.lua — the entry point: several limits of one client, decided atomically.
 
 The script sent to Redis is lib.lua, the six algorithm files (token bucket, leaky bucket, fixed
-window, sliding window, sliding log, concurrency) and this file, concatenated in that order (the list
-is CHECK_FILES in src/limit/store/redis/scripts.rs); it is loaded once per connection and
-called by SHA (EVALSHA).
+window, sliding window, sliding log, concurrency), limits.lua (reading a limit's arguments) and
+this file, concatenated in that order (the list is CHECK_FILES in
+src/limit/store/redis/scripts.rs); it is loaded once per connection and called by SHA
+(EVALSHA).
 
 KEYS[i]   one key per limit: <prefix>:{<client id>}:<route>:<limit name>@<definition>. The
           client id is the hash tag, so all keys of a call share one Redis Cluster slot.
@@ -37,22 +38,8 @@ end
 local now = now_ms(ARGV[1])
 local cost = tonumber(ARGV[2])
 local slot_id = ARGV[3]
-local algorithms = { tb = token_bucket, lb = leaky_bucket, fw = fixed_window, cw = calendar_window, sw = sliding_window, sl = sliding_log, cc = concurrency }
-
--- Limit i asked for c units: its decision and its commit. Arguments are read by offset, and
--- strings are only turned into numbers where the algorithm wants numbers (this runs on every
--- decision: Redis CPU per call is what sizes a store).
 local function decide(i, c)
-  local o = 3 + PER * (i - 1)
-  local code = ARGV[o + 2]
-  local algorithm = algorithms[code]
-  if not algorithm then
-    error('turnstile check.lua: unknown algorithm ' .. tostring(code))
-  end
-  local window, burst = ARGV[o + 4], ARGV[o + 5]
-  if code ~= 'cw' then window = tonumber(window) end
-  if code ~= 'lb' then burst = tonumber(burst) end
-  return algorithm(KEYS[i], now, c, tonumber(ARGV[o + 3]), window, burst, slot_id)
+  return decide_limit(i, now, c, slot_id)
 end
 
 local decisions, commits, rejected = {}, {}, ''

@@ -1,50 +1,47 @@
-//! What a client has left of its plan's limits on a route: the same state the limiter decides
-//! with (Redis, or the memory store), asked with a cost of 0 — every algorithm then reports
-//! its remaining units and reset without counting anything (`lua/*.lua` and
-//! `limit/algorithm/` treat cost 0 as "only report"). Concurrency limits are not quotas and
-//! are left out; with quota leasing, units other instances hold in a lease count as used.
+//! What a client has left of its plan's limits on its routes: the same state the limiter
+//! decides with (Redis, or the memory store), read without counting anything — every
+//! algorithm asked at cost 0 reports its remaining units and reset (`lua/usage.lua` and
+//! `limit/algorithm/` treat cost 0 as "only report"). Every route is asked in one store call
+//! that writes nothing, and a client-wide limit is read once for all routes. Concurrency
+//! limits are not quotas and are left out; with quota leasing, units other instances hold in
+//! a lease count as used.
 
 use crate::chain::auth::Client;
-use crate::limit::store::request::{CheckRequest, DecideAt};
 use crate::limit::store::{Store, StoreError};
 use crate::limit::{Decision, Policy};
 use std::sync::Arc;
 
-/// `(limit name, what it says now)` for each rate limit of `client`'s plan on `route`.
+/// For each of `routes`, `(limit name, what it says now)` for each rate limit of `client`'s
+/// plan.
 pub async fn usage(
     store: &Store,
     client: &Arc<Client>,
-    route: &Arc<str>,
-) -> Result<Vec<(Arc<str>, Decision)>, StoreError> {
-    let policies: Vec<Policy> = client
+    routes: &[Arc<str>],
+) -> Result<Vec<Vec<(Arc<str>, Decision)>>, StoreError> {
+    let policies: Vec<&Policy> = client
         .plan
         .policies
         .iter()
         .zip(&client.plan.shadow)
         .filter(|(p, shadow)| !p.is_concurrency() && !**shadow)
-        .map(|(p, _)| p.clone())
+        .map(|(p, _)| p)
         .collect();
     if policies.is_empty() {
-        return Ok(Vec::new());
+        return Ok(routes.iter().map(|_| Vec::new()).collect());
     }
-    let verdict = store
-        .check(CheckRequest {
-            client: &client.id,
-            route,
-            policies: &policies,
-            partitions: &[],
-            shadow: &[],
-            cost: 0,
-            slot_id: "",
-            at: DecideAt::StoreClock,
-            lease: None,
-            waits: &[],
-            costs: &[],
-        })
-        .await?;
-    Ok(policies
+    let asks: Vec<(Arc<str>, Policy)> = routes
         .iter()
-        .map(|p| Arc::clone(&p.name))
-        .zip(verdict.decisions)
+        .flat_map(|r| policies.iter().map(|p| (Arc::clone(r), (*p).clone())))
+        .collect();
+    let decisions = store.usage(&client.id, &asks).await?;
+    Ok(decisions
+        .chunks(policies.len())
+        .map(|per_route| {
+            policies
+                .iter()
+                .map(|p| Arc::clone(&p.name))
+                .zip(per_route.iter().copied())
+                .collect()
+        })
         .collect())
 }

@@ -147,6 +147,7 @@ impl Admin {
             let label = match id {
                 IpTableId::ServerDefault => "ip:server".to_owned(),
                 IpTableId::Route(r) => format!("ip:{r}"),
+                IpTableId::Quota => "quota".to_owned(),
             };
             m.tracked_entries
                 .with_label_values(&[&label])

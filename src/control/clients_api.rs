@@ -321,7 +321,7 @@ impl ClientsApi<'_> {
         let Some(client) = self.client(id) else {
             return RegistryError::NotFound.into();
         };
-        usage_body(self.snapshot, &client)
+        usage_body(self.snapshot, &client, None)
             .await
             .map(|body| ok(StatusCode::OK, &body))
             .unwrap_or_else(|why| {
@@ -340,26 +340,36 @@ fn no_content() -> Response<Vec<u8>> {
 
 /// `client`'s plan limits on every route that identifies callers: remaining units and the
 /// seconds until they reset, read without counting (`chain::usage`).
-pub async fn usage_body(snapshot: &Snapshot, client: &Arc<Client>) -> Result<Value, String> {
-    let mut routes = Vec::new();
-    for route in snapshot
+pub async fn usage_body(
+    snapshot: &Snapshot,
+    client: &Arc<Client>,
+    only: Option<&str>,
+) -> Result<Value, String> {
+    let routes: Vec<Arc<str>> = snapshot
         .routes
         .iter()
         .filter(|r| r.config.auth.identifies())
-    {
-        let limits = crate::chain::usage::usage(&snapshot.store, client, &route.rules.name)
-            .await
-            .map_err(|e| e.to_string())?;
-        routes.push(json!({
-            "route": &*route.rules.name,
-            "limits": limits.iter().map(|(name, d)| json!({
-                "name": &**name,
-                "limit": d.limit,
-                "remaining": d.remaining,
-                "reset": d.reset_ms.div_ceil(1000),
-            })).collect::<Vec<_>>(),
-        }));
-    }
+        .filter(|r| only.is_none_or(|name| *r.rules.name == *name))
+        .map(|r| Arc::clone(&r.rules.name))
+        .collect();
+    let usage = crate::chain::usage::usage(&snapshot.store, client, &routes)
+        .await
+        .map_err(|e| e.to_string())?;
+    let routes: Vec<Value> = routes
+        .iter()
+        .zip(usage)
+        .map(|(route, limits)| {
+            json!({
+                "route": &**route,
+                "limits": limits.iter().map(|(name, d)| json!({
+                    "name": &**name,
+                    "limit": d.limit,
+                    "remaining": d.remaining,
+                    "reset": d.reset_ms.div_ceil(1000),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
     Ok(json!({
         "client": &*client.id,
         "plan": &*client.plan.name,

@@ -38,6 +38,8 @@ pub type SnapshotHandle = Arc<ArcSwap<Snapshot>>;
 pub enum IpTableId {
     ServerDefault,
     Route(String),
+    /// The quota endpoint's own bucket per identified client (`server.quota_limit`).
+    Quota,
 }
 
 pub struct IpTable {
@@ -326,6 +328,9 @@ fn build_ip_tables(config: &Config, previous: Option<&Snapshot>) -> BTreeMap<IpT
     if let (Some(_), Some(default)) = (&config.server.quota_path, config.server.ip_limit) {
         wanted.insert(IpTableId::ServerDefault, default);
     }
+    if let (Some(_), Some(own)) = (&config.server.quota_path, config.server.quota_limit) {
+        wanted.insert(IpTableId::Quota, own);
+    }
     for r in &config.routes {
         match (r.ip_limit, config.server.ip_limit) {
             (IpLimitChoice::ServerDefault, Some(default)) => {
@@ -344,8 +349,11 @@ fn build_ip_tables(config: &Config, previous: Option<&Snapshot>) -> BTreeMap<IpT
                 .and_then(|p| p.ip_tables.get(&id))
                 .filter(|t| t.config == cfg && t.max_tracked == max_tracked)
                 .map(|t| Arc::clone(&t.limiter));
-            let limiter =
-                reused.unwrap_or_else(|| Arc::new(IpLimiter::new(cfg.policy(), max_tracked)));
+            let policy = match id {
+                IpTableId::Quota => cfg.policy_named(crate::limit::QUOTA_POLICY_NAME),
+                _ => cfg.policy(),
+            };
+            let limiter = reused.unwrap_or_else(|| Arc::new(IpLimiter::new(policy, max_tracked)));
             (
                 id,
                 IpTable {

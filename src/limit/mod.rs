@@ -83,6 +83,9 @@ pub const IP_POLICY_NAME: &str = "ip";
 pub const CONCURRENCY_POLICY_NAME: &str = "concurrency";
 /// Name of a route's concurrency limit, reserved likewise.
 pub const ROUTE_CONCURRENCY_POLICY_NAME: &str = "route-concurrency";
+/// Name of the quota endpoint's own per-client bucket (only on that endpoint's answers, where
+/// no plan limit is decided: not reserved).
+pub const QUOTA_POLICY_NAME: &str = "quota";
 /// Every reserved policy name.
 pub const RESERVED_POLICY_NAMES: [&str; 3] = [
     IP_POLICY_NAME,

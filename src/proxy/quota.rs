@@ -3,7 +3,10 @@
 //! state the limiter decides with and without counting anything (`chain::usage`). Callers
 //! are identified as on a route accepting every method the configuration offers (API keys,
 //! bearer tokens of every issuer, client certificates); the per-IP bucket of the server
-//! applies first, as on routes.
+//! applies first, as on routes, then the client's own bucket for this endpoint
+//! (`server.quota_limit`, in process: 429 `"quota"` beyond it). The answer is one store call
+//! that writes nothing: for one route (`?route=NAME`) it reads what a decision on that route
+//! reads; for every route, each route's limits.
 
 use crate::chain::admission::IpRule;
 use crate::chain::auth::Auth;
@@ -59,7 +62,13 @@ pub async fn answer(
     };
     identify(session, ctx, &accepted).await?;
     let client = ctx.client.clone().expect("identified");
-    let body = crate::control::clients_api::usage_body(&snapshot, &client)
+    if let Some(table) = snapshot.ip_tables.get(&IpTableId::Quota) {
+        let rule = IpRule::new(Arc::clone(&table.limiter));
+        ctx.admission
+            .check_ip_rule(&rule, client_key(&client.id), MonotonicClock.now_ms())?;
+    }
+    let only = asked_route(session.req_header().uri.query(), &snapshot)?;
+    let body = crate::control::clients_api::usage_body(&snapshot, &client, only.as_deref())
         .await
         .map_err(|_| Reject::Store(crate::limit::store::StoreError::Unavailable("usage".into())))?;
     let body = serde_json::to_vec_pretty(&body).expect("json serializes");
@@ -77,4 +86,42 @@ pub async fn answer(
     write
         .await
         .map_err(|_| Reject::BadMessage("the answer could not be written"))
+}
+
+/// The quota table's key for a client id: a hash, seeded once per process (the table is in
+/// process), so ids of any length take one bounded entry.
+fn client_key(id: &str) -> u128 {
+    use std::hash::BuildHasher;
+    static SEED: std::sync::OnceLock<foldhash::quality::RandomState> = std::sync::OnceLock::new();
+    let seed = SEED.get_or_init(foldhash::quality::RandomState::default);
+    let (a, b) = (seed.hash_one((0u8, id)), seed.hash_one((1u8, id)));
+    (u128::from(a) << 64) | u128::from(b)
+}
+
+/// `?route=NAME`: the one identified route asked about (`None`: every route). Given twice or
+/// naming no such route: refused.
+fn asked_route(
+    query: Option<&str>,
+    snapshot: &crate::control::snapshot::Snapshot,
+) -> Result<Option<String>, Reject> {
+    let mut asked = query
+        .into_iter()
+        .flat_map(|q| url::form_urlencoded::parse(q.as_bytes()))
+        .filter(|(name, _)| name == "route");
+    let Some((_, route)) = asked.next() else {
+        return Ok(None);
+    };
+    if asked.next().is_some() {
+        return Err(Reject::BadMessage("route is given more than once"));
+    }
+    let known = snapshot
+        .routes
+        .iter()
+        .any(|r| r.config.auth.identifies() && *r.rules.name == *route);
+    if !known {
+        return Err(Reject::NotFound(format!(
+            "no route {route:?} identifies its clients"
+        )));
+    }
+    Ok(Some(route.into_owned()))
 }

@@ -16,6 +16,7 @@ mod container;
 mod dashboard;
 mod kubernetes;
 mod logs;
+mod quota;
 mod registry;
 mod release;
 mod reload;

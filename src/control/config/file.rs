@@ -144,6 +144,9 @@ pub struct ServerFile {
     pub max_cached_tokens: Option<usize>,
     /// Where an identified client asks for its quota on the main listener (off unless set).
     pub quota_path: Option<String>,
+    /// Each client's own bucket for the quota endpoint (`"off"`, or `{ rate, burst }`;
+    /// default 1/s, burst 10).
+    pub quota_limit: Option<IpLimitSetting>,
     /// Most requests held by leaky buckets at once on this instance (default 10000).
     pub max_delayed: Option<usize>,
     /// Most of them one client holds, by client id and by address (default a quarter).

@@ -79,6 +79,8 @@ pub struct ServerConfig {
     pub max_cached_tokens: usize,
     /// The quota status path on the main listener, if on.
     pub quota_path: Option<String>,
+    /// Each identified client's bucket for the quota endpoint (`None`: off).
+    pub quota_limit: Option<IpLimitConfig>,
     /// Most requests held by leaky buckets at once on this instance.
     pub max_delayed: usize,
     /// Most of them one client holds at once (by client id, and by grouped address).
@@ -138,8 +140,13 @@ pub struct IpLimitConfig {
 
 impl IpLimitConfig {
     pub fn policy(&self) -> Policy {
+        self.policy_named(IP_POLICY_NAME)
+    }
+
+    /// The same bucket under another name (`quota`: the quota endpoint's own).
+    pub fn policy_named(&self, name: &str) -> Policy {
         Policy::new(
-            IP_POLICY_NAME,
+            name,
             Algorithm::TokenBucket,
             self.rate.amount,
             self.rate.period.as_millis() as u64,

@@ -279,6 +279,26 @@ impl<C: Clock + Clone> Store<C> {
         }
     }
 
+    /// What `client` has left of each `(route, policy)`, counting nothing: one read-only call
+    /// on Redis (a client-wide limit read once), the state itself in process.
+    pub async fn usage(
+        &self,
+        client: &Arc<str>,
+        asks: &[(Arc<str>, Policy)],
+    ) -> Result<Vec<crate::limit::Decision>, StoreError> {
+        match &self.backend {
+            Backend::Redis(r) => self.guarded(r.usage(client, asks)).await,
+            Backend::Memory(m) => Ok(asks
+                .iter()
+                .flat_map(|(route, policy)| {
+                    let policies = std::slice::from_ref(policy);
+                    m.check(&CheckRequest::new(client, route, policies, 0))
+                        .decisions
+                })
+                .collect()),
+        }
+    }
+
     /// Redis: whether the request connection is up, and how many times it was repaired.
     pub fn connection(&self) -> Option<(bool, u64)> {
         match &self.backend {

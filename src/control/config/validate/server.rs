@@ -40,6 +40,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         max_tracked_keys,
         max_cached_tokens,
         quota_path,
+        quota_limit,
         max_delayed,
         max_delayed_per_client,
         on_store_error,
@@ -133,6 +134,19 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
             problems,
         ),
         max_cached_tokens: max_cached_tokens.unwrap_or(defaults::MAX_CACHED_TOKENS),
+        quota_limit: match quota_limit {
+            None => Some(IpLimitConfig {
+                rate: crate::control::config::units::Rate {
+                    amount: 1,
+                    period: std::time::Duration::from_secs(1),
+                },
+                burst: 10,
+            }),
+            Some(crate::control::config::file::IpLimitSetting::Off) => None,
+            Some(crate::control::config::file::IpLimitSetting::Limit(l)) => {
+                Some(ip_limit_config("server.quota_limit", l, problems))
+            }
+        },
         max_delayed: max_delayed.unwrap_or(10_000),
         max_delayed_per_client: at_least_one(
             "server.max_delayed_per_client",

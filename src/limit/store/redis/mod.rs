@@ -247,6 +247,47 @@ impl RedisStore {
         })
     }
 
+    /// What `client` has left of each `(route, policy)`, read in one `usage.lua` call that
+    /// writes nothing; a key several pairs name (a client-wide limit) is read once. Bounded
+    /// by the store timeout.
+    pub async fn usage(
+        &self,
+        client: &str,
+        asks: &[(Arc<str>, Policy)],
+    ) -> Result<Vec<crate::limit::Decision>, StoreError> {
+        let keys: Vec<String> = asks
+            .iter()
+            .map(|(route, p)| self.key(client, route, p))
+            .collect();
+        let mut read: Vec<usize> = Vec::new();
+        let slot_of: Vec<usize> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| match read.iter().position(|&j| keys[j] == *k) {
+                Some(at) => at,
+                None => {
+                    read.push(i);
+                    read.len() - 1
+                }
+            })
+            .collect();
+        let policies: Vec<Policy> = read.iter().map(|&i| asks[i].1.clone()).collect();
+        let invocation = self
+            .scripts
+            .usage_call(read.iter().map(|&i| (keys[i].as_str(), &asks[i].1)));
+        let call = async {
+            let reply: Value = self.link.invoke(&invocation, Lane::Requests).await?;
+            let Value::BulkString(reply) = reply else {
+                return Err(StoreError::Protocol(format!(
+                    "expected a string from usage.lua, got {reply:?}"
+                )));
+            };
+            parse_reply(&reply, &policies)
+        };
+        let verdict = self.bounded(call).await?;
+        Ok(slot_of.iter().map(|&at| verdict.decisions[at]).collect())
+    }
+
     /// Gives back what `req` (every policy of it) counted at `at` (`lua/refund.lua`): per
     /// slot on Redis Cluster.
     pub async fn refund(&self, req: &CheckRequest<'_>, at: u64) -> Result<(), StoreError> {

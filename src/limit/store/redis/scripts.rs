@@ -33,7 +33,23 @@ script!(
         "sliding_window.lua",
         "sliding_log.lua",
         "concurrency.lua",
+        "limits.lua",
         "check.lua",
+    ]
+);
+script!(
+    /// What a client has left of its limits, read without writing (`lua/usage.lua`).
+    USAGE_SOURCE,
+    USAGE_FILES = [
+        "lib.lua",
+        "token_bucket.lua",
+        "leaky_bucket.lua",
+        "fixed_window.lua",
+        "sliding_window.lua",
+        "sliding_log.lua",
+        "concurrency.lua",
+        "limits.lua",
+        "usage.lua",
     ]
 );
 script!(
@@ -90,6 +106,7 @@ pub struct Scripts {
     pub heartbeat: Script,
     pub registry: Script,
     pub charge: Script,
+    pub usage: Script,
 }
 
 impl Scripts {
@@ -103,10 +120,11 @@ impl Scripts {
             heartbeat: Script::new(HEARTBEAT_SOURCE),
             registry: Script::new(REGISTRY_SOURCE),
             charge: Script::new(CHARGE_SOURCE),
+            usage: Script::new(USAGE_SOURCE),
         }
     }
 
-    pub fn all(&self) -> [&Script; 8] {
+    pub fn all(&self) -> [&Script; 9] {
         [
             &self.check,
             &self.lease,
@@ -116,6 +134,7 @@ impl Scripts {
             &self.heartbeat,
             &self.registry,
             &self.charge,
+            &self.usage,
         ]
     }
 
@@ -163,6 +182,24 @@ impl Scripts {
         Some(invocation)
     }
 
+    /// `usage.lua`: KEYS the given keys; ARGV as `check.lua`'s (cost 0, no slot id), six per
+    /// `(key, policy)`.
+    pub fn usage_call<'k>(
+        &self,
+        limits: impl ExactSizeIterator<Item = (&'k str, &'k Policy)> + Clone,
+    ) -> Call<'_> {
+        let mut invocation = Call::new(&self.usage, limits.len());
+        for (key, _) in limits.clone() {
+            invocation.arg(key);
+        }
+        invocation.arg("").arg(0).arg("");
+        let unix_now = unix_ms();
+        for (_, p) in limits {
+            push_policy(&mut invocation, p, || unix_now, false);
+        }
+        invocation
+    }
+
     /// `check.lua`: KEYS one per policy; ARGV time, cost, slot id, six per policy, then — when
     /// policies ask different costs — one cost per policy.
     pub fn check_call(&self, prefix: &str, req: &CheckRequest<'_>) -> Call<'_> {
@@ -181,20 +218,7 @@ impl Scripts {
         };
         for (i, p) in req.policies.iter().enumerate() {
             let is_shadow = req.shadow.get(i).copied().unwrap_or(false);
-            invocation.arg(&*p.name).arg(policy_code(p)).arg(p.limit());
-            match p.calendar() {
-                Some(calendar) => {
-                    let [a, b, c, d] = calendar.around(unix_now());
-                    invocation.arg(format!("{a}:{b}:{c}:{d}"))
-                }
-                None => invocation.arg(p.window_ms()),
-            };
-            match p.algorithm {
-                // The leaky bucket's shape: "burst:delay".
-                Algorithm::LeakyBucket => invocation.arg(format!("{}:{}", p.burst(), p.delay())),
-                _ => invocation.arg(p.burst()),
-            };
-            invocation.arg(if is_shadow { "1" } else { "0" });
+            push_policy(&mut invocation, p, unix_now, is_shadow);
         }
         if !req.costs.is_empty() {
             for i in 0..req.policies.len() {
@@ -439,6 +463,25 @@ impl Default for Scripts {
     }
 }
 
+/// The six arguments of one limit in `check.lua`'s layout (`lua/limits.lua`): name, code,
+/// limit, window (a calendar window's bounds around `unix_now`), burst (the leaky bucket's
+/// "burst:delay"), shadow.
+fn push_policy(invocation: &mut Call<'_>, p: &Policy, unix_now: impl Fn() -> u64, shadow: bool) {
+    invocation.arg(&*p.name).arg(policy_code(p)).arg(p.limit());
+    match p.calendar() {
+        Some(calendar) => {
+            let [a, b, c, d] = calendar.around(unix_now());
+            invocation.arg(format!("{a}:{b}:{c}:{d}"))
+        }
+        None => invocation.arg(p.window_ms()),
+    };
+    match p.algorithm {
+        Algorithm::LeakyBucket => invocation.arg(format!("{}:{}", p.burst(), p.delay())),
+        _ => invocation.arg(p.burst()),
+    };
+    invocation.arg(if shadow { "1" } else { "0" });
+}
+
 /// A renewal of a lease (`lease::Ask`) for the Redis store.
 pub struct LeaseCall<'a> {
     pub client: &'a str,
@@ -486,6 +529,7 @@ mod tests {
             (HEARTBEAT_SOURCE, HEARTBEAT_FILES),
             (REGISTRY_SOURCE, REGISTRY_FILES),
             (CHARGE_SOURCE, CHARGE_FILES),
+            (USAGE_SOURCE, USAGE_FILES),
         ] {
             let expected: String = files
                 .iter()
@@ -506,6 +550,7 @@ mod tests {
                     HEARTBEAT_FILES,
                     REGISTRY_FILES,
                     CHARGE_FILES,
+                    USAGE_FILES,
                 ]
                 .iter()
                 .any(|files| files.contains(&name.as_str()));
