@@ -257,3 +257,66 @@ mod tests {
         ));
     }
 }
+
+/// Which protocol upgrades (`Upgrade: websocket`) a route lets through to its upstream.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Upgrades {
+    /// Any the upstream accepts (the default).
+    #[default]
+    Any,
+    /// None: an upgrade request is refused.
+    Never,
+    /// Only these protocols (lower-case names, no version).
+    Only(Vec<String>),
+}
+
+/// An upgrade request (`upgrade`: its `Upgrade` header) on a route allowing `allowed`: every
+/// protocol it offers must be allowed — the upstream may switch to any of them — or 400.
+pub fn check_upgrade(allowed: &Upgrades, upgrade: Option<&[u8]>) -> Result<(), Reject> {
+    let offered = || {
+        upgrade
+            .into_iter()
+            .flat_map(|v| v.split(|b| *b == b','))
+            .map(|p| p.trim_ascii())
+            .filter(|p| !p.is_empty())
+    };
+    match allowed {
+        Upgrades::Any => Ok(()),
+        Upgrades::Never => Err(Reject::UpgradeRefused(
+            "this route does not accept protocol upgrades (Upgrade)".to_owned(),
+        )),
+        Upgrades::Only(names) => {
+            let refused = offered().find(|p| {
+                // `websocket`, or `name/version`: the name decides.
+                let name = p.split(|b| *b == b'/').next().unwrap_or(p);
+                !names
+                    .iter()
+                    .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
+            });
+            match refused {
+                None => Ok(()),
+                Some(p) => Err(Reject::UpgradeRefused(format!(
+                    "this route accepts upgrades to {} only, not {:?}",
+                    names.join(", "),
+                    String::from_utf8_lossy(p)
+                ))),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod upgrade_tests {
+    use super::*;
+
+    #[test]
+    fn an_upgrade_is_let_through_only_where_every_protocol_offered_is_allowed() {
+        let ws = Upgrades::Only(vec!["websocket".into()]);
+        assert!(check_upgrade(&Upgrades::Any, Some(b"h2c")).is_ok());
+        assert!(check_upgrade(&Upgrades::Never, Some(b"websocket")).is_err());
+        assert!(check_upgrade(&ws, Some(b"WebSocket")).is_ok());
+        assert!(check_upgrade(&ws, Some(b"websocket/13")).is_ok());
+        assert!(check_upgrade(&ws, Some(b"websocket, h2c")).is_err());
+        assert!(check_upgrade(&ws, Some(b"h2c")).is_err());
+    }
+}

@@ -47,6 +47,8 @@ pub enum Reject {
     /// Admitted to wait its turn, but this instance holds as many waiting requests as it
     /// may (`server.max_delayed`).
     TooManyWaiting,
+    /// An upgrade (`Upgrade:`) the route does not let through (`upgrades`).
+    UpgradeRefused(String),
     /// Admitted to wait its turn, but this instance holds as many of this client's waiting
     /// requests (by client id or by address) as it may (`server.max_delayed_per_client`).
     WaitingShareTaken,
@@ -62,6 +64,7 @@ impl Reject {
             | Reject::AmbiguousKeyPart(_)
             | Reject::BadCost(_)
             | Reject::BadDeadline(_)
+            | Reject::UpgradeRefused(_)
             | Reject::Key(ApiKeyError::Ambiguous | ApiKeyError::RepeatedAuthorization)
             | Reject::Credential(
                 CredentialError::Ambiguous(_)
@@ -94,6 +97,7 @@ impl Reject {
             | Reject::MissingKeyPart(d)
             | Reject::AmbiguousKeyPart(d)
             | Reject::BadCost(d)
+            | Reject::UpgradeRefused(d)
             | Reject::MethodNotAllowed { detail: d, .. } => d.clone(),
             Reject::Key(e) => e.detail().to_owned(),
             Reject::Credential(e) => e.detail(),
@@ -129,6 +133,8 @@ pub fn closes_connection(reject: &Reject) -> bool {
             | Reject::HeadersTooLarge(_)
             | Reject::BodyTooLarge(_)
             | Reject::BadPath(_)
+            // The client may send the other protocol's bytes right after the handshake.
+            | Reject::UpgradeRefused(_)
             | Reject::Key(ApiKeyError::Ambiguous | ApiKeyError::RepeatedAuthorization)
             | Reject::Credential(
                 CredentialError::Ambiguous(_)

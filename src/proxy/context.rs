@@ -66,6 +66,8 @@ pub struct RequestCtx {
     pub deadline: Option<Instant>,
     /// An HTTP/1.1 upgrade request (a WebSocket handshake).
     pub upgrade: bool,
+    /// The upstream switched protocols: the connection is a tunnel now.
+    pub tunnel: bool,
     /// The request counted in flight to its server (least-request pools).
     pub in_flight: Option<crate::upstream::balance::InFlight>,
     /// Times the request was sent upstream.
@@ -104,6 +106,7 @@ impl RequestCtx {
             grpc_answer: None,
             deadline: None,
             upgrade: false,
+            tunnel: false,
             in_flight: None,
             attempts: 0,
             retry_pending: false,

@@ -222,8 +222,19 @@ impl ProxyHttp for Gateway {
         response::response_filter(upstream_response, ctx)
     }
 
-    fn suppress_error_log(&self, _session: &Session, ctx: &RequestCtx, _error: &Error) -> bool {
-        ctx.left_while_waiting
+    fn suppress_error_log(&self, _session: &Session, ctx: &RequestCtx, error: &Error) -> bool {
+        ctx.left_while_waiting || response::said_otherwise(ctx, error)
+    }
+
+    fn suppress_proxy_warn_log(
+        &self,
+        _session: &Session,
+        ctx: &RequestCtx,
+        error: &Error,
+        context: pingora::proxy::ProxyWarnLogContext,
+    ) -> bool {
+        context == pingora::proxy::ProxyWarnLogContext::UpstreamRetry
+            && retry::said_retried(ctx, error)
     }
 
     async fn fail_to_proxy(

@@ -50,6 +50,10 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
     let snapshot = Arc::clone(&ctx.snapshot);
     let index = route_request(session, ctx)?;
     let route = &snapshot.routes[index];
+    if ctx.upgrade {
+        let offered = session.req_header().headers.get(http::header::UPGRADE);
+        message::check_upgrade(&route.config.upgrades, offered.map(HeaderValue::as_bytes))?;
+    }
     if let Some(retry) = &route.config.retry {
         // A retried request's body is sent again from Pingora's replay buffer (a body larger
         // than the buffer is not retried), within the whole request's deadline.

@@ -275,3 +275,26 @@ fn access_entry(session: &Session, ctx: &RequestCtx, status: u16) -> Record {
         trace_id: ctx.trace.as_ref().map(|t| t.trace_id.to_hex()),
     }
 }
+
+/// Pingora's ERROR "Fail to proxy" for an end that is no failure of the gateway's: an upgraded
+/// connection (a WebSocket) closed because a side was silent for the route's
+/// `upgrade_idle_timeout` — said instead at INFO, by its name. `true`: Pingora's line is not
+/// written.
+pub fn said_otherwise(ctx: &RequestCtx, error: &pingora::Error) -> bool {
+    if !ctx.tunnel || !matches!(error.etype(), pingora::ErrorType::ReadTimedout) {
+        return false;
+    }
+    let Some(route) = ctx.route() else {
+        return false;
+    };
+    let side = match error.esource() {
+        pingora::ErrorSource::Upstream => "upstream",
+        _ => "client",
+    };
+    log::info!(
+        "route {}: upgraded connection closed: the {side} sent nothing for upgrade_idle_timeout ({:?})",
+        route.config.name,
+        route.config.upgrade_idle_timeout
+    );
+    true
+}

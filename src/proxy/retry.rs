@@ -133,3 +133,16 @@ pub fn error_while_proxy(
     }
     e
 }
+
+/// Pingora's WARN "Fail to proxy … retry: true" for a try that is retried reads as a failure
+/// even when the retry succeeds: said instead at INFO, as a retry (the final error, if the
+/// retries fail too, is still logged as one). `true`: Pingora's line is not written.
+pub fn said_retried(ctx: &RequestCtx, error: &Error) -> bool {
+    let route = ctx.route().map_or("", |r| &r.config.name);
+    log::info!(
+        "route {route}: try {} failed ({:?}), retried on another server",
+        ctx.attempts,
+        error.etype()
+    );
+    true
+}

@@ -281,6 +281,7 @@ pub fn upstream_response_body_filter(end_of_stream: bool, ctx: &mut RequestCtx) 
 /// request's are), and its place in a shedding pool is freed (the handshake is what the gate
 /// measured; a tunnel's lifetime is not a latency).
 pub fn upgraded(session: &mut Session, ctx: &mut RequestCtx) {
+    ctx.tunnel = true;
     if let Some(route) = ctx.route() {
         session.set_read_timeout(Some(route.config.upgrade_idle_timeout));
     }

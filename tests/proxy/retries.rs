@@ -54,6 +54,15 @@ retry = {{ attempts = 2, on = ["503"], methods = ["POST"] }}
     assert_eq!(b.served(), 10);
     assert!(a.served() >= 1);
     assert_eq!(retries(&gw, "503"), a.served() as f64);
+    // A retried try is said as one, at INFO; not as a failure to proxy, at WARN.
+    let log = gw.proc.log_text();
+    assert!(!log.contains("Fail to proxy"), "{log}");
+    assert_eq!(
+        log.matches("INFO turnstile::proxy::retry: route orders: try 1 failed")
+            .count(),
+        a.served() as usize,
+        "{log}"
+    );
     // The per-IP limit counted ten client requests, not the tries: the eleventh is refused.
     assert_eq!(gw.get("/orders").status, 429);
 

@@ -146,6 +146,14 @@ upgrade_idle_timeout = "3s"
         assert_eq!(line["echo"], true, "step {i}: {lines:?}");
     }
     assert_eq!(lines[5]["closed"], true, "{lines:?}");
+    // Said as what it is, at INFO: not an ERROR about reading a body.
+    wait_until("the close logged", || {
+        gw.proc
+            .log_text()
+            .contains("route ws: upgraded connection closed: the client sent nothing for upgrade_idle_timeout (3s)")
+    });
+    let log = gw.proc.log_text();
+    assert!(!log.contains("ERROR"), "{log}");
     // One request, counted once, as the switch it was.
     assert_eq!(
         gw.metric(
@@ -262,4 +270,62 @@ ip_limit = {{ rate = "2/m", burst = 2 }}
     }
     let mut third = Session::start(gw.port, "/ws/chat", &[], &[]);
     assert_eq!(third.next()["refused"], 429);
+}
+
+/// A route can refuse upgrades: `upgrades = false` answers a WebSocket handshake with a 400
+/// problem (it reached the upstream before), `upgrades = ["websocket"]` lets a WebSocket
+/// through and refuses any other protocol offered; the upstream never sees a refused one.
+#[test]
+fn a_route_refuses_the_upgrades_it_does_not_allow() {
+    let echo = WsEcho::start();
+    let gw = Gateway::start(&format!(
+        r#"
+[upstreams.ws]
+servers = ["127.0.0.1:{port}"]
+
+[[routes]]
+name = "plain"
+path_prefix = "/plain"
+upstream = "ws"
+upgrades = false
+
+[[routes]]
+name = "ws"
+path_prefix = "/ws"
+upstream = "ws"
+upgrades = ["websocket"]
+"#,
+        port = echo.port
+    ));
+    let refused = Session::start(gw.port, "/plain/chat", &[], &["echo:10"]).rest();
+    assert_eq!(refused, [serde_json::json!({"refused": 400})]);
+    let raw = |path: &str, upgrade: &str| {
+        http::raw(
+            gw.port,
+            format!(
+                "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: {upgrade}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap()
+    };
+    let resp = raw("/plain/chat", "websocket");
+    assert_eq!(resp.status, 400);
+    assert_eq!(
+        resp.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert!(
+        resp.text().contains("does not accept protocol upgrades"),
+        "{}",
+        resp.text()
+    );
+    let resp = raw("/ws/chat", "h2c");
+    assert_eq!(resp.status, 400, "{}", resp.text());
+    assert!(resp.text().contains("websocket only"), "{}", resp.text());
+    let opened = Session::start(gw.port, "/ws/chat", &[], &["echo:10"]).rest();
+    assert_eq!(opened[0]["open"], true, "{opened:?}");
+    assert_eq!(opened[1]["echo"], true, "{opened:?}");
+    // Plain requests on the refusing route still pass.
+    assert_eq!(gw.get("/plain/health").status, 200);
 }

@@ -250,6 +250,39 @@ pub struct IpLimitFile {
     pub burst: Option<u64>,
 }
 
+/// A route's `upgrades`: `true`, `false`, or the protocols allowed.
+#[derive(Debug, Clone)]
+pub enum UpgradesFile {
+    Switch(bool),
+    Only(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for UpgradesFile {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = UpgradesFile;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("true, false, or a list of protocols like [\"websocket\"]")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<UpgradesFile, E> {
+                Ok(UpgradesFile::Switch(v))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<UpgradesFile, A::Error> {
+                let mut names = Vec::new();
+                while let Some(name) = seq.next_element::<String>()? {
+                    names.push(name);
+                }
+                Ok(UpgradesFile::Only(names))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
 /// A route's `ip_limit`: a table, or `"off"` / `false` to opt out of the server default.
 #[derive(Debug, Clone)]
 pub enum IpLimitSetting {
@@ -464,6 +497,9 @@ pub struct RouteFile {
     pub write_timeout: Option<HumanDuration>,
     /// An upgraded connection (WebSocket) ends when a direction is silent this long.
     pub upgrade_idle_timeout: Option<HumanDuration>,
+    /// Protocol upgrades let through: `true` (any, the default), `false`, or a list of
+    /// protocol names (`["websocket"]`).
+    pub upgrades: Option<UpgradesFile>,
     /// The upstream gets the path without the route's `path_prefix`.
     pub strip_prefix: Option<bool>,
     /// The upstream gets the path with this prefix in front (after `strip_prefix`).

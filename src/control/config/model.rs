@@ -217,6 +217,8 @@ pub struct RouteConfig {
     /// An upgraded connection (WebSocket) ends when either direction is silent this long;
     /// it replaces `read_timeout` and `body_timeout` for upgrade requests.
     pub upgrade_idle_timeout: Duration,
+    /// Which protocol upgrades reach the upstream.
+    pub upgrades: crate::chain::message::Upgrades,
     /// The path the upstream gets: without `path_prefix` (`strip_prefix`), with `add_prefix`
     /// in front (`chain::rewrite`).
     pub strip_prefix: bool,

@@ -111,6 +111,12 @@ pub fn render(config: &Config) -> Value {
             "read_timeout": format_duration(r.read_timeout),
             "write_timeout": format_duration(r.write_timeout),
             "upgrade_idle_timeout": format_duration(r.upgrade_idle_timeout),
+            "upgrades": match &r.upgrades {
+                crate::chain::message::Upgrades::Any => json!(true),
+                crate::chain::message::Upgrades::Never => json!(false),
+                crate::chain::message::Upgrades::Only(names) => json!(names),
+            },
+            "reserve_from": r.reserve_from.as_ref().map(|p| p.describe()),
             "strip_prefix": r.strip_prefix,
             "add_prefix": r.add_prefix,
             "forwarded": r.forwarded,

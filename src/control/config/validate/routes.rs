@@ -36,6 +36,7 @@ pub(super) fn route_config(
         read_timeout,
         write_timeout,
         upgrade_idle_timeout,
+        upgrades,
         strip_prefix,
         add_prefix,
         forwarded,
@@ -207,6 +208,7 @@ pub(super) fn route_config(
             defaults::UPGRADE_IDLE_TIMEOUT,
             problems,
         ),
+        upgrades: route_upgrades(&base, upgrades, problems),
         strip_prefix: strip_prefix.unwrap_or(false),
         add_prefix: add_prefix.filter(|add| {
             let checked = crate::chain::rewrite::check_add_prefix(add);
@@ -249,6 +251,45 @@ pub(super) fn route_config(
                 }
             }
         }),
+    }
+}
+
+/// A route's `upgrades`: any, none, or named protocols (tokens, compared ignoring case).
+fn route_upgrades(
+    base: &str,
+    file: Option<crate::control::config::file::UpgradesFile>,
+    problems: &mut Problems,
+) -> crate::chain::message::Upgrades {
+    use crate::chain::message::Upgrades;
+    use crate::control::config::file::UpgradesFile;
+    match file {
+        None | Some(UpgradesFile::Switch(true)) => Upgrades::Any,
+        Some(UpgradesFile::Switch(false)) => Upgrades::Never,
+        Some(UpgradesFile::Only(names)) if names.is_empty() => {
+            problems.push(
+                format!("{base}.upgrades"),
+                "an empty list allows nothing: write upgrades = false",
+            );
+            Upgrades::Never
+        }
+        Some(UpgradesFile::Only(names)) => Upgrades::Only(
+            names
+                .into_iter()
+                .filter(|n| {
+                    let ok = !n.is_empty()
+                        && n.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+                    if !ok {
+                        problems.push(
+                            format!("{base}.upgrades"),
+                            format!("{n:?} is not a protocol name (like \"websocket\")"),
+                        );
+                    }
+                    ok
+                })
+                .map(|n| n.to_ascii_lowercase())
+                .collect(),
+        ),
     }
 }
 
