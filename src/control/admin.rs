@@ -101,18 +101,20 @@ impl Admin {
     /// Gauges that describe current state are set at scrape time, from the live snapshot.
     fn refresh_gauges(&self, snapshot: &Snapshot) {
         let m = &self.metrics;
-        m.upstream_healthy.reset();
+        m.upstream.healthy.reset();
         for (name, pool) in &snapshot.pools {
             for (addr, healthy) in pool.health() {
-                m.upstream_healthy
+                m.upstream
+                    .healthy
                     .with_label_values(&[name, &addr.to_string()])
                     .set(i64::from(healthy));
             }
         }
-        m.upstream_ejected.reset();
+        m.upstream.ejected.reset();
         for (name, pool) in &snapshot.pools {
             for (addr, out) in pool.ejected_servers() {
-                m.upstream_ejected
+                m.upstream
+                    .ejected
                     .with_label_values(&[name, &addr.to_string()])
                     .set(i64::from(out));
             }

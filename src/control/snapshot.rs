@@ -214,7 +214,7 @@ impl Snapshot {
                             .map(|_| r.upstream.as_str()),
                         policy_names.iter().cloned(),
                     ),
-                    upstream_latency: metrics.upstream_duration.with_label_values(&[&r.upstream]),
+                    upstream_latency: metrics.upstream.duration.with_label_values(&[&r.upstream]),
                 })
             })
             .collect::<Result<Vec<Route>, ConfigError>>()?;
@@ -299,7 +299,7 @@ fn build_pools(
                 up,
                 &resolver,
                 previous.and_then(|p| p.pools.get(name)),
-                Some(metrics.upstream_ejections.with_label_values(&[name])),
+                Some(metrics.upstream.ejections.with_label_values(&[name])),
             ) {
                 Ok(pool) => {
                     pools.insert(name.clone(), Arc::new(pool));

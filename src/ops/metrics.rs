@@ -36,14 +36,8 @@ pub struct Metrics {
     /// that attempt succeeded.
     pub reload_timestamp: prometheus::Gauge,
     pub reload_success: IntGauge,
-    pub upstream_duration: HistogramVec,
-    pub upstream_healthy: IntGaugeVec,
-    /// Passive outlier ejection: ejections per pool, and which servers are out (at scrape).
-    pub upstream_ejections: IntCounterVec,
-    pub upstream_ejected: IntGaugeVec,
-    /// Retries per pool and reason, and retries the pool's budget refused.
-    pub upstream_retries: IntCounterVec,
-    pub upstream_retry_budget_exhausted: IntCounterVec,
+    /// Per upstream pool and server.
+    pub upstream: UpstreamMetrics,
     pub reloads: IntCounterVec,
     pub config_version: IntGauge,
     pub config_info: IntGaugeVec,
@@ -56,13 +50,68 @@ pub struct Metrics {
     live_instances: IntGauge,
     pub access_log_dropped: IntCounter,
     trace_spans: IntCounterVec,
-    jwks_fetches: IntCounterVec,
-    jwks_keys: IntGaugeVec,
-    jwks_loaded: IntGaugeVec,
+    /// Per issuer: fetches of its JWKS, its keys in use and when they were loaded.
+    jwks: (IntCounterVec, IntGaugeVec, IntGaugeVec),
     /// `turnstile_token_checks_total`, resolved per result.
     token_checks: Vec<(&'static str, IntCounter)>,
     /// `turnstile_response_costs_total`, resolved per result.
     response_costs: Vec<(&'static str, IntCounter)>,
+}
+
+/// Upstream pools' metrics, per pool (and server).
+pub struct UpstreamMetrics {
+    /// From sending the request upstream to its response header.
+    pub duration: HistogramVec,
+    pub healthy: IntGaugeVec,
+    /// Passive outlier ejection: ejections per pool, and which servers are out (at scrape).
+    pub ejections: IntCounterVec,
+    pub ejected: IntGaugeVec,
+    /// Retries per pool and reason, and retries the pool's budget refused.
+    pub retries: IntCounterVec,
+    pub retry_budget_exhausted: IntCounterVec,
+}
+
+impl UpstreamMetrics {
+    fn new(registry: &Registry) -> UpstreamMetrics {
+        UpstreamMetrics {
+            duration: histogram_vec(
+                registry,
+                "turnstile_upstream_duration_seconds",
+                "Time from sending the request upstream to its response header, per upstream pool",
+                &["upstream"],
+            ),
+            healthy: gauge_vec(
+                registry,
+                "turnstile_upstream_server_healthy",
+                "1 when the server passes its health check (or has none), else 0",
+                &["upstream", "server"],
+            ),
+            ejections: counter_vec(
+                registry,
+                "turnstile_upstream_ejections_total",
+                "Servers taken out of rotation by passive outlier detection, per upstream pool",
+                &["upstream"],
+            ),
+            ejected: gauge_vec(
+                registry,
+                "turnstile_upstream_server_ejected",
+                "1 while a server is out of rotation (passive outlier detection), per upstream pool and server",
+                &["upstream", "server"],
+            ),
+            retries: counter_vec(
+                registry,
+                "turnstile_upstream_retries_total",
+                "Tries after the first, per upstream pool and reason (timeout, reset, or the status retried)",
+                &["upstream", "reason"],
+            ),
+            retry_budget_exhausted: counter_vec(
+                registry,
+                "turnstile_upstream_retry_budget_exhausted_total",
+                "Retries not made because the pool's retry budget was spent, per upstream pool",
+                &["upstream"],
+            ),
+        }
+    }
 }
 
 /// What a response's cost header made of a charged limit, and a charge that failed.
@@ -84,28 +133,46 @@ pub const TOKEN_RESULTS: [&str; 12] = [
     "no_keys",
 ];
 
-fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+/// `collector`, registered in `registry` (its name unique there).
+fn registered<C: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    collector: C,
+) -> C {
     registry
-        .register(Box::new(c.clone()))
+        .register(Box::new(collector.clone()))
         .expect("unique metric");
-    c
+    collector
+}
+
+fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
+    registered(registry, IntCounter::new(name, help).expect("valid metric"))
+}
+
+/// A latency histogram ([`LATENCY_BUCKETS`]) per `labels`.
+fn histogram_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
+    registered(
+        registry,
+        HistogramVec::new(opts, labels).expect("valid metric"),
+    )
+}
+
+fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    registered(
+        registry,
+        IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"),
+    )
 }
 
 fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-    registry
-        .register(Box::new(g.clone()))
-        .expect("unique metric");
-    g
+    registered(
+        registry,
+        IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric"),
+    )
 }
 
 fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
-    let g = IntGauge::new(name, help).expect("valid metric");
-    registry
-        .register(Box::new(g.clone()))
-        .expect("unique metric");
-    g
+    registered(registry, IntGauge::new(name, help).expect("valid metric"))
 }
 
 /// Latency buckets from 50 µs (a loopback Redis call) to a minute (a slow upstream, a long
@@ -142,9 +209,7 @@ pub fn tls_handshake_failures() -> &'static prometheus::IntCounterVec {
 impl Metrics {
     pub fn new() -> Metrics {
         let registry = Registry::new();
-        registry
-            .register(Box::new(tls_handshake_failures().clone()))
-            .expect("unique metric");
+        registered(&registry, tls_handshake_failures().clone());
         let store_duration = Histogram::with_opts(
             HistogramOpts::new(
                 "turnstile_store_call_duration_seconds",
@@ -153,207 +218,43 @@ impl Metrics {
             .buckets(LATENCY_BUCKETS.to_vec()),
         )
         .expect("valid metric");
-        registry
-            .register(Box::new(store_duration.clone()))
-            .expect("unique metric");
-        let upstream_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "turnstile_upstream_duration_seconds",
-                "Time from sending the request upstream to its response header, per upstream pool",
-            )
-            .buckets(LATENCY_BUCKETS.to_vec()),
-            &["upstream"],
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(upstream_duration.clone()))
-            .expect("unique metric");
-        let store_short_circuits = IntCounter::new(
-            "turnstile_store_short_circuits_total",
-            "Store calls not made because the circuit breaker was open",
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(store_short_circuits.clone()))
-            .expect("unique metric");
-        let lease_local = IntCounter::new(
-            "turnstile_lease_local_decisions_total",
-            "Decisions made from a local quota lease or a remembered refusal, without a store call",
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(lease_local.clone()))
-            .expect("unique metric");
+        let r = &registry;
         let metrics = Metrics {
-            lease_local,
-            requests: counter_vec(&registry, "turnstile_requests_total", "Requests by route and response status", &["route", "status"]),
-            decisions: counter_vec(
-                &registry,
-                "turnstile_limiter_decisions_total",
-                "Limiter decisions by route, policy and outcome",
-                &["route", "policy", "outcome"],
-            ),
-            ip_rejections: counter_vec(&registry, "turnstile_ip_rejections_total", "Requests rejected by the per-IP limit", &["route"]),
-            store_duration,
-            store_calls: counter_vec(
-                &registry,
-                "turnstile_store_calls_total",
-                "Store calls that reached the store, by result (ok, timeout, unavailable, refused, protocol)",
-                &["result"],
-            ),
-            store_short_circuits,
-            breaker_state: gauge_vec(&registry, "turnstile_circuit_breaker_state", "Store circuit breaker: 1 for the state it is in (closed, open, half_open), 0 for the others", &["state"]),
-            request_duration: {
-                let h = HistogramVec::new(
-                    HistogramOpts::new(
-                        "turnstile_request_duration_seconds",
-                        "Whole requests, from the gateway reading them to the response sent, per route (rejections included)",
-                    )
-                    .buckets(LATENCY_BUCKETS.to_vec()),
-                    &["route"],
-                )
-                .expect("valid metric");
-                registry.register(Box::new(h.clone())).expect("unique metric");
-                h
-            },
-            delays: {
-                let h = HistogramVec::new(
-                    HistogramOpts::new(
-                        "turnstile_delay_seconds",
-                        "How long a leaky bucket held a request before it was forwarded, per route (its _count: requests delayed)",
-                    )
-                    .buckets(LATENCY_BUCKETS.to_vec()),
-                    &["route"],
-                )
-                .expect("valid metric");
-                registry.register(Box::new(h.clone())).expect("unique metric");
-                h
-            },
-            reload_timestamp: {
-                let g = prometheus::Gauge::new(
-                    "turnstile_config_last_reload_timestamp_seconds",
-                    "When the configuration was last loaded or a reload of it failed (Unix time)",
-                )
-                .expect("valid metric");
-                registry.register(Box::new(g.clone())).expect("unique metric");
-                g
-            },
-            reload_success: gauge(&registry, "turnstile_config_last_reload_success", "1 when the last load or reload of the configuration succeeded (or found it unchanged), 0 when it failed"),
-            breaker_transitions: counter_vec(
-                &registry,
-                "turnstile_circuit_breaker_transitions_total",
-                "Circuit breaker state changes, by the state entered",
-                &["to"],
-            ),
-            upstream_duration,
-            upstream_healthy: gauge_vec(
-                &registry,
-                "turnstile_upstream_server_healthy",
-                "1 when the server passes its health check (or has none), else 0",
-                &["upstream", "server"],
-            ),
-            reloads: counter_vec(&registry, "turnstile_config_reloads_total", "Configuration reloads by result", &["result"]),
-            config_version: gauge(&registry, "turnstile_config_version", "Number of configurations loaded since start (1 = the initial one)"),
-            config_info: gauge_vec(&registry, "turnstile_config_info", "The loaded configuration's content hash (value 1)", &["hash"]),
-            tracked_entries: gauge_vec(
-                &registry,
-                "turnstile_tracked_entries",
-                "Entries held by in-process limiter tables (per-IP tables, local stores)",
-                &["table"],
-            ),
-            upstream_ejections: counter_vec(
-                &registry,
-                "turnstile_upstream_ejections_total",
-                "Servers taken out of rotation by passive outlier detection, per upstream pool",
-                &["upstream"],
-            ),
-            upstream_retries: counter_vec(
-                &registry,
-                "turnstile_upstream_retries_total",
-                "Tries after the first, per upstream pool and reason (timeout, reset, or the status retried)",
-                &["upstream", "reason"],
-            ),
-            upstream_retry_budget_exhausted: counter_vec(
-                &registry,
-                "turnstile_upstream_retry_budget_exhausted_total",
-                "Retries not made because the pool's retry budget was spent, per upstream pool",
-                &["upstream"],
-            ),
-            upstream_ejected: gauge_vec(
-                &registry,
-                "turnstile_upstream_server_ejected",
-                "1 while a server is out of rotation (passive outlier detection), per upstream pool and server",
-                &["upstream", "server"],
-            ),
-            shed: counter_vec(
-                &registry,
-                "turnstile_shed_total",
-                "Requests shed (503, never sent upstream) by upstream pool and priority",
-                &["upstream", "priority"],
-            ),
-            shedding: gauge_vec(
-                &registry,
-                "turnstile_shedding",
-                "Load shedding per upstream pool: the concurrency limit (state=limit), requests in flight (in_flight) and waiting (queued)",
-                &["upstream", "state"],
-            ),
-            shedding_latency: {
-                let g = GaugeVec::new(
-                    Opts::new(
-                        "turnstile_shedding_latency_seconds",
-                        "Load shedding per upstream pool: the latency baseline (kind=baseline) and the last window's average (kind=window)",
-                    ),
-                    &["upstream", "kind"],
-                )
-                .expect("valid metric");
-                registry.register(Box::new(g.clone())).expect("unique metric");
-                g
-            },
-            live_instances: gauge(&registry, "turnstile_live_instances", "Gateway instances seen alive in the store's heartbeats (0 = unknown)"),
-            access_log_dropped: {
-                let c = IntCounter::new(
-                    "turnstile_access_log_dropped_total",
-                    "Access log entries dropped because the writer could not keep up",
-                )
-                .expect("valid metric");
-                registry.register(Box::new(c.clone())).expect("unique metric");
-                c
-            },
-            trace_spans: counter_vec(
-                &registry,
-                "turnstile_trace_spans_total",
-                "Spans of sampled requests by fate: exported, dropped_queue (the export queue was full), dropped_export (the collector did not take them)",
-                &["result"],
-            ),
-            jwks_fetches: counter_vec(
-                &registry,
-                "turnstile_jwks_fetches_total",
-                "Fetches of an issuer's JWKS by result (ok; error: the keys in use stay)",
-                &["issuer", "result"],
-            ),
-            jwks_keys: gauge_vec(&registry, "turnstile_jwks_keys", "Keys in use per issuer", &["issuer"]),
-            jwks_loaded: gauge_vec(
-                &registry,
-                "turnstile_jwks_loaded_timestamp_seconds",
-                "When the keys in use per issuer were loaded (Unix time; 0: never)",
-                &["issuer"],
+            store_duration: registered(r, store_duration),
+            store_short_circuits: counter(r, "turnstile_store_short_circuits_total", "Store calls not made because the circuit breaker was open"),
+            lease_local: counter(r, "turnstile_lease_local_decisions_total", "Decisions made from a local quota lease or a remembered refusal, without a store call"),
+            requests: counter_vec(r, "turnstile_requests_total", "Requests by route and response status", &["route", "status"]),
+            decisions: counter_vec(r, "turnstile_limiter_decisions_total", "Limiter decisions by route, policy and outcome", &["route", "policy", "outcome"]),
+            ip_rejections: counter_vec(r, "turnstile_ip_rejections_total", "Requests rejected by the per-IP limit", &["route"]),
+            store_calls: counter_vec(r, "turnstile_store_calls_total", "Store calls that reached the store, by result (ok, timeout, unavailable, refused, protocol)", &["result"]),
+            breaker_state: gauge_vec(r, "turnstile_circuit_breaker_state", "Store circuit breaker: 1 for the state it is in (closed, open, half_open), 0 for the others", &["state"]),
+            request_duration: histogram_vec(r, "turnstile_request_duration_seconds", "Whole requests, from the gateway reading them to the response sent, per route (rejections included)", &["route"]),
+            delays: histogram_vec(r, "turnstile_delay_seconds", "How long a leaky bucket held a request before it was forwarded, per route (its _count: requests delayed)", &["route"]),
+            reload_timestamp: registered(r, prometheus::Gauge::new("turnstile_config_last_reload_timestamp_seconds", "When the configuration was last loaded or a reload of it failed (Unix time)").expect("valid metric")),
+            reload_success: gauge(r, "turnstile_config_last_reload_success", "1 when the last load or reload of the configuration succeeded (or found it unchanged), 0 when it failed"),
+            breaker_transitions: counter_vec(r, "turnstile_circuit_breaker_transitions_total", "Circuit breaker state changes, by the state entered", &["to"]),
+            upstream: UpstreamMetrics::new(r),
+            reloads: counter_vec(r, "turnstile_config_reloads_total", "Configuration reloads by result", &["result"]),
+            config_version: gauge(r, "turnstile_config_version", "Number of configurations loaded since start (1 = the initial one)"),
+            config_info: gauge_vec(r, "turnstile_config_info", "The loaded configuration's content hash (value 1)", &["hash"]),
+            tracked_entries: gauge_vec(r, "turnstile_tracked_entries", "Entries held by in-process limiter tables (per-IP tables, local stores)", &["table"]),
+            shed: counter_vec(r, "turnstile_shed_total", "Requests shed (503, never sent upstream) by upstream pool and priority", &["upstream", "priority"]),
+            shedding: gauge_vec(r, "turnstile_shedding", "Load shedding per upstream pool: the concurrency limit (state=limit), requests in flight (in_flight) and waiting (queued)", &["upstream", "state"]),
+            shedding_latency: registered(r, GaugeVec::new(Opts::new("turnstile_shedding_latency_seconds", "Load shedding per upstream pool: the latency baseline (kind=baseline) and the last window's average (kind=window)"), &["upstream", "kind"]).expect("valid metric")),
+            live_instances: gauge(r, "turnstile_live_instances", "Gateway instances seen alive in the store's heartbeats (0 = unknown)"),
+            access_log_dropped: counter(r, "turnstile_access_log_dropped_total", "Access log entries dropped because the writer could not keep up"),
+            trace_spans: counter_vec(r, "turnstile_trace_spans_total", "Spans of sampled requests by fate: exported, dropped_queue (the export queue was full), dropped_export (the collector did not take them)", &["result"]),
+            jwks: (
+                counter_vec(r, "turnstile_jwks_fetches_total", "Fetches of an issuer's JWKS by result (ok; error: the keys in use stay)", &["issuer", "result"]),
+                gauge_vec(r, "turnstile_jwks_keys", "Keys in use per issuer", &["issuer"]),
+                gauge_vec(r, "turnstile_jwks_loaded_timestamp_seconds", "When the keys in use per issuer were loaded (Unix time; 0: never)", &["issuer"]),
             ),
             token_checks: {
-                let v = counter_vec(
-                    &registry,
-                    "turnstile_token_checks_total",
-                    "Bearer tokens checked, by result: cached, verified, or why refused (malformed, algorithm, issuer, unknown_key, signature, expired, not_yet_valid, audience, claims, no_keys)",
-                    &["result"],
-                );
+                let v = counter_vec(r, "turnstile_token_checks_total", "Bearer tokens checked, by result: cached, verified, or why refused (malformed, algorithm, issuer, unknown_key, signature, expired, not_yet_valid, audience, claims, no_keys)", &["result"]);
                 TOKEN_RESULTS.iter().map(|r| (*r, v.with_label_values(&[r]))).collect()
             },
             response_costs: {
-                let v = counter_vec(
-                    &registry,
-                    "turnstile_response_costs_total",
-                    "Limits charged from a response's cost header, by result: charged, capped (above max_response_cost), missing / invalid (the estimate stood), failed (the store did not take the charge after retries)",
-                    &["result"],
-                );
+                let v = counter_vec(r, "turnstile_response_costs_total", "Limits charged from a response's cost header, by result: charged, capped (above max_response_cost), missing / invalid (the estimate stood), failed (the store did not take the charge after retries)", &["result"]);
                 RESPONSE_COST_RESULTS.iter().map(|r| (*r, v.with_label_values(&[r]))).collect()
             },
             registry,
@@ -433,10 +334,10 @@ impl Metrics {
     /// An issuer's key source handles (the source does not know the registry).
     pub fn key_source(&self, issuer: &str) -> crate::chain::jwt::source::SourceMetrics {
         crate::chain::jwt::source::SourceMetrics {
-            fetched: self.jwks_fetches.with_label_values(&[issuer, "ok"]),
-            failed: self.jwks_fetches.with_label_values(&[issuer, "error"]),
-            keys: self.jwks_keys.with_label_values(&[issuer]),
-            loaded_at: self.jwks_loaded.with_label_values(&[issuer]),
+            fetched: self.jwks.0.with_label_values(&[issuer, "ok"]),
+            failed: self.jwks.0.with_label_values(&[issuer, "error"]),
+            keys: self.jwks.1.with_label_values(&[issuer]),
+            loaded_at: self.jwks.2.with_label_values(&[issuer]),
         }
     }
 

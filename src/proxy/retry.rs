@@ -68,14 +68,16 @@ pub fn decide(session: &Session, ctx: &mut RequestCtx, reason: Reason) -> bool {
             ctx.retrying = Some(retrying);
             ctx.retry_pending = true;
             metrics
-                .upstream_retries
+                .upstream
+                .retries
                 .with_label_values(&[pool, &reason.label()])
                 .inc();
             true
         }
         None => {
             metrics
-                .upstream_retry_budget_exhausted
+                .upstream
+                .retry_budget_exhausted
                 .with_label_values(&[pool])
                 .inc();
             false

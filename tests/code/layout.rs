@@ -245,3 +245,66 @@ fn no_source_file_holds_two_jobs() {
         .collect();
     assert!(long.is_empty(), "{long:#?}");
 }
+
+/// Functions over this many lines do more than one step: the request path's and everything
+/// else's, outside configuration conversion (`control/config/`, and `control/snapshot.rs`
+/// turning a configuration into what requests read: one field after another).
+const MAX_FN_LINES: usize = 120;
+
+/// `(name, lines)` of every function in `code` (rustfmt's layout: a function ends at the
+/// first `}` line at its own indentation).
+fn functions(code: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        let head = trimmed
+            .trim_start_matches("pub(crate) ")
+            .trim_start_matches("pub(super) ")
+            .trim_start_matches("pub ")
+            .trim_start_matches("async ");
+        let Some(rest) = head.strip_prefix("fn ") else {
+            continue;
+        };
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let close = format!("{}}}", " ".repeat(indent));
+        if let Some(end) = lines[i + 1..].iter().position(|l| *l == close) {
+            out.push((name, end + 2));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_holds_many_steps() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let config = src().join("control").join("config");
+    let snapshot = src().join("control").join("snapshot.rs");
+    let mut long = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| !f.starts_with(&config) && **f != snapshot)
+    {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (name, n) in functions(&non_test_code(&text)) {
+            if n > MAX_FN_LINES {
+                long.push(format!("{}::{name}: {n} lines", module_of(file)));
+            }
+        }
+    }
+    assert!(long.is_empty(), "split these along their steps: {long:#?}");
+}
+
+#[test]
+fn functions_are_measured() {
+    let code = "fn a() {\n    x();\n}\n\nimpl T {\n    pub async fn b(\n        y: u8,\n    ) {\n        z();\n    }\n}\n";
+    assert_eq!(
+        functions(code),
+        vec![("a".to_string(), 3), ("b".to_string(), 5)]
+    );
+}

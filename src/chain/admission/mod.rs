@@ -30,7 +30,7 @@ use crate::limit::ip::IpKey;
 use crate::limit::store::held::HeldSlot;
 use crate::limit::store::request::{CheckRequest, Counted, DecideAt, Partition};
 use crate::limit::store::{FailureMode, Store};
-use crate::limit::{Algorithm, Decision, Policy, IP_POLICY_NAME};
+use crate::limit::{Algorithm, Decision, Policy, Verdict, IP_POLICY_NAME};
 use http::HeaderValue;
 use std::sync::Arc;
 use std::time::Instant;
@@ -181,26 +181,7 @@ impl Admission {
             return Ok(());
         }
         // A request an enforced leaky bucket may hold needs a place before it is counted.
-        let holds = asked.policies.iter().enumerate().any(|(i, p)| {
-            p.algorithm == Algorithm::LeakyBucket && !asked.shadow.get(i).copied().unwrap_or(false)
-        });
-        let place = match (holds, self.max_delayed) {
-            (true, Some((most, share))) => {
-                let owner = Owner::of(client.map(|c| &*c.id), inputs.ip);
-                match Place::take(most, share, owner) {
-                    Ok(place) => Some(place),
-                    Err(Full::Instance) => {
-                        self.outcome = Outcome::Shed;
-                        return Err(Reject::TooManyWaiting);
-                    }
-                    Err(Full::Client) => {
-                        self.outcome = Outcome::Rejected;
-                        return Err(Reject::WaitingShareTaken);
-                    }
-                }
-            }
-            _ => None,
-        };
+        let place = self.take_place(&asked, client, inputs)?;
         // Leasing spends the plan's own limits, all enforced: not on routes adding a
         // concurrency limit or keyed limits, or dry-running everything.
         let lease = client
@@ -226,58 +207,14 @@ impl Admission {
             waits: &[],
             costs: &costs,
         };
-        let started = self.time_store.then(Instant::now);
-        let checked = store.check(request).await;
-        if let Some(started) = started {
-            let result = checked.as_ref().map_or_else(|e| e.kind(), |_| "ok");
-            self.store_call = Some((started, Instant::now(), result));
-        }
-        let (divided, verdict) = match checked {
-            Ok(verdict) => {
-                for ((policy, d), is_shadow) in asked
-                    .policies
-                    .iter()
-                    .zip(&verdict.decisions)
-                    .zip(&*asked.shadow)
-                {
-                    record(&policy.name, Outcome::of(d.allowed, *is_shadow));
-                }
-                self.outcome = if verdict.admitted {
-                    Outcome::Allowed
-                } else {
-                    Outcome::Rejected
-                };
-                (None, verdict)
-            }
-            Err(error) => {
-                let mode = rules.on_store_error;
-                store.note_degraded(&error, mode.as_str());
-                let outcome = Outcome::degraded(mode);
-                for policy in asked.policies.iter() {
-                    record(&policy.name, outcome);
-                }
-                self.outcome = outcome;
-                match mode {
-                    FailureMode::FailOpen => return Ok(()),
-                    FailureMode::FailClosed => return Err(Reject::Store(error)),
-                    // The client is told the divided limits it is actually held to.
-                    FailureMode::Local => {
-                        let (divided, verdict) = store.check_fallback(request);
-                        (Some(divided), verdict)
-                    }
-                }
-            }
+        let Some((divided, verdict)) = self.decide(rules, store, request, &asked, record).await?
+        else {
+            return Ok(()); // fail_open
         };
         let fallback = divided.is_some();
         let told: &[Policy] = divided.as_deref().unwrap_or(&asked.policies);
         self.show(rules, client, &asked, told, fallback);
-        for ((policy, d), is_shadow) in told.iter().zip(&verdict.decisions).zip(&*asked.shadow) {
-            if !*is_shadow {
-                self.limits.push(policy, *d);
-            } else if !d.allowed {
-                self.would_limit.push(Arc::clone(&policy.name));
-            }
-        }
+        self.keep(told, &verdict, &asked);
         if !verdict.admitted {
             return Err(Reject::TooManyRequests);
         }
@@ -295,6 +232,120 @@ impl Admission {
         }
         self.taken =
             Counted::of(&request, told, &verdict, fallback).map(|t| (Arc::clone(store), t));
+        if let Some(client) = client {
+            self.hold_slots(rules, store, client, &asked, &verdict, slot_id, fallback);
+        }
+        Ok(())
+    }
+
+    /// A place among the requests leaky buckets hold, when an enforced one may hold this
+    /// request (`None` when none may, or there is no bound); refused when the instance's, or
+    /// this client's share of them, are all taken.
+    fn take_place(
+        &mut self,
+        asked: &Asked<'_>,
+        client: Option<&Arc<Client>>,
+        inputs: &KeyInputs<'_>,
+    ) -> Result<Option<Place>, Reject> {
+        let holds = asked.policies.iter().enumerate().any(|(i, p)| {
+            p.algorithm == Algorithm::LeakyBucket && !asked.shadow.get(i).copied().unwrap_or(false)
+        });
+        let (true, Some((most, share))) = (holds, self.max_delayed) else {
+            return Ok(None);
+        };
+        let owner = Owner::of(client.map(|c| &*c.id), inputs.ip);
+        match Place::take(most, share, owner) {
+            Ok(place) => Ok(Some(place)),
+            Err(Full::Instance) => {
+                self.outcome = Outcome::Shed;
+                Err(Reject::TooManyWaiting)
+            }
+            Err(Full::Client) => {
+                self.outcome = Outcome::Rejected;
+                Err(Reject::WaitingShareTaken)
+            }
+        }
+    }
+
+    /// The store's decision on `request`, each policy's outcome recorded; when the store
+    /// cannot decide, the route's failure mode: `Ok(None)` admits (`fail_open`), `Err`
+    /// refuses (`fail_closed`), `local` decides by the divided limits it returns.
+    async fn decide(
+        &mut self,
+        rules: &RouteRules,
+        store: &Arc<Store>,
+        request: CheckRequest<'_>,
+        asked: &Asked<'_>,
+        record: &mut impl FnMut(&str, Outcome),
+    ) -> Result<Option<(Option<Vec<Policy>>, Verdict)>, Reject> {
+        let started = self.time_store.then(Instant::now);
+        let checked = store.check(request).await;
+        if let Some(started) = started {
+            let result = checked.as_ref().map_or_else(|e| e.kind(), |_| "ok");
+            self.store_call = Some((started, Instant::now(), result));
+        }
+        match checked {
+            Ok(verdict) => {
+                for ((policy, d), is_shadow) in asked
+                    .policies
+                    .iter()
+                    .zip(&verdict.decisions)
+                    .zip(&*asked.shadow)
+                {
+                    record(&policy.name, Outcome::of(d.allowed, *is_shadow));
+                }
+                self.outcome = if verdict.admitted {
+                    Outcome::Allowed
+                } else {
+                    Outcome::Rejected
+                };
+                Ok(Some((None, verdict)))
+            }
+            Err(error) => {
+                let mode = rules.on_store_error;
+                store.note_degraded(&error, mode.as_str());
+                let outcome = Outcome::degraded(mode);
+                for policy in asked.policies.iter() {
+                    record(&policy.name, outcome);
+                }
+                self.outcome = outcome;
+                match mode {
+                    FailureMode::FailOpen => Ok(None),
+                    FailureMode::FailClosed => Err(Reject::Store(error)),
+                    // The client is told the divided limits it is actually held to.
+                    FailureMode::Local => {
+                        let (divided, verdict) = store.check_fallback(request);
+                        Ok(Some((Some(divided), verdict)))
+                    }
+                }
+            }
+        }
+    }
+
+    /// The enforced decisions feed the `RateLimit` headers; dry runs that would have
+    /// refused are named.
+    fn keep(&mut self, told: &[Policy], verdict: &Verdict, asked: &Asked<'_>) {
+        for ((policy, d), is_shadow) in told.iter().zip(&verdict.decisions).zip(&*asked.shadow) {
+            if !*is_shadow {
+                self.limits.push(policy, *d);
+            } else if !d.allowed {
+                self.would_limit.push(Arc::clone(&policy.name));
+            }
+        }
+    }
+
+    /// The concurrency slots the admitted request took, held until it ends.
+    #[allow(clippy::too_many_arguments)]
+    fn hold_slots(
+        &mut self,
+        rules: &RouteRules,
+        store: &Arc<Store>,
+        client: &Arc<Client>,
+        asked: &Asked<'_>,
+        verdict: &Verdict,
+        slot_id: String,
+        fallback: bool,
+    ) {
         let held: Vec<Policy> = asked
             .policies
             .iter()
@@ -302,20 +353,20 @@ impl Admission {
             .filter(|(p, d)| p.is_concurrency() && d.allowed)
             .map(|(p, _)| p.clone())
             .collect();
-        if let (false, Some(client)) = (held.is_empty(), client) {
-            let ticket = store.hold(HeldSlot {
-                client: Arc::clone(&client.id),
-                route: Arc::clone(&rules.name),
-                policies: held,
-                slot_id,
-                fallback,
-            });
-            self.slots = Some(SlotGuard {
-                store: Arc::clone(store),
-                ticket: Some(ticket),
-            });
+        if held.is_empty() {
+            return;
         }
-        Ok(())
+        let ticket = store.hold(HeldSlot {
+            client: Arc::clone(&client.id),
+            route: Arc::clone(&rules.name),
+            policies: held,
+            slot_id,
+            fallback,
+        });
+        self.slots = Some(SlotGuard {
+            store: Arc::clone(store),
+            ticket: Some(ticket),
+        });
     }
 
     /// The `RateLimit-Policy` parts of a decision: the enforced limits only (dry runs are
