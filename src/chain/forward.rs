@@ -74,6 +74,23 @@ pub fn forwarded_for<'a>(
     out
 }
 
+/// [`forwarded_for`] as a header value; the usual case (no list yet) built on the stack and
+/// copied once.
+fn forwarded_for_value(headers: &HeaderMap, peer: IpAddr) -> Result<HeaderValue, String> {
+    use std::io::Write;
+    if !headers.contains_key(X_FORWARDED_FOR) {
+        // Longest: an IPv6 address with an embedded IPv4 one, 45 characters.
+        let mut buf = [0u8; 64];
+        let mut out = &mut buf[..];
+        write!(out, "{peer}").expect("an address fits");
+        let len = 64 - out.len();
+        return HeaderValue::from_bytes(&buf[..len]).map_err(|e| e.to_string());
+    }
+    let existing = headers.get_all(X_FORWARDED_FOR);
+    let value = forwarded_for(existing.iter().map(HeaderValue::as_bytes), peer);
+    HeaderValue::try_from(value).map_err(|e| e.to_string())
+}
+
 /// The head of the request the upstream receives, as [`forward`] edits it.
 pub trait UpstreamHead {
     fn headers(&self) -> &HeaderMap;
@@ -134,16 +151,16 @@ impl Forward<'_> {
 /// answered, and no API key in any header unless the route forwards it.
 pub fn forward(f: &Forward<'_>, head: &mut impl UpstreamHead) -> Result<(), String> {
     if let Some(peer) = f.peer {
-        let existing = head.headers().get_all(X_FORWARDED_FOR);
-        let value = forwarded_for(existing.iter().map(HeaderValue::as_bytes), peer);
-        let value = HeaderValue::try_from(value).map_err(|e| e.to_string())?;
-        head.set(X_FORWARDED_FOR_HEADER, value)?;
+        head.set(
+            X_FORWARDED_FOR_HEADER,
+            forwarded_for_value(head.headers(), peer)?,
+        )?;
     }
     head.set(super::request_id::HEADER, f.request_id.clone())?;
-    for (name, value) in super::forwarded::headers(&f.origin, head.headers())? {
+    for (name, value) in super::forwarded::headers(&f.origin, head.headers())?.edits() {
         match value {
-            Some(value) => head.set_named(&name, value)?,
-            None => head.remove(&name),
+            Some(value) => head.set(name, value)?,
+            None => head.remove(&HeaderName::from_static(name)),
         }
     }
     if let Some(path) = f.path {

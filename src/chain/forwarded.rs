@@ -8,7 +8,7 @@
 //! element, and the upstream trusts as much of the list as it knows proxies for.
 
 use http::header::FORWARDED;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderValue};
 use std::fmt::Write;
 use std::net::IpAddr;
 
@@ -33,11 +33,36 @@ pub struct Origin<'a> {
 }
 
 /// A header the upstream gets (`Some`) or does not get at all (`None`).
-pub type Edit = (HeaderName, Option<HeaderValue>);
+pub type Edit = (&'static str, Option<HeaderValue>);
+
+/// The forwarding headers the upstream gets: each set (`Some`) or removed (`None`); without
+/// `forwarded`, `Forwarded` is left as received (the route does not add its element).
+pub struct Forwarding {
+    pub forwarded: Option<HeaderValue>,
+    pub proto: &'static str,
+    pub host: Option<HeaderValue>,
+    pub prefix: Option<HeaderValue>,
+}
+
+impl Forwarding {
+    /// Every header the upstream gets or loses, by its name (static: no name is built per
+    /// request).
+    pub fn edits(self) -> impl Iterator<Item = Edit> {
+        let forwarded = self.forwarded.map(|v| ("forwarded", Some(v)));
+        forwarded.into_iter().chain([
+            (
+                X_FORWARDED_PROTO,
+                Some(HeaderValue::from_static(self.proto)),
+            ),
+            (X_FORWARDED_HOST, self.host),
+            (X_FORWARDED_PREFIX, self.prefix),
+        ])
+    }
+}
 
 /// The forwarding headers for a request that arrived with `incoming`: every header of
 /// [`Origin`]'s, set or removed.
-pub fn headers(o: &Origin<'_>, incoming: &HeaderMap) -> Result<Vec<Edit>, String> {
+pub fn headers(o: &Origin<'_>, incoming: &HeaderMap) -> Result<Forwarding, String> {
     let value = |text: &str| HeaderValue::try_from(text).map_err(|e| e.to_string());
     let ours = if o.tls { "https" } else { "http" };
     let proto = o
@@ -62,8 +87,7 @@ pub fn headers(o: &Origin<'_>, incoming: &HeaderMap) -> Result<Vec<Edit>, String
             .flatten()
             .filter(|p| p.starts_with('/'))
     });
-    let mut edits = Vec::with_capacity(4);
-    if o.forwarded {
+    let forwarded = if o.forwarded {
         let mut list: Vec<&str> = incoming
             .get_all(FORWARDED)
             .iter()
@@ -73,21 +97,16 @@ pub fn headers(o: &Origin<'_>, incoming: &HeaderMap) -> Result<Vec<Edit>, String
             .collect();
         let hop = element(o.peer, host, ours);
         list.push(&hop);
-        edits.push((FORWARDED, Some(value(&list.join(", "))?)));
-    }
-    edits.push((
-        HeaderName::from_static(X_FORWARDED_PROTO),
-        Some(HeaderValue::from_static(proto)),
-    ));
-    edits.push((
-        HeaderName::from_static(X_FORWARDED_HOST),
-        host.map(value).transpose()?,
-    ));
-    edits.push((
-        HeaderName::from_static(X_FORWARDED_PREFIX),
-        prefix.map(value).transpose()?,
-    ));
-    Ok(edits)
+        Some(value(&list.join(", "))?)
+    } else {
+        None
+    };
+    Ok(Forwarding {
+        forwarded,
+        proto,
+        host: host.map(value).transpose()?,
+        prefix: prefix.map(value).transpose()?,
+    })
 }
 
 /// The one value of `name`: `None` when absent, repeated, a list, or not text.
@@ -134,6 +153,7 @@ fn element(peer: Option<IpAddr>, host: Option<&str>, proto: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderName;
 
     fn origin<'a>(trusted: bool, tls: bool) -> Origin<'a> {
         Origin {
@@ -158,11 +178,17 @@ mod tests {
     }
 
     /// What the upstream gets of `name`: `None` when it is removed, absent when untouched.
-    fn get(edits: &[Edit], name: &str) -> Option<Option<String>> {
+    fn get(edits: &Forwarding, name: &str) -> Option<Option<String>> {
+        let edits = Forwarding {
+            forwarded: edits.forwarded.clone(),
+            host: edits.host.clone(),
+            prefix: edits.prefix.clone(),
+            ..*edits
+        };
         edits
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_ref().map(|v| v.to_str().unwrap().to_owned()))
+            .edits()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.map(|v| v.to_str().unwrap().to_owned()))
     }
 
     fn set(v: &str) -> Option<Option<String>> {

@@ -23,9 +23,11 @@ pub fn generate() -> String {
     String::from_utf8(generate_digits().to_vec()).expect("hex digits are ASCII")
 }
 
-/// A new id (see [`generate`]) as a header value, copied once.
+/// A new id (see [`generate`]) as a header value: one allocation, shared (not copied) by
+/// the upstream request and the response that carry it.
 pub fn generate_value() -> http::HeaderValue {
-    http::HeaderValue::from_bytes(&generate_digits()).expect("hex digits are a valid value")
+    http::HeaderValue::from_maybe_shared(bytes::Bytes::from_owner(generate_digits()))
+        .expect("hex digits are a valid value")
 }
 
 fn generate_digits() -> [u8; 32] {

@@ -60,10 +60,14 @@ pub struct Pool {
     pub outliers: Option<Arc<Outliers>>,
     /// Its requests and retries in flight (what retries may take).
     pub budget: Arc<RetryBudget>,
+    /// The one server of a pool that can only ever choose it (one address, never resolved
+    /// again, no health check, no outlier ejection): chosen without a look at the balancer.
+    only: Option<Selected>,
 }
 
 /// The selected server: its address, in a TLS pool the host it came from, in a
 /// least-request pool its requests in flight.
+#[derive(Clone)]
 pub struct Selected {
     pub addr: SocketAddr,
     pub host: Option<Arc<str>>,
@@ -192,6 +196,10 @@ impl Pool {
             discovery.servers.push(server);
         }
         let has_names = discovery.servers.iter().any(Server::is_name);
+        let single = match initial.len() {
+            1 => initial.iter().next().and_then(selected),
+            _ => None,
+        };
         *discovery.initial.get_mut().expect("not poisoned") = Some(initial);
         let mut lb = LoadBalancer::<RoundRobin>::from_backends(Backends::new(Box::new(discovery)));
         // The first discovery hands out what was just resolved: no I/O, no runtime needed.
@@ -221,7 +229,10 @@ impl Pool {
                 .map_or_else(|| Arc::new(Gate::new(settings)), Arc::clone)
         });
         let resolving = has_names && !config.resolve_interval.is_zero();
+        let only =
+            single.filter(|_| !resolving && config.health_check.is_none() && outliers.is_none());
         Ok(Pool {
+            only,
             config: config.clone(),
             lb,
             next_check: Mutex::new(config.health_check.as_ref().map(|_| Instant::now())),
@@ -290,6 +301,9 @@ impl Pool {
     /// server a retry's previous try failed on — another healthy server is taken if there is
     /// one, that one only if it is the last.
     pub fn select(&self, avoid: Option<SocketAddr>) -> Option<Selected> {
+        if let Some(only) = &self.only {
+            return Some(only.clone());
+        }
         if avoid.is_some() {
             if let Some(other) = self.select_avoiding(avoid) {
                 return Some(other);
