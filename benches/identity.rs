@@ -142,6 +142,7 @@ fn identity(c: &mut Criterion) {
             cache: &cache,
             hasher: &hasher,
             used_claims: &no_claims,
+            may_verify: None,
         };
         let now = jsonwebtoken::get_current_timestamp();
         rt.block_on(authenticate(&cached, &token, now)).unwrap();

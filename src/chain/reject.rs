@@ -71,6 +71,7 @@ impl Reject {
                 | CredentialError::Key(ApiKeyError::Ambiguous | ApiKeyError::RepeatedAuthorization),
             ) => Kind::BadRequest,
             Reject::Token(TokenError::NoKeys) => Kind::IdentityUnavailable,
+            Reject::Token(TokenError::TooManyFailures) => Kind::QuotaExceeded,
             Reject::Credential(_) | Reject::Token(_) => Kind::Unauthorized,
             Reject::UriTooLong(_) => Kind::UriTooLong,
             Reject::HeadersTooLarge(_) => Kind::HeadersTooLarge,

@@ -150,6 +150,7 @@ impl Admin {
                 IpTableId::ServerDefault => "ip:server".to_owned(),
                 IpTableId::Route(r) => format!("ip:{r}"),
                 IpTableId::Quota => "quota".to_owned(),
+                IpTableId::TokenFailures => "token_failures".to_owned(),
             };
             m.tracked_entries
                 .with_label_values(&[&label])

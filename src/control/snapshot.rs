@@ -40,6 +40,8 @@ pub enum IpTableId {
     Route(String),
     /// The quota endpoint's own bucket per identified client (`server.quota_limit`).
     Quota,
+    /// Bearer tokens that failed their checks, per address (`server.token_failure_limit`).
+    TokenFailures,
 }
 
 pub struct IpTable {
@@ -330,6 +332,9 @@ fn build_ip_tables(config: &Config, previous: Option<&Snapshot>) -> BTreeMap<IpT
     }
     if let (Some(_), Some(own)) = (&config.server.quota_path, config.server.quota_limit) {
         wanted.insert(IpTableId::Quota, own);
+    }
+    if let (false, Some(own)) = (config.issuers.is_empty(), config.server.token_failure_limit) {
+        wanted.insert(IpTableId::TokenFailures, own);
     }
     for r in &config.routes {
         match (r.ip_limit, config.server.ip_limit) {

@@ -75,6 +75,25 @@ impl IpLimiter {
         decision
     }
 
+    /// How [`IpLimiter::check`] would decide for `key` at `now`, nothing taken: whether
+    /// the key's bucket has a token left.
+    pub fn peek(&self, key: IpKey, now: u64) -> Decision {
+        let (index, shard) = self.table.lock_key(&key);
+        if let Some(bucket) = shard.get(&key) {
+            return bucket.decide(&self.policy, now, 1).0;
+        }
+        if shard.len() < self.max_per_shard {
+            return TokenBucket::full(&self.policy)
+                .decide(&self.policy, now, 1)
+                .0;
+        }
+        drop(shard);
+        let bucket = self.overflow[index]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        bucket.decide(&self.policy, now, 1).0
+    }
+
     /// Drops every bucket that is full at `now` (it would decide exactly like a new one).
     /// Returns how many were dropped.
     pub fn sweep(&self, now: u64) -> usize {
@@ -115,6 +134,20 @@ mod tests {
             Policy::new("ip", Algorithm::TokenBucket, rate, 1000, burst),
             max,
         )
+    }
+
+    #[test]
+    fn a_peek_takes_nothing_and_sees_what_a_check_would() {
+        for max in [100, 0] {
+            // 0: every key in the overflow buckets.
+            let l = limiter(1, 2, max);
+            assert!(l.peek(7, T0).allowed);
+            assert!(l.peek(7, T0).allowed, "nothing taken by a peek");
+            assert!(l.check(7, T0).allowed && l.check(7, T0).allowed);
+            assert!(!l.peek(7, T0).allowed);
+            assert!(!l.check(7, T0).allowed);
+            assert!(l.peek(7, T0 + 1000).allowed, "refilled");
+        }
     }
 
     #[test]

@@ -118,7 +118,7 @@ impl UpstreamMetrics {
 pub const RESPONSE_COST_RESULTS: [&str; 5] = ["charged", "capped", "missing", "invalid", "failed"];
 
 /// The results a bearer token check is counted by.
-pub const TOKEN_RESULTS: [&str; 12] = [
+pub const TOKEN_RESULTS: [&str; 13] = [
     "cached",
     "verified",
     "malformed",
@@ -131,6 +131,7 @@ pub const TOKEN_RESULTS: [&str; 12] = [
     "audience",
     "claims",
     "no_keys",
+    "too_many_failures",
 ];
 
 /// `collector`, registered in `registry` (its name unique there).
@@ -250,7 +251,7 @@ impl Metrics {
                 gauge_vec(r, "turnstile_jwks_loaded_timestamp_seconds", "When the keys in use per issuer were loaded (Unix time; 0: never)", &["issuer"]),
             ),
             token_checks: {
-                let v = counter_vec(r, "turnstile_token_checks_total", "Bearer tokens checked, by result: cached, verified, or why refused (malformed, algorithm, issuer, unknown_key, signature, expired, not_yet_valid, audience, claims, no_keys)", &["result"]);
+                let v = counter_vec(r, "turnstile_token_checks_total", "Bearer tokens checked, by result: cached, verified, or why refused (malformed, algorithm, issuer, unknown_key, signature, expired, not_yet_valid, audience, claims, no_keys), or not checked (too_many_failures)", &["result"]);
                 TOKEN_RESULTS.iter().map(|r| (*r, v.with_label_values(&[r]))).collect()
             },
             response_costs: {

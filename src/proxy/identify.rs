@@ -9,7 +9,9 @@ use crate::chain::credential::TokenFrom;
 use crate::chain::credential::{credential, Credential, CredentialError};
 use crate::chain::jwt::issuer::{authenticate, Checked, Issuer, TokenCheck};
 use crate::chain::reject::Reject;
-use crate::control::snapshot::Route;
+use crate::clock::{Clock, MonotonicClock};
+use crate::control::snapshot::{IpTableId, Route};
+use crate::limit::ip::{IpKey, IpLimiter};
 use crate::proxy::context::RequestCtx;
 use pingora::proxy::Session;
 use std::sync::Arc;
@@ -20,6 +22,8 @@ pub struct Accepted<'a> {
     pub auth: Auth,
     pub token_from: &'a TokenFrom,
     pub issuers: &'a [Arc<Issuer>],
+    /// The caller's grouped address (failed token checks are counted by it).
+    pub ip: Option<IpKey>,
 }
 
 impl<'a> Accepted<'a> {
@@ -28,6 +32,7 @@ impl<'a> Accepted<'a> {
             auth: route.config.auth,
             token_from: &route.config.token_from,
             issuers: &route.issuers,
+            ip: None,
         }
     }
 }
@@ -60,16 +65,34 @@ pub async fn identify(
             ctx.client = Some(client);
         }
         Credential::Token(token) => {
+            // An address whose tokens failed their checks too often gets no more verified
+            // for a while; each failure that cost a verification counts.
+            let failures = match (
+                snapshot.ip_tables.get(&IpTableId::TokenFailures),
+                accepted.ip,
+            ) {
+                (Some(table), Some(ip)) => Some((&table.limiter, ip)),
+                _ => None,
+            };
+            let may_verify = failures.map(|(limiter, ip): (&Arc<IpLimiter>, IpKey)| {
+                move || limiter.peek(ip, MonotonicClock.now_ms()).allowed
+            });
             let check = TokenCheck {
                 issuers: accepted.issuers,
                 cache: &snapshot.identity.tokens,
                 hasher: &snapshot.hasher,
                 used_claims: &snapshot.identity.used_claims,
+                may_verify: may_verify.as_ref().map(|f| f as &(dyn Fn() -> bool + Sync)),
             };
             let checked = authenticate(&check, token, unix_now()).await;
             let metrics = &snapshot.metrics;
             let (identity, how) = checked
-                .inspect_err(|e| metrics.token_checked(e.reason()))
+                .inspect_err(|e| {
+                    metrics.token_checked(e.reason());
+                    if let (Some((limiter, ip)), true) = (failures, e.was_verified()) {
+                        limiter.check(ip, MonotonicClock.now_ms());
+                    }
+                })
                 .map_err(Reject::Token)?;
             metrics.token_checked(match how {
                 Checked::Cached => "cached",

@@ -59,6 +59,7 @@ pub async fn answer(
         },
         token_from: &TokenFrom::Authorization,
         issuers: &issuers,
+        ip,
     };
     identify(session, ctx, &accepted).await?;
     let client = ctx.client.clone().expect("identified");

@@ -78,7 +78,10 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
         checked?;
     }
     if route.config.auth.identifies() {
-        let accepted = crate::proxy::identify::Accepted::of(route);
+        let accepted = crate::proxy::identify::Accepted {
+            ip,
+            ..crate::proxy::identify::Accepted::of(route)
+        };
         crate::proxy::identify::identify(session, ctx, &accepted)
             .await
             .inspect_err(|_| ctx.admission.unauthorized())?;

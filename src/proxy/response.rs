@@ -82,7 +82,8 @@ pub async fn respond_reject(
         Reject::Store(_)
         | Reject::Overloaded(_)
         | Reject::TooManyWaiting
-        | Reject::WaitingShareTaken => {
+        | Reject::WaitingShareTaken
+        | Reject::Token(TokenError::TooManyFailures) => {
             // Short: the store is usually back (or the breaker decides) within a second, and a
             // shedding pool's limit moves every window.
             extra.push((RETRY_AFTER, HeaderValue::from_static("1")));

@@ -833,3 +833,64 @@ fn the_readmes_demo_token_is_accepted_by_the_demo_configuration() {
     let resp = gw.get_with("/orders", &[("Authorization", &bearer(&forged))]);
     assert_eq!(resp.status, 401);
 }
+
+#[test]
+fn an_address_whose_tokens_keep_failing_gets_no_more_verified_for_a_while() {
+    // No per-IP limit on the route: the failure bucket alone bounds the signatures one
+    // address makes the gateway check.
+    let up = Upstream::start("api");
+    let key = Signer::rsa("k1");
+    let forger = Signer::rsa("k1"); // the issuer's kid, another key
+    let idp = JwksServer::start(&[&key]);
+    let gw = Gateway::start_with(
+        "token_failure_limit = { rate = \"1/h\", burst = 5 }",
+        &config(&up, &format!("jwks_url = \"{}\"", idp.url()), "", ""),
+    );
+    wait_until("keys fetched", || gw.admin("/readyz").status == 200);
+    // A token verified before the address's failures stays usable (remembered, no check).
+    let known = key.sign(&claims("alice"));
+    assert_eq!(call(&gw, &known).status, 200);
+    let checked = |result: &str| gw.metric("turnstile_token_checks_total", &[("result", result)]);
+    for i in 0..5 {
+        let forged = forger.sign(&claims(&format!("admin-{i}")));
+        assert_eq!(call(&gw, &forged).status, 401, "forged token {i}");
+    }
+    assert_eq!(checked("signature"), 5.0);
+    // The sixth forged token, and a valid token never seen, are refused unverified.
+    for token in [forger.sign(&claims("admin-6")), key.sign(&claims("bob"))] {
+        let resp = call(&gw, &token);
+        assert_eq!(resp.status, 429, "{}", resp.text());
+        assert_eq!(resp.header("retry-after"), Some("1"));
+        assert!(
+            resp.text().contains("failed their checks"),
+            "{}",
+            resp.text()
+        );
+    }
+    assert_eq!(
+        checked("signature"),
+        5.0,
+        "no signature checked once refused"
+    );
+    assert_eq!(checked("too_many_failures"), 2.0);
+    assert_eq!(
+        call(&gw, &known).status,
+        200,
+        "a remembered token still passes"
+    );
+
+    // The same flood where the limit is off: every token is verified.
+    let open = Gateway::start_with(
+        "token_failure_limit = \"off\"",
+        &config(&up, &format!("jwks_url = \"{}\"", idp.url()), "", ""),
+    );
+    wait_until("keys fetched", || open.admin("/readyz").status == 200);
+    for i in 0..8 {
+        assert_eq!(
+            call(&open, &forger.sign(&claims(&format!("m-{i}")))).status,
+            401
+        );
+    }
+    let signature = open.metric("turnstile_token_checks_total", &[("result", "signature")]);
+    assert_eq!(signature, 8.0);
+}

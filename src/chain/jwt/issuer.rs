@@ -75,6 +75,9 @@ pub struct TokenCheck<'a> {
     pub hasher: &'a KeyHasher,
     /// Every claim some route reads.
     pub used_claims: &'a [ClaimPath],
+    /// Asked before a token not remembered is verified: `false` refuses it unverified
+    /// ([`TokenError::TooManyFailures`]; `server.token_failure_limit`).
+    pub may_verify: Option<&'a (dyn Fn() -> bool + Sync)>,
 }
 
 /// How the identity was had.
@@ -109,6 +112,9 @@ pub async fn authenticate(
                 .ok_or(TokenError::UnknownIssuer)?
         }
     };
+    if check.may_verify.is_some_and(|may| !may()) {
+        return Err(TokenError::TooManyFailures);
+    }
     let source = &issuer.source;
     let mut generation = source.generation();
     let mut refreshed = false;

@@ -75,6 +75,9 @@ pub enum TokenError {
     InvalidClaim(String),
     /// The issuer's keys were never loaded (its JWKS endpoint has not answered yet).
     NoKeys,
+    /// Tokens from this address failed their checks too often lately
+    /// (`server.token_failure_limit`): not verified.
+    TooManyFailures,
 }
 
 impl TokenError {
@@ -97,6 +100,7 @@ impl TokenError {
                 "the identity provider's keys are not available yet; this is not caused by the request"
                     .into()
             }
+            TokenError::TooManyFailures => "too many tokens from this address failed their checks lately; retry after the time in Retry-After".into(),
         }
     }
 
@@ -113,7 +117,24 @@ impl TokenError {
             TokenError::Audience => "audience",
             TokenError::MissingClaim(_) | TokenError::InvalidClaim(_) => "claims",
             TokenError::NoKeys => "no_keys",
+            TokenError::TooManyFailures => "too_many_failures",
         }
+    }
+
+    /// The token's signature was checked before it was refused (a failure that cost the
+    /// gateway a verification: what `server.token_failure_limit` counts).
+    pub fn was_verified(&self) -> bool {
+        matches!(
+            self,
+            TokenError::Signature
+                | TokenError::Expired
+                | TokenError::NotYetValid
+                | TokenError::IssuedInFuture
+                | TokenError::Audience
+                | TokenError::Issuer
+                | TokenError::MissingClaim(_)
+                | TokenError::InvalidClaim(_)
+        )
     }
 }
 

@@ -147,6 +147,9 @@ pub struct ServerFile {
     /// Each client's own bucket for the quota endpoint (`"off"`, or `{ rate, burst }`;
     /// default 1/s, burst 10).
     pub quota_limit: Option<IpLimitSetting>,
+    /// Failed bearer-token checks per address before its tokens are refused unverified
+    /// (`"off"`, or `{ rate, burst }`; default 5/s, burst 20).
+    pub token_failure_limit: Option<IpLimitSetting>,
     /// Most requests held by leaky buckets at once on this instance (default 10000).
     pub max_delayed: Option<usize>,
     /// Most of them one client holds, by client id and by address (default a quarter).

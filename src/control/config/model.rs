@@ -81,6 +81,9 @@ pub struct ServerConfig {
     pub quota_path: Option<String>,
     /// Each identified client's bucket for the quota endpoint (`None`: off).
     pub quota_limit: Option<IpLimitConfig>,
+    /// Bearer tokens that may fail their checks per grouped address before that address's
+    /// tokens are refused unverified for a while (`None`: off).
+    pub token_failure_limit: Option<IpLimitConfig>,
     /// Most requests held by leaky buckets at once on this instance.
     pub max_delayed: usize,
     /// Most of them one client holds at once (by client id, and by grouped address).

@@ -41,6 +41,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         max_cached_tokens,
         quota_path,
         quota_limit,
+        token_failure_limit,
         max_delayed,
         max_delayed_per_client,
         on_store_error,
@@ -145,6 +146,19 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
             Some(crate::control::config::file::IpLimitSetting::Off) => None,
             Some(crate::control::config::file::IpLimitSetting::Limit(l)) => {
                 Some(ip_limit_config("server.quota_limit", l, problems))
+            }
+        },
+        token_failure_limit: match token_failure_limit {
+            None => Some(IpLimitConfig {
+                rate: crate::control::config::units::Rate {
+                    amount: 5,
+                    period: std::time::Duration::from_secs(1),
+                },
+                burst: 20,
+            }),
+            Some(crate::control::config::file::IpLimitSetting::Off) => None,
+            Some(crate::control::config::file::IpLimitSetting::Limit(l)) => {
+                Some(ip_limit_config("server.token_failure_limit", l, problems))
             }
         },
         max_delayed: max_delayed.unwrap_or(10_000),
