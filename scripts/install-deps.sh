@@ -2,7 +2,7 @@
 # Installs what this machine lacks for `scripts/install-deps.sh demo` (building and the demo:
 # `make demo`, `make build`) or `test` (the default: everything `make test` and the benches
 # use as well):
-#   cmake        — Pingora's build (demo)
+#   cmake        — Pingora's build and aws-lc's (the token verification backend) (demo)
 #   curl         — the demo tour's client, the TLS and HTTP/2 tests' client (demo)
 #   redis-server — the tests start their own Redis servers
 #   redis-tools  — redis-cli, to create the test Redis Cluster

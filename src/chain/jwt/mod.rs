@@ -10,7 +10,7 @@
 //!       ─► TokenIdentity: client `jwt:<issuer>:<hash>` + plan, the claims routes use
 //! ```
 //!
-//! Signatures are checked by the `jsonwebtoken` crate (pure-Rust crypto); nothing here signs
+//! Signatures are checked by the `jsonwebtoken` crate (its aws-lc-rs backend); nothing here signs
 //! or verifies by hand.
 
 pub mod cache;
