@@ -139,9 +139,9 @@ fn request(path: &str, headers: &str, body: &str) -> String {
 const BUDGETS: [(&str, f64); 5] = [
     ("pass-through", 40.0),
     ("per-IP", 50.0),
-    ("API key + one Redis limit", 75.0),
-    ("cached bearer token", 75.0),
-    ("keyed body limit", 85.0),
+    ("API key + one Redis limit", 70.0),
+    ("cached bearer token", 70.0),
+    ("keyed body limit", 80.0),
 ];
 
 #[test]

@@ -445,8 +445,10 @@ pub struct Call<'a> {
 
 impl<'a> Call<'a> {
     fn new(script: &'a Script, keys: usize) -> Call<'a> {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash()).arg(keys);
+        // Room for a decision of a few limits at once: growing the argument lists one
+        // argument at a time was 7 allocations per call.
+        let mut cmd = redis::Cmd::with_capacity(32, 512);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
         Call { script, cmd }
     }
 
