@@ -6,6 +6,8 @@
 #               (benches/floor.rs; bench-only, not the product)
 #   proxy       bare pingora-proxy: a ProxyHttp with only upstream_peer (benches/floor.rs)
 #   turnstile   the gateway, pass-through (one route, no limits)
+#   before      with BEFORE=path/to/an/older/turnstile: that binary, same configuration — a
+#               change on the request path measured before and after in the same run
 # all with $THREADS worker thread(s), in front of the same nginx origin (return 200).
 #
 # wrk -t1 -c$CONNS for $DURATION s per target, targets alternated over $ROUNDS rounds; median
@@ -46,6 +48,7 @@ trap cleanup EXIT INT TERM
 . benches/load/lib.sh
 
 ORIGIN=$(port); NGX=$(port); CORE=$(port); PROXY=$(port); GW=$(port); ADMIN=$(port)
+OLD=$(port); OLD_ADMIN=$(port)
 cat > "$WORK/nginx.conf" <<EOF
 worker_processes $THREADS; daemon off; pid $WORK/nginx.pid; error_log $WORK/nginx.err;
 events { worker_connections 4096; }
@@ -73,11 +76,18 @@ nginx -c "$(origin_conf "$WORK" "$ORIGIN")" & pids+=($!)
 nginx -c "$WORK/nginx.conf" & pids+=($!)
 "$FLOOR" core "127.0.0.1:$CORE" "127.0.0.1:$ORIGIN" "$THREADS" > "$WORK/core.log" 2>&1 & pids+=($!); PID_core=$!
 "$FLOOR" proxy "127.0.0.1:$PROXY" "127.0.0.1:$ORIGIN" "$THREADS" > "$WORK/proxy.log" 2>&1 & pids+=($!); PID_proxy=$!
-target/release/turnstile --config "$WORK/gw.toml" > "$WORK/gw.log" 2>&1 & pids+=($!); PID_turnstile=$!
+"${CARGO_TARGET_DIR:-target}/release/turnstile" --config "$WORK/gw.toml" > "$WORK/gw.log" 2>&1 & pids+=($!); PID_turnstile=$!
 for p in $ORIGIN $NGX $CORE $PROXY $GW; do wait_port "$p"; done
 
 TARGETS=(nginx core proxy turnstile)
-target_port() { case $1 in nginx) echo $NGX;; core) echo $CORE;; proxy) echo $PROXY;; turnstile) echo $GW;; esac; }
+if [ -n "${BEFORE:-}" ]; then
+  sed -e "s/127.0.0.1:$GW/127.0.0.1:$OLD/" -e "s/127.0.0.1:$ADMIN/127.0.0.1:$OLD_ADMIN/" \
+    -e "s#$WORK/gw\.#$WORK/old.#g" "$WORK/gw.toml" > "$WORK/old.toml"
+  "$BEFORE" --config "$WORK/old.toml" > "$WORK/old.log" 2>&1 & pids+=($!); PID_before=$!
+  wait_port "$OLD"
+  TARGETS+=(before)
+fi
+target_port() { case $1 in nginx) echo $NGX;; core) echo $CORE;; proxy) echo $PROXY;; turnstile) echo $GW;; before) echo $OLD;; esac; }
 target_pid() { case $1 in nginx) pgrep -P "$(cat "$WORK/nginx.pid")" | tr '\n' ' ';; *) eval echo "\$PID_$1";; esac; }
 TICK=$(getconf CLK_TCK)
 
