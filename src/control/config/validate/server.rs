@@ -135,32 +135,13 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
             problems,
         ),
         max_cached_tokens: max_cached_tokens.unwrap_or(defaults::MAX_CACHED_TOKENS),
-        quota_limit: match quota_limit {
-            None => Some(IpLimitConfig {
-                rate: crate::control::config::units::Rate {
-                    amount: 1,
-                    period: std::time::Duration::from_secs(1),
-                },
-                burst: 10,
-            }),
-            Some(crate::control::config::file::IpLimitSetting::Off) => None,
-            Some(crate::control::config::file::IpLimitSetting::Limit(l)) => {
-                Some(ip_limit_config("server.quota_limit", l, problems))
-            }
-        },
-        token_failure_limit: match token_failure_limit {
-            None => Some(IpLimitConfig {
-                rate: crate::control::config::units::Rate {
-                    amount: 5,
-                    period: std::time::Duration::from_secs(1),
-                },
-                burst: 20,
-            }),
-            Some(crate::control::config::file::IpLimitSetting::Off) => None,
-            Some(crate::control::config::file::IpLimitSetting::Limit(l)) => {
-                Some(ip_limit_config("server.token_failure_limit", l, problems))
-            }
-        },
+        quota_limit: on_by_default("server.quota_limit", quota_limit, (1, 10), problems),
+        token_failure_limit: on_by_default(
+            "server.token_failure_limit",
+            token_failure_limit,
+            (5, 20),
+            problems,
+        ),
         max_delayed: max_delayed.unwrap_or(10_000),
         max_delayed_per_client: at_least_one(
             "server.max_delayed_per_client",
@@ -279,6 +260,27 @@ pub(super) fn grouping_config(v4: Option<u8>, v6: Option<u8>, problems: &mut Pro
     Grouping {
         ipv4_prefix: prefix("server.ipv4_prefix", v4, 32, defaults.ipv4_prefix),
         ipv6_prefix: prefix("server.ipv6_prefix", v6, 128, defaults.ipv6_prefix),
+    }
+}
+
+/// A bucket that is on unless `"off"`: `default` is (per second, burst).
+fn on_by_default(
+    path: &str,
+    setting: Option<crate::control::config::file::IpLimitSetting>,
+    default: (u64, u64),
+    problems: &mut Problems,
+) -> Option<IpLimitConfig> {
+    use crate::control::config::file::IpLimitSetting;
+    match setting {
+        None => Some(IpLimitConfig {
+            rate: crate::control::config::units::Rate {
+                amount: default.0,
+                period: std::time::Duration::from_secs(1),
+            },
+            burst: default.1,
+        }),
+        Some(IpLimitSetting::Off) => None,
+        Some(IpLimitSetting::Limit(l)) => Some(ip_limit_config(path, l, problems)),
     }
 }
 
