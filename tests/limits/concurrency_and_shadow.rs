@@ -310,7 +310,12 @@ fn slots_are_kept_for_as_long_as_requests_last_and_a_crashed_instance_frees_them
         refused >= 20,
         "the check ran through the requests' lives: {refused}"
     );
-    drop(slow_answer);
+    // The slow answer ends (with its slot kept all along) before the next part: a slot it
+    // still held would leave the crashed instance only one (its second request refused).
+    let mut slow_answer = slow_answer;
+    let mut answer = Vec::new();
+    std::io::Read::read_to_end(&mut slow_answer, &mut answer).unwrap();
+    assert_eq!(http::parse(&answer).map_or(0, |(r, _)| r.status), 200);
     let statuses = retry_while_429(|| get(&b, "/echo/after").status);
     assert_eq!(statuses.last(), Some(&200), "{statuses:?}");
 
@@ -321,7 +326,13 @@ fn slots_are_kept_for_as_long_as_requests_last_and_a_crashed_instance_frees_them
         trickled(&c, 1000, Duration::from_millis(200)),
         trickled(&c, 1000, Duration::from_millis(200)),
     ];
-    wait_until("both slots taken", || get(&b, "/echo/probe").status == 429);
+    wait_until("both slots taken", || {
+        assert!(
+            held.iter().all(|h| !h.is_finished()),
+            "one of the crashing instance's requests was answered (refused?)"
+        );
+        get(&b, "/echo/probe").status == 429
+    });
     c.proc.kill();
     let statuses = retry_while_429(|| get(&b, "/echo/after-crash").status);
     assert_eq!(statuses.last(), Some(&200), "{statuses:?}");
