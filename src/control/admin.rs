@@ -167,6 +167,7 @@ impl Admin {
             .with_label_values(&["store:local_fallback"])
             .set(fallback as i64);
         m.set_breaker_state(snapshot.store.breaker_state());
+        m.set_store_nodes(&snapshot.store.nodes(), snapshot.store.redirects());
     }
 
     fn readiness(&self, snapshot: &Snapshot) -> (bool, serde_json::Value) {
@@ -236,6 +237,14 @@ impl Admin {
                 // lost — and how many times it was repaired.
                 "connection": snapshot.store.connection().map(|(up, _)| if up { "up" } else { "repairing" }),
                 "connection_repairs": snapshot.store.connection().map(|(_, n)| n),
+                // Redis Cluster: each node with its own breaker; a node's trouble sends only
+                // the clients whose keys live there to their routes' failure mode.
+                "nodes": snapshot.store.nodes().iter().map(|n| json!({
+                    "node": n.addr,
+                    "circuit_breaker": n.breaker.as_str(),
+                    "status": n.health.as_str(),
+                    "slots": n.slots,
+                })).collect::<Vec<_>>(),
             },
         });
         (ready, body)

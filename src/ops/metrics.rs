@@ -28,6 +28,11 @@ pub struct Metrics {
     lease_local: IntCounter,
     breaker_state: IntGaugeVec,
     breaker_transitions: IntCounterVec,
+    /// Redis Cluster: each node's own breaker, and the slots it serves (set at scrape).
+    node_breaker_state: IntGaugeVec,
+    node_slots: IntGaugeVec,
+    /// Redis Cluster: `MOVED` and `ASK` redirects followed.
+    redirects: IntCounterVec,
     /// Whole requests (first byte in to response done) per route.
     request_duration: HistogramVec,
     /// How long leaky buckets held requests before forwarding them, per route.
@@ -234,6 +239,9 @@ impl Metrics {
             reload_timestamp: registered(r, prometheus::Gauge::new("turnstile_config_last_reload_timestamp_seconds", "When the configuration was last loaded or a reload of it failed (Unix time)").expect("valid metric")),
             reload_success: gauge(r, "turnstile_config_last_reload_success", "1 when the last load or reload of the configuration succeeded (or found it unchanged), 0 when it failed"),
             breaker_transitions: counter_vec(r, "turnstile_circuit_breaker_transitions_total", "Circuit breaker state changes, by the state entered", &["to"]),
+            node_breaker_state: gauge_vec(r, "turnstile_store_node_breaker_state", "Redis Cluster: each node's own circuit breaker, 1 for the state it is in (closed, open, half_open)", &["node", "state"]),
+            node_slots: gauge_vec(r, "turnstile_store_node_slots", "Redis Cluster: hash slots each node serves in this instance's slot map (0: a replica)", &["node"]),
+            redirects: counter_vec(r, "turnstile_store_redirects_total", "Redis Cluster: calls sent again where a MOVED or ASK reply said", &["kind"]),
             upstream: UpstreamMetrics::new(r),
             reloads: counter_vec(r, "turnstile_config_reloads_total", "Configuration reloads by result", &["result"]),
             config_version: gauge(r, "turnstile_config_version", "Number of configurations loaded since start (1 = the initial one)"),
@@ -300,6 +308,28 @@ impl Metrics {
     /// The breaker's current state (refreshed at every scrape).
     pub fn set_breaker_state(&self, state: BreakerState) {
         self.store().set_breaker_state(state);
+    }
+
+    /// Redis Cluster: each node's breaker and slots, and the redirects followed (at scrape).
+    pub fn set_store_nodes(
+        &self,
+        nodes: &[crate::limit::store::redis::NodeStatus],
+        (moved, ask): (u64, u64),
+    ) {
+        for node in nodes {
+            for state in BREAKER_STATES {
+                self.node_breaker_state
+                    .with_label_values(&[node.addr.as_str(), state.as_str()])
+                    .set(i64::from(node.breaker == state));
+            }
+            self.node_slots
+                .with_label_values(&[node.addr.as_str()])
+                .set(node.slots as i64);
+        }
+        for (kind, total) in [("moved", moved), ("ask", ask)] {
+            let counter = self.redirects.with_label_values(&[kind]);
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
     }
 
     fn breaker_gauges(&self) -> [IntGauge; 3] {

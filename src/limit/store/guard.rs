@@ -19,8 +19,11 @@ impl<C: Clock + Clone> Store<C> {
         &'a self,
         call: impl Future<Output = Result<T, StoreError>> + 'a,
     ) -> impl Future<Output = Result<T, StoreError>> + 'a {
-        let now = self.clock.now_ms();
-        let (mut attempt, transition) = self.breaker.attempt(now);
+        let (mut attempt, transition) = match self.node_breakers {
+            // Each Cluster node's own breaker is asked inside the call.
+            true => (Attempt::Call, None),
+            false => self.breaker.attempt(self.clock.now_ms()),
+        };
         self.on_transition(transition);
         if attempt == Attempt::Reject && self.answers_again() {
             // The request connection was repaired since the breaker opened.
@@ -40,6 +43,12 @@ impl<C: Clock + Clone> Store<C> {
     }
     /// Counts, times and reports one finished call to the breaker and the health cell.
     fn record<T>(&self, attempt: Attempt, started: Instant, result: &Result<T, StoreError>) {
+        if let Err(StoreError::CircuitOpen) = result {
+            // A Cluster node's open breaker: not called.
+            self.metrics.short_circuits.inc();
+            self.health.set(StoreHealth::Unreachable);
+            return;
+        }
         self.metrics
             .duration
             .observe(started.elapsed().as_secs_f64());
@@ -53,6 +62,7 @@ impl<C: Clock + Clone> Store<C> {
         self.metrics.calls[slot].inc();
         self.health.record(result);
         let transition = match result {
+            _ if self.node_breakers => None,
             Err(e) if e.is_outage() => self.breaker.on_failure(attempt, self.clock.now_ms()),
             _ => self.breaker.on_success(attempt),
         };
@@ -83,8 +93,32 @@ impl<C: Clock + Clone> Store<C> {
             Backend::Memory(_) => false,
         }
     }
+    /// The store's breaker; on a Cluster, the worst of its nodes' (open, then half-open).
     pub fn breaker_state(&self) -> BreakerState {
-        self.breaker.state()
+        if !self.node_breakers {
+            return self.breaker.state();
+        }
+        let states: Vec<BreakerState> = self.nodes().iter().map(|n| n.breaker).collect();
+        [BreakerState::Open, BreakerState::HalfOpen]
+            .into_iter()
+            .find(|s| states.contains(s))
+            .unwrap_or(BreakerState::Closed)
+    }
+
+    /// Redis Cluster: `MOVED` and `ASK` redirects followed so far.
+    pub fn redirects(&self) -> (u64, u64) {
+        match &self.backend {
+            Backend::Redis(r) => r.redirects(),
+            Backend::Memory(_) => (0, 0),
+        }
+    }
+
+    /// Redis Cluster: every node met, with its own breaker and health (empty otherwise).
+    pub fn nodes(&self) -> Vec<super::redis::NodeStatus> {
+        match &self.backend {
+            Backend::Redis(r) => r.nodes(),
+            Backend::Memory(_) => Vec::new(),
+        }
     }
     /// How the latest call went (the memory store always answers).
     pub fn health(&self) -> StoreHealth {

@@ -84,6 +84,8 @@ pub struct Store<C: Clock + Clone = MonotonicClock> {
     health: HealthCell,
     /// Concurrency slots held in Redis by requests in flight, renewed while they last.
     held: held::HeldTable,
+    /// Redis Cluster: each node has its own breaker, and `breaker` is not used.
+    node_breakers: bool,
 }
 
 impl Store {
@@ -98,7 +100,7 @@ impl Store {
     ) -> Result<Store, StoreError> {
         Ok(Store::new(
             MonotonicClock,
-            Backend::Redis(Arc::new(RedisStore::new(config)?)),
+            Backend::Redis(Arc::new(RedisStore::with_breakers(config, &failure)?)),
             failure,
             metrics,
         ))
@@ -123,7 +125,9 @@ impl<C: Clock + Clone> Store<C> {
         metrics: StoreMetrics,
     ) -> Store<C> {
         metrics.set_breaker_state(BreakerState::Closed);
+        let node_breakers = matches!(&backend, Backend::Redis(r) if matches!(r.config().topology, Topology::Cluster(_)));
         Store {
+            node_breakers,
             fallback: MemoryStore::new(clock.clone()),
             clock,
             backend,

@@ -1,41 +1,28 @@
 //! Connections to Redis: made lazily, inside the runtime that uses them (so a Redis that is
-//! down at start does not stop the gateway), one multiplexed connection per node and lane,
-//! every script loaded when a connection is made. The request lane's connection is repaired
-//! as soon as it is known lost (`repair.rs`); single-node and Sentinel connections speak RESP3
-//! unless the URL says `protocol=resp2`, so that a dropped connection reports itself.
+//! down at start does not stop the gateway), one multiplexed connection per lane, every
+//! script loaded when a connection is made. The request lane's connection is repaired as
+//! soon as it is known lost (`repair.rs`); single-node and Sentinel connections speak RESP3
+//! unless the URL says `protocol=resp2`, so that a dropped connection reports itself. A
+//! Cluster is handed to `cluster/`, node by node.
 
 use crate::limit::store::error::StoreError;
-use crate::limit::store::redis::config::{RedisAuth, RedisConfig, RedisTls, Topology};
+use crate::limit::store::redis::cluster::node::NodeStatus;
+use crate::limit::store::redis::cluster::ClusterLink;
+use crate::limit::store::redis::config::{RedisConfig, Topology};
 use crate::limit::store::redis::repair::{repair_loop, LaneWatch, OnDisconnect, Ping};
 use crate::limit::store::redis::scripts::{Call, Scripts};
+use crate::limit::store::redis::wire::{
+    load, lost_connection, names_protocol, run, tls_certificates, with_auth, Lane, LATE_REPLY,
+};
 use redis::aio::MultiplexedConnection;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, ErrorKind, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo,
-    RedisError, ServerErrorKind, TlsCertificates,
+    AsyncConnectionConfig, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo, RedisError,
 };
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::OnceCell;
-
-/// Which connection a call uses.
-#[derive(Clone, Copy)]
-pub enum Lane {
-    /// Decisions and releases: the connection made (and so driven) by the runtime serving
-    /// requests, so a decision never hops threads to reach Redis.
-    Requests,
-    /// Heartbeats and shutdown give-backs, from the background runtime.
-    Background,
-}
-
-/// How long a connection waits for any reply. Each call is bounded by the configured timeout
-/// on the caller's side; the connection itself waits longer, so that a reply arriving after
-/// that timeout still reaches a caller that kept waiting for it (a lease renewal, whose grant
-/// is then kept instead of lost).
-pub const LATE_REPLY: Duration = Duration::from_secs(30);
 
 // One per process, created once and never moved: variant sizes do not matter.
 #[allow(clippy::large_enum_variant)]
@@ -44,10 +31,8 @@ enum Nodes {
         client: redis::Client,
         lanes: Lanes<ConnectionManager>,
     },
-    Cluster {
-        client: ClusterClient,
-        lanes: Lanes<ClusterConnection>,
-    },
+    /// Node by node, each with its own breaker (`cluster/`).
+    Cluster(Arc<ClusterLink>),
     /// The primary the sentinels name; asked again when its connection fails or it turns
     /// out to be a replica (after a failover).
     Sentinel {
@@ -111,6 +96,7 @@ impl Link {
         config: &RedisConfig,
         connect_timeout: Duration,
         scripts: Arc<Scripts>,
+        breaker: (u32, Duration),
     ) -> Result<Arc<Link>, StoreError> {
         // rustls needs a process-wide crypto provider before a `rediss://` connection.
         pingora::tls::install_default_crypto_provider();
@@ -135,25 +121,14 @@ impl Link {
                     lanes: Lanes::new(),
                 }
             }
-            Topology::Cluster(nodes) => {
-                let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
-                    .connection_timeout(connect_timeout)
-                    .response_timeout(LATE_REPLY)
-                    .retries(0);
-                if let Some(user) = &config.auth.username {
-                    builder = builder.username(user);
-                }
-                if let Some(password) = &config.auth.password {
-                    builder = builder.password(password);
-                }
-                if let Some(certs) = certs {
-                    builder = builder.certs(certs);
-                }
-                Nodes::Cluster {
-                    client: builder.build().map_err(unusable)?,
-                    lanes: Lanes::new(),
-                }
-            }
+            Topology::Cluster(seeds) => Nodes::Cluster(ClusterLink::new(
+                seeds,
+                &config.auth,
+                certs,
+                Arc::clone(&scripts),
+                breaker,
+                connect_timeout,
+            )?),
             Topology::Sentinel { master, sentinels } => {
                 resp3 = true;
                 let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(
@@ -213,6 +188,10 @@ impl Link {
         call: &Call<'_>,
         lane: Lane,
     ) -> Result<T, StoreError> {
+        if let Nodes::Cluster(cluster) = &self.nodes {
+            // Each node's connections, breaker and repair are its own.
+            return cluster.invoke(call, lane).await;
+        }
         if matches!(lane, Lane::Requests) {
             if self.watch.start() {
                 // In the runtime serving requests, whose connection it repairs.
@@ -244,14 +223,12 @@ impl Link {
                 let conn = self.single(client, lanes, lane).await?;
                 run(call, &mut conn.clone()).await?
             }
-            Nodes::Cluster { client, lanes } => {
-                let conn = first_or(lanes.pick(lane), || async {
-                    let mut conn = client.get_async_connection().await?;
-                    load(&self.scripts, &mut conn).await?;
-                    Ok(conn)
-                })
-                .await?;
-                run(call, &mut conn.clone()).await?
+            // Sent by `invoke`, node by node.
+            Nodes::Cluster(_) => {
+                return Err(RedisError::from((
+                    redis::ErrorKind::Client,
+                    "a Cluster call goes through its node",
+                )))
             }
             Nodes::Sentinel { client, lanes } => {
                 let slot = lanes.pick(lane);
@@ -324,25 +301,6 @@ impl Link {
     }
 }
 
-/// Sends `call` by SHA; if Redis does not know the script (it restarted, or its scripts were
-/// flushed, since the connection loaded them), loads it and sends the call again.
-async fn run<T: redis::FromRedisValue, C: redis::aio::ConnectionLike>(
-    call: &Call<'_>,
-    conn: &mut C,
-) -> Result<T, RedisError> {
-    match call.cmd.query_async(conn).await {
-        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            // Boxed, as in `first_or`.
-            Box::pin(async {
-                call.script.prepare_invoke().load_async(conn).await?;
-                call.cmd.query_async(conn).await
-            })
-            .await
-        }
-        result => result,
-    }
-}
-
 /// The connection in `cell`, made by `connect` when there is none yet. Making one is boxed:
 /// its state (connecting, loading every script) would otherwise be part of every call's
 /// future, which is part of every request's.
@@ -382,19 +340,13 @@ impl Ping for Link {
                         pong => pong,
                     }
                 }
-                // The cluster client repairs its own connections, node by node; a PING
-                // says whether the cluster answers.
-                Nodes::Cluster { client, lanes } => {
-                    let conn = first_or(lanes.pick(Lane::Requests), || async {
-                        let mut conn = client.get_async_connection().await?;
-                        load(&self.scripts, &mut conn).await?;
-                        Ok(conn)
-                    })
-                    .await?;
-                    redis::cmd("PING")
-                        .query_async::<()>(&mut conn.clone())
-                        .await
-                }
+                Nodes::Cluster(cluster) => match cluster.ping().await {
+                    true => Ok(()),
+                    false => Err(RedisError::from((
+                        redis::ErrorKind::Io,
+                        "no node of the cluster answered",
+                    ))),
+                },
                 Nodes::Sentinel { client, lanes } => {
                     let slot = &lanes.requests;
                     let conn = match slot.load_full() {
@@ -418,16 +370,6 @@ impl Ping for Link {
     }
 }
 
-/// The connection is gone (not merely an error Redis answered with).
-fn lost_connection(e: &RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
-}
-
-/// Whether a URL chooses its protocol itself (`?protocol=resp2`).
-fn names_protocol(url: &str) -> bool {
-    url::Url::parse(url).is_ok_and(|u| u.query_pairs().any(|(k, _)| k == "protocol"))
-}
-
 /// The connection no longer reaches a writable primary: broken, or the node was demoted to
 /// a replica by a failover (`READONLY`), or it is not ready.
 fn lost_the_primary(e: &RedisError) -> bool {
@@ -438,84 +380,23 @@ fn lost_the_primary(e: &RedisError) -> bool {
         || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
 }
 
-/// The URL's connection settings with the configured user and password over them.
-fn with_auth(mut redis: RedisConnectionInfo, auth: &RedisAuth) -> RedisConnectionInfo {
-    if let Some(user) = &auth.username {
-        redis = redis.set_username(user);
-    }
-    if let Some(password) = &auth.password {
-        redis = redis.set_password(password);
-    }
-    redis
-}
-
-/// The CA and client certificate files, read now (`None`: the system roots, no client
-/// certificate).
-fn tls_certificates(tls: &RedisTls) -> Result<Option<TlsCertificates>, StoreError> {
-    if tls.ca_file.is_none() && tls.client_cert.is_none() {
-        return Ok(None);
-    }
-    let read = |path: &std::path::Path, what: &str| {
-        std::fs::read(path)
-            .map_err(|e| StoreError::Unavailable(format!("cannot read the {what}: {}", e.kind())))
-    };
-    let root_cert = match &tls.ca_file {
-        Some(ca) => Some(read(ca, "Redis CA file")?),
-        None => None,
-    };
-    let client_tls = match &tls.client_cert {
-        Some((cert, key)) => Some(redis::ClientTlsConfig {
-            client_cert: read(cert, "Redis client certificate")?,
-            client_key: read(key, "Redis client key")?,
-        }),
-        None => None,
-    };
-    Ok(Some(TlsCertificates {
-        client_tls,
-        root_cert,
-    }))
-}
-
-/// Loads every script on a new connection, so that each call is one EVALSHA that Redis runs
-/// in the order it was sent. A script loaded only on its first `NOSCRIPT` would be sent again
-/// after that reply: behind calls sent meanwhile (a release queued after a stalled check must
-/// run after it, and before the next check).
-async fn load<C: redis::aio::ConnectionLike>(
-    scripts: &Scripts,
-    conn: &mut C,
-) -> Result<(), RedisError> {
-    for script in scripts.all() {
-        script.prepare_invoke().load_async(conn).await?;
-    }
-    Ok(())
-}
-
-impl From<RedisError> for StoreError {
-    fn from(e: RedisError) -> StoreError {
-        if e.is_timeout() {
-            return StoreError::Unavailable(format!("timed out: {e}"));
+impl Link {
+    /// Redis Cluster: every node met, with its breaker and health (empty otherwise).
+    pub fn nodes(&self) -> Vec<NodeStatus> {
+        match &self.nodes {
+            Nodes::Cluster(cluster) => cluster.status(),
+            _ => Vec::new(),
         }
-        let auth_code = matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
-        if e.kind() == ErrorKind::AuthenticationFailed || auth_code {
-            return StoreError::Auth(e.to_string());
-        }
-        if e.is_io_error()
-            || e.is_connection_dropped()
-            || e.is_connection_refusal()
-            || e.is_unrecoverable_error()
-        {
-            return StoreError::Unavailable(e.to_string());
-        }
-        match e.kind() {
-            ErrorKind::Server(ServerErrorKind::ClusterDown)
-            | ErrorKind::Server(ServerErrorKind::TryAgain) => {
-                StoreError::Unavailable(e.to_string())
-            }
-            ErrorKind::Server(_) | ErrorKind::Extension => StoreError::Refused(e.to_string()),
-            ErrorKind::Parse | ErrorKind::UnexpectedReturnType => {
-                StoreError::Protocol(e.to_string())
-            }
-            _ => StoreError::Unavailable(e.to_string()),
+    }
+
+    /// Redis Cluster: redirects followed so far (`MOVED`, `ASK`).
+    pub fn redirects(&self) -> (u64, u64) {
+        match &self.nodes {
+            Nodes::Cluster(c) => (
+                c.redirects.moved.load(std::sync::atomic::Ordering::Relaxed),
+                c.redirects.ask.load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            _ => (0, 0),
         }
     }
 }

@@ -2,9 +2,11 @@
 //! limit of a request is decided by one call of one Lua script (`lua/`), atomically, on
 //! Redis's clock.
 //!
-//! - [`connection`]: one multiplexed connection per node and lane, made lazily, scripts
-//!   loaded once and called by SHA (a `NOSCRIPT` reply after a Redis restart reloads them);
-//!   on Sentinel, the primary the sentinels name (asked again after a failover or a timeout).
+//! - [`connection`]: one multiplexed connection per lane, made lazily, scripts loaded once
+//!   and called by SHA (a `NOSCRIPT` reply after a Redis restart reloads them, [`wire`]); on
+//!   Sentinel, the primary the sentinels name (asked again after a failover or a timeout).
+//! - [`cluster`]: Redis Cluster node by node — the slot map, each node's connections and
+//!   circuit breaker, redirects followed.
 //! - `repair.rs`: the request connection made again as soon as it is known lost.
 //! - [`keys`]: key names, the client id as the Cluster hash tag.
 //! - [`scripts`]: which Lua files make each script, the arguments of each call.
@@ -13,20 +15,24 @@
 //! Every call here is bounded by `store.timeout` (a renewal of a quota lease is bounded by
 //! its caller, which may wait longer: see `lease/renewal.rs`).
 
+pub mod cluster;
 pub mod config;
 pub mod connection;
 pub mod keys;
 mod repair;
 mod reply;
 pub mod scripts;
+pub mod wire;
 
+pub use cluster::node::NodeStatus;
 pub use config::{RedisAuth, RedisConfig, RedisTls, Topology};
-pub use connection::LATE_REPLY;
 pub use scripts::LeaseCall;
+pub use wire::LATE_REPLY;
 
-use self::connection::{Lane, Link};
+use self::connection::Link;
 use self::reply::{parse_grant, parse_reply};
 use self::scripts::Scripts;
+use self::wire::Lane;
 use crate::limit::store::error::StoreError;
 use crate::limit::store::held::Due;
 use crate::limit::store::lease::Grant;
@@ -113,14 +119,35 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// Parses the addresses; does not connect (that happens on the first call).
+    /// Parses the addresses; does not connect (that happens on the first call). A Cluster
+    /// node's circuit breaker opens after the default number of outages.
     pub fn new(config: RedisConfig) -> Result<RedisStore, StoreError> {
+        let defaults = crate::limit::store::failure::default_settings();
+        RedisStore::with_breakers(config, &defaults)
+    }
+
+    /// As [`new`](Self::new), each Cluster node's breaker set as `failure` says.
+    pub fn with_breakers(
+        config: RedisConfig,
+        failure: &crate::limit::store::failure::FailureSettings,
+    ) -> Result<RedisStore, StoreError> {
         let scripts = Arc::new(Scripts::new());
+        let breaker = (failure.breaker_failures, failure.breaker_cooldown);
         Ok(RedisStore {
-            link: Link::new(&config, config.timeout, Arc::clone(&scripts))?,
+            link: Link::new(&config, config.timeout, Arc::clone(&scripts), breaker)?,
             config,
             scripts,
         })
+    }
+
+    /// Redis Cluster: every node met, with its own breaker and health.
+    pub fn nodes(&self) -> Vec<NodeStatus> {
+        self.link.nodes()
+    }
+
+    /// Redis Cluster: `MOVED` and `ASK` redirects followed so far.
+    pub fn redirects(&self) -> (u64, u64) {
+        self.link.redirects()
     }
 
     pub fn config(&self) -> &RedisConfig {
