@@ -117,14 +117,37 @@ fn spawn(port: u16, dir: &std::path::Path, extra: &[String]) -> Proc {
     )
 }
 
-/// A three-master Redis Cluster.
+/// A three-master Redis Cluster (with a replica each, from [`RedisCluster::with_replicas`]).
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
 }
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3)
+        RedisCluster::start_nodes(3, 0, "5000")
+    }
+
+    /// Three masters and a replica of each (`cluster-node-timeout` 1 s: a frozen master's
+    /// replica is promoted a few seconds later), every replica in sync before it returns.
+    /// `cluster-require-full-coverage no`: while a failed master's slots wait for their
+    /// replica, the other masters keep answering for theirs (with the default, every node
+    /// refuses every command with `CLUSTERDOWN` until the promotion).
+    pub fn with_replicas() -> RedisCluster {
+        let cluster = RedisCluster::start_nodes(6, 1, "1000");
+        for node in &cluster.nodes {
+            let _: () = node.cmd(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+        }
+        for node in &cluster.nodes {
+            wait_until(&format!("replication up on {}", node.port), || {
+                let info: String = node.cmd(&["INFO", "replication"]);
+                info.contains("role:master") || info.contains("master_link_status:up")
+            });
+        }
+        cluster
+    }
+
+    fn start_nodes(count: usize, replicas: usize, node_timeout: &str) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..count)
             .map(|_| {
                 RedisServer::start_with(&[
                     "--cluster-enabled",
@@ -132,7 +155,7 @@ impl RedisCluster {
                     "--cluster-config-file",
                     "nodes.conf",
                     "--cluster-node-timeout",
-                    "5000",
+                    node_timeout,
                 ])
             })
             .collect();
@@ -143,7 +166,7 @@ impl RedisCluster {
         let out = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("run redis-cli --cluster create");
         assert!(
@@ -163,6 +186,58 @@ impl RedisCluster {
 
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The node (index in `nodes`) that is the primary of `slot` now, asked of `asker`.
+    pub fn primary_of(&self, slot: u16, asker: usize) -> usize {
+        let slots: redis::Value = self.nodes[asker].cmd(&["CLUSTER", "SLOTS"]);
+        let redis::Value::Array(entries) = slots else {
+            panic!("CLUSTER SLOTS: {slots:?}")
+        };
+        for entry in entries {
+            let redis::Value::Array(f) = entry else {
+                continue;
+            };
+            let (redis::Value::Int(a), redis::Value::Int(b), redis::Value::Array(p)) =
+                (&f[0], &f[1], &f[2])
+            else {
+                continue;
+            };
+            if (*a..=*b).contains(&i64::from(slot)) {
+                let redis::Value::Int(port) = p[1] else {
+                    panic!("{p:?}")
+                };
+                return self.index_of(port as u16);
+            }
+        }
+        panic!("slot {slot} is served by no node")
+    }
+
+    /// The replica of the node at `primary` (index in `nodes`).
+    pub fn replica_of(&self, primary: usize) -> usize {
+        let id: String = self.nodes[primary].cmd(&["CLUSTER", "MYID"]);
+        (0..self.nodes.len())
+            .find(|&i| {
+                let info: String = self.nodes[i].cmd(&["INFO", "replication"]);
+                i != primary
+                    && info.contains("role:slave")
+                    && info.contains(&format!("master_port:{}", self.nodes[primary].port))
+            })
+            .unwrap_or_else(|| panic!("no replica of {id}"))
+    }
+
+    /// The index in `nodes` of the node on `port`.
+    pub fn index_of(&self, port: u16) -> usize {
+        self.nodes
+            .iter()
+            .position(|n| n.port == port)
+            .unwrap_or_else(|| panic!("no node on port {port}"))
+    }
+
+    /// The hash slot of `key`, as Redis computes it.
+    pub fn slot_of(&self, key: &str) -> u16 {
+        let slot: i64 = self.nodes[0].cmd(&["CLUSTER", "KEYSLOT", key]);
+        slot as u16
     }
 
     /// Every key on every node, with the node's port.

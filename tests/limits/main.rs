@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod cluster_failover;
 mod concurrency_and_shadow;
 mod costs;
 mod distributed;
