@@ -328,6 +328,41 @@ fn machine_name() -> &'static str {
     })
 }
 
+/// `GET /limited`: who this instance refused most, per route and limit, in the last minute
+/// and hour.
+fn limited(snapshot: &Snapshot) -> Response<Vec<u8>> {
+    use crate::ops::refusals::HITTERS;
+    let now = crate::ops::access_log::unix_ms();
+    let [(minute, in_minute), (hour, in_hour)] = snapshot.refusals.limited(now, 20);
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "instance": snapshot.store.instance_id(),
+            "minute": {"refusals": in_minute, "top": minute},
+            "hour": {"refusals": in_hour, "top": hour},
+            "counters": HITTERS,
+            "note": format!("per instance; the current and the previous tumbling window; a count may be up to its `error` too high; every caller with more than 1/{HITTERS} of a window's refusals is listed"),
+        }),
+    )
+}
+
+/// `GET /refusals/{request_id}`: why that request was refused (429 or 503), if it is among
+/// this instance's latest.
+fn refusal(snapshot: &Snapshot, request_id: &str) -> Response<Vec<u8>> {
+    match snapshot.refusals.find(request_id) {
+        Some(refusal) => json_response(StatusCode::OK, &json!(refusal)),
+        None => json_response(
+            StatusCode::NOT_FOUND,
+            &json!({
+                "error": format!(
+                    "no refusal with this request id among this instance's latest {}; another instance may have answered it",
+                    crate::ops::refusals::RECENT
+                ),
+            }),
+        ),
+    }
+}
+
 fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Vec<u8>> {
     let body = serde_json::to_vec_pretty(body).expect("json serializes");
     Response::builder()
@@ -411,6 +446,19 @@ impl ServeHttp for Admin {
                     .expect("valid response")
             }
             ("GET", "/healthz") => json_response(StatusCode::OK, &json!({"status": "ok"})),
+            ("GET", "/limited") => limited(&snapshot),
+            ("GET", "/refusals") => json_response(
+                StatusCode::OK,
+                &json!({
+                    "instance": snapshot.store.instance_id(),
+                    "kept": crate::ops::refusals::RECENT,
+                    "dropped": snapshot.refusals.dropped(),
+                    "latest": snapshot.refusals.latest(50),
+                }),
+            ),
+            ("GET", path) if path.starts_with("/refusals/") => {
+                refusal(&snapshot, &path["/refusals/".len()..])
+            }
             ("GET", "/config") => self.config(&snapshot),
             ("POST", "/reload") => self.reload().await,
             ("GET", "/readyz") => {

@@ -68,6 +68,8 @@ pub struct Snapshot {
     pub hasher: Arc<KeyHasher>,
     pub store: Arc<Store>,
     pub metrics: Arc<Metrics>,
+    /// The limiter's recent refusals and who was refused most (kept across reloads).
+    pub refusals: Arc<crate::ops::refusals::Refusals>,
     /// Counters of requests no route matched.
     pub unrouted: RouteMetrics,
     /// The TLS listener's certificates (chosen per handshake from the live snapshot).
@@ -263,6 +265,7 @@ impl Snapshot {
             identity,
             hasher,
             store,
+            refusals: previous.map_or_else(Default::default, |p| Arc::clone(&p.refusals)),
             unrouted: metrics.route(UNROUTED, None, []),
             metrics: Arc::clone(metrics),
             config: Arc::new(config),

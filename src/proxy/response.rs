@@ -122,6 +122,9 @@ pub async fn respond_reject(
     if let Some(value) = would_limit_value(&ctx.admission.would_limit) {
         extra.push((HeaderName::from_static(WOULD_LIMIT_HEADER), value));
     }
+    if matches!(reject, Reject::TooManyRequests | Reject::Store(_)) {
+        record_refusal(session, ctx, reject, kind);
+    }
     if closes_connection(reject) {
         session.set_keepalive(None);
     }
@@ -238,6 +241,49 @@ fn trace_facts<'a>(session: &'a Session, ctx: &'a RequestCtx, status: u16) -> Fa
         upstream_pool: ctx.route().map(|r| r.pool.config.name.as_str()),
         upstream_attempts: ctx.attempts,
     }
+}
+
+/// Keeps a limiter's refusal for `GET /refusals/{request_id}` and `GET /limited`.
+fn record_refusal(session: &Session, ctx: &RequestCtx, reject: &Reject, kind: Kind) {
+    use crate::ops::refusals::{Refusal, RefusedLimit};
+    let limits = &ctx.admission.limits;
+    let violated = limits.violated();
+    let refused = limits
+        .entries
+        .iter()
+        .filter(|(p, _)| violated.contains(&&*p.name))
+        .map(|(p, d)| RefusedLimit {
+            name: p.name.to_string(),
+            limit: d.limit,
+            remaining: d.remaining,
+            reset_ms: d.reset_ms,
+            retry_after_ms: d.retry_after_ms,
+        })
+        .collect();
+    let caller = match (
+        &ctx.client,
+        session.client_addr().and_then(PeerAddr::as_inet),
+    ) {
+        (Some(client), _) => format!("client:{}", client.id),
+        (None, Some(peer)) => format!("address:{}", peer.ip()),
+        (None, None) => "unknown".to_owned(),
+    };
+    let now = unix_ms();
+    let refusal = Refusal {
+        request_id: ctx.request_id.to_str().unwrap_or_default().to_owned(),
+        at_unix_ms: now,
+        status: kind.status(),
+        route: ctx.route().map_or("", |r| &*r.rules.name).to_owned(),
+        caller,
+        reason: reject.detail(),
+        limits: refused,
+        retry_after_s: match reject {
+            Reject::TooManyRequests => limits.retry_after_secs(),
+            _ => 1,
+        },
+        instance: ctx.snapshot.store.instance_id().to_owned(),
+    };
+    ctx.snapshot.refusals.record(refusal, now);
 }
 
 /// The access log line of a finished request.

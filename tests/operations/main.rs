@@ -17,6 +17,7 @@ mod dashboard;
 mod kubernetes;
 mod logs;
 mod quota;
+mod refusals;
 mod registry;
 mod release;
 mod reload;

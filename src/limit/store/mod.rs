@@ -347,6 +347,11 @@ impl<C: Clock + Clone> Store<C> {
         (primary, self.fallback.keys(), self.leases.len())
     }
 
+    /// `<host>-<pid>-<random>`: this process, as heartbeats name it.
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
     pub fn kind(&self) -> &'static str {
         match &self.backend {
             Backend::Memory(_) => "memory",

@@ -1,0 +1,258 @@
+//! What this instance refused lately, in fixed memory, for the admin API: the last
+//! [`RECENT`] refusals of the limiter (429, and 503 when the store could not decide) by
+//! request id (`GET /refusals/{request_id}`), and who was refused most, per route and limit,
+//! in this and the previous minute and hour (`GET /limited`: Space-Saving summaries of
+//! [`HITTERS`] counters each, `ops/hitters.rs`).
+//!
+//! Recording is on the refusal path only (an admitted request records nothing) and never
+//! waits: a refusal that finds a summary busy (another thread recording) is counted in
+//! `dropped` instead. The caller is named as the limiter knows it — the client id, or the
+//! address for a caller not identified — never by a credential.
+
+use crate::ops::hitters::{Hitter, SpaceSaving};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Refusals kept for lookup by request id.
+pub const RECENT: usize = 1024;
+/// Counters per window summary: every caller refused more than 1/`HITTERS` of a window's
+/// refusals is listed, each count at most its `error` too high.
+pub const HITTERS: usize = 64;
+
+/// One limit that refused a request, as it stood then.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RefusedLimit {
+    pub name: String,
+    pub limit: u64,
+    pub remaining: u64,
+    pub reset_ms: u64,
+    pub retry_after_ms: u64,
+}
+
+/// One refused request.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Refusal {
+    pub request_id: String,
+    pub at_unix_ms: u64,
+    pub status: u16,
+    pub route: String,
+    /// `client:<id>`, or `address:<ip>` for a caller not identified.
+    pub caller: String,
+    /// The problem's detail, as the client read it.
+    pub reason: String,
+    /// The limits that refused it (empty for a 503: the store did not decide).
+    pub limits: Vec<RefusedLimit>,
+    pub retry_after_s: u64,
+    pub instance: String,
+}
+
+/// A tumbling window's summary and the one before it.
+struct Window {
+    len_ms: u64,
+    started_ms: u64,
+    current: SpaceSaving,
+    previous: SpaceSaving,
+}
+
+impl Window {
+    fn new(len_ms: u64) -> Window {
+        Window {
+            len_ms,
+            started_ms: 0,
+            current: SpaceSaving::new(HITTERS),
+            previous: SpaceSaving::new(HITTERS),
+        }
+    }
+
+    /// Moves to the window `now` is in.
+    fn roll(&mut self, now: u64) {
+        let start = now - now % self.len_ms;
+        if start == self.started_ms {
+            return;
+        }
+        if start == self.started_ms + self.len_ms {
+            std::mem::swap(&mut self.current, &mut self.previous);
+        } else {
+            self.previous.clear();
+        }
+        self.current.clear();
+        self.started_ms = start;
+    }
+}
+
+pub struct Refusals {
+    recent: Mutex<VecDeque<Refusal>>,
+    minute: Mutex<Window>,
+    hour: Mutex<Window>,
+    dropped: AtomicU64,
+}
+
+impl Default for Refusals {
+    fn default() -> Refusals {
+        Refusals {
+            recent: Mutex::new(VecDeque::with_capacity(RECENT)),
+            minute: Mutex::new(Window::new(60_000)),
+            hour: Mutex::new(Window::new(3_600_000)),
+            dropped: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Who was refused most by one route's limit, in one window.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Limited {
+    pub route: String,
+    pub limit: String,
+    pub caller: String,
+    pub count: u64,
+    /// How much of `count` may belong to callers it displaced.
+    pub error: u64,
+}
+
+impl Refusals {
+    /// Keeps `refusal` (at `now`, Unix milliseconds), never waiting for a lock.
+    pub fn record(&self, refusal: Refusal, now: u64) {
+        let names: Vec<&str> = match refusal.limits.is_empty() {
+            true => vec!["(store unavailable)"],
+            false => refusal.limits.iter().map(|l| l.name.as_str()).collect(),
+        };
+        for window in [&self.minute, &self.hour] {
+            let Ok(mut w) = window.try_lock() else {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            w.roll(now);
+            for name in &names {
+                w.current
+                    .add(&hitter_key(&refusal.route, name, &refusal.caller));
+            }
+        }
+        match self.recent.try_lock() {
+            Ok(mut recent) => {
+                if recent.len() == RECENT {
+                    recent.pop_front();
+                }
+                recent.push_back(refusal);
+            }
+            Err(_) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The refusal of the request with this id, if it is among the last [`RECENT`].
+    pub fn find(&self, request_id: &str) -> Option<Refusal> {
+        lock(&self.recent)
+            .iter()
+            .rev()
+            .find(|r| r.request_id == request_id)
+            .cloned()
+    }
+
+    /// The last `n` refusals, newest first.
+    pub fn latest(&self, n: usize) -> Vec<Refusal> {
+        lock(&self.recent).iter().rev().take(n).cloned().collect()
+    }
+
+    /// Who was refused most in the minute and the hour up to `now` (this window and the one
+    /// before it, merged), `n` at most each, with the refusals counted in each.
+    pub fn limited(&self, now: u64, n: usize) -> [(Vec<Limited>, u64); 2] {
+        let top = |window: &Mutex<Window>| {
+            let mut w = lock(window);
+            w.roll(now);
+            let total = w.current.total() + w.previous.total();
+            let mut merged: Vec<Hitter> = w.current.top(HITTERS);
+            for h in w.previous.top(HITTERS) {
+                match merged.iter_mut().find(|m| m.key == h.key) {
+                    Some(m) => {
+                        m.count += h.count;
+                        m.error += h.error;
+                    }
+                    None => merged.push(h),
+                }
+            }
+            merged.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
+            merged.truncate(n);
+            (merged.into_iter().filter_map(limited_of).collect(), total)
+        };
+        [top(&self.minute), top(&self.hour)]
+    }
+
+    /// Refusals not recorded because a summary or the buffer was busy.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// Route, limit and caller in one summary key (a separator no name or caller holds).
+fn hitter_key(route: &str, limit: &str, caller: &str) -> String {
+    format!("{route}\u{1f}{limit}\u{1f}{caller}")
+}
+
+fn limited_of(h: Hitter) -> Option<Limited> {
+    let mut parts = h.key.splitn(3, '\u{1f}');
+    Some(Limited {
+        route: parts.next()?.to_owned(),
+        limit: parts.next()?.to_owned(),
+        caller: parts.next()?.to_owned(),
+        count: h.count,
+        error: h.error,
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(id: &str, caller: &str, limit: &str) -> Refusal {
+        Refusal {
+            request_id: id.into(),
+            at_unix_ms: 0,
+            status: 429,
+            route: "orders".into(),
+            caller: caller.into(),
+            reason: "limit".into(),
+            limits: vec![RefusedLimit {
+                name: limit.into(),
+                limit: 10,
+                remaining: 0,
+                reset_ms: 1,
+                retry_after_ms: 1,
+            }],
+            retry_after_s: 1,
+            instance: "i".into(),
+        }
+    }
+
+    #[test]
+    fn refusals_are_found_by_request_id_and_the_oldest_leave_first() {
+        let r = Refusals::default();
+        for i in 0..RECENT + 5 {
+            r.record(refusal(&format!("id-{i}"), "client:a", "per-minute"), 1_000);
+        }
+        assert!(r.find("id-0").is_none());
+        assert_eq!(r.find("id-5").unwrap().request_id, "id-5");
+        assert_eq!(r.latest(2)[0].request_id, format!("id-{}", RECENT + 4));
+    }
+
+    #[test]
+    fn the_minute_list_forgets_what_is_older_than_the_previous_minute() {
+        let r = Refusals::default();
+        for _ in 0..3 {
+            r.record(refusal("x", "client:a", "per-minute"), 60_000);
+        }
+        r.record(refusal("y", "client:b", "per-minute"), 120_000);
+        let [(minute, counted), (hour, _)] = r.limited(120_500, 10);
+        assert_eq!(minute[0].caller, "client:a");
+        assert_eq!((minute[0].count, minute[1].count, counted), (3, 1, 4));
+        assert_eq!(hour.len(), 2);
+        let [(minute, counted), (hour, _)] = r.limited(240_000, 10);
+        assert!(minute.is_empty() && counted == 0, "{minute:?}");
+        assert_eq!(hour[0].count, 3);
+    }
+}
