@@ -390,3 +390,118 @@ fn sentinel_a_frozen_primary_is_left_for_the_promoted_replica() {
     );
     assert_eq!(ada(), 429);
 }
+
+#[test]
+fn a_redis_cluster_over_tls_with_an_acl_user_is_reached_node_by_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new();
+    let ca_file = ca.write_ca(dir.path());
+    let server = ca.issue(dir.path(), "redis", "redis", &["127.0.0.1", "localhost"]);
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut procs: Vec<Proc> = ports
+        .iter()
+        .map(|port| {
+            let node_dir = dir.path().join(port.to_string());
+            std::fs::create_dir_all(&node_dir).unwrap();
+            redis(
+                &node_dir,
+                &format!("cluster-tls-{port}"),
+                &[
+                    "--port",
+                    "0",
+                    "--tls-port",
+                    &port.to_string(),
+                    "--tls-cert-file",
+                    server.cert.to_str().unwrap(),
+                    "--tls-key-file",
+                    server.key.to_str().unwrap(),
+                    "--tls-ca-cert-file",
+                    ca_file.to_str().unwrap(),
+                    "--tls-auth-clients",
+                    "no",
+                    "--tls-cluster",
+                    "yes",
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--user",
+                    "gateway",
+                    "on",
+                    ">cluster-pass-0123456789",
+                    "~*",
+                    "&*",
+                    "+@all",
+                    "--masteruser",
+                    "gateway",
+                    "--masterauth",
+                    "cluster-pass-0123456789",
+                ],
+            )
+        })
+        .collect();
+    for (proc, port) in procs.iter_mut().zip(&ports) {
+        wait_until("a TLS cluster node", || {
+            proc.assert_running();
+            common::port_open(*port)
+        });
+    }
+    let tls = ["--tls", "--cacert", ca_file.to_str().unwrap()];
+    let auth = ["--user", "gateway", "--pass", "cluster-pass-0123456789"];
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let out = Command::new("redis-cli")
+        .args(tls)
+        .args(auth)
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    for port in &ports {
+        wait_until("the TLS cluster is ok", || {
+            let p = port.to_string();
+            let mut args = vec!["-p", &p];
+            args.extend(tls);
+            args.extend(auth);
+            args.extend(["CLUSTER", "INFO"]);
+            cli(&args).is_some_and(|info| info.contains("cluster_state:ok"))
+        });
+    }
+    let up = Upstream::start("orders");
+    let seeds: Vec<String> = ports
+        .iter()
+        .map(|p| format!("\"rediss://127.0.0.1:{p}\""))
+        .collect();
+    let store = format!(
+        "[store]\nkind = \"redis_cluster\"\nnodes = [{}]\ntimeout = \"1s\"\ntls_ca_file = \"{}\"\nusername = \"gateway\"\npassword = {{ env = \"CLUSTER_PASS\" }}",
+        seeds.join(", "),
+        ca_file.display()
+    );
+    let gw = Gateway::start_env(
+        "",
+        "",
+        &routes(&up, &store),
+        &[("CLUSTER_PASS", "cluster-pass-0123456789")],
+    );
+    assert_eq!(statuses(&gw, 4), [200, 200, 200, 429]);
+    // The bulk client's keys live in another slot: the calls spread over the nodes.
+    for _ in 0..20 {
+        let status = gw
+            .get_with("/orders", &[("X-Api-Key", "bulk-key-0123456789abcdefg")])
+            .status;
+        assert_eq!(status, 200);
+    }
+    let readyz: serde_json::Value = serde_json::from_str(&gw.admin("/readyz").text()).unwrap();
+    let nodes = readyz["store"]["nodes"].as_array().unwrap();
+    let serving: Vec<&serde_json::Value> = nodes.iter().filter(|n| n["slots"] != 0).collect();
+    assert_eq!(serving.len(), 3, "{readyz}");
+    assert!(
+        serving.iter().all(|n| n["circuit_breaker"] == "closed"),
+        "{readyz}"
+    );
+}
