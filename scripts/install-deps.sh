@@ -10,6 +10,7 @@
 #   openssl      — the TLS tests' `openssl s_client`
 #   python3      — the framework-reading test upstream (tests/upstreams/frameworks.py), and
 #                  (python3-venv) the Kubernetes manifests' validator, from PyPI
+#   chromium, chromium-driver — the operator console's test in a real browser (WebDriver)
 # Uses apt-get when root (or via passwordless sudo); otherwise says what to install.
 set -euo pipefail
 
@@ -28,6 +29,8 @@ if [ "$set_" = test ]; then
   command -v python3 >/dev/null 2>&1 || need+=(python3)
   # The Kubernetes manifests' test installs its validator into a virtual environment.
   python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -4,7 +4,9 @@
 //! issuer a route accepts; the store is reported but never makes the gateway unready, since
 //! every route has decided what to do without it, and a JWKS endpoint failing once keys were
 //! had is reported per issuer, the keys in use staying), `GET /config` (the running
-//! configuration, secrets redacted, with its version and hash), `POST /reload` (reload the file now; 422 with the problems if it is invalid).
+//! configuration, secrets redacted, with its version and hash), `POST /reload` (reload the file now; 422 with the problems if it is invalid),
+//! `GET /refusals/{request_id}`, `GET /refusals`, `GET /limited` (the limiter's recent
+//! refusals, `ops/refusals.rs`), and the operator console under `/ui/` (`console.rs`).
 //!
 //! With `admin.token` set, every request must carry `Authorization: Bearer <token>`
 //! (compared in constant time) or gets 401; two `Authorization` headers get 400 (which one
@@ -393,6 +395,12 @@ impl ServeHttp for Admin {
                 StatusCode::MISDIRECTED_REQUEST,
                 &json!({"error": "this listener does not answer for that host name; add it to admin.hosts"}),
             );
+        }
+        if req.method == http::Method::GET {
+            // The console's files hold no data: every call they make needs the token.
+            if let Some(resp) = crate::control::console::asset(req.uri.path()) {
+                return resp;
+            }
         }
         let mut authorization = req.headers.get_all(http::header::AUTHORIZATION).iter();
         let (first, second) = (authorization.next(), authorization.next());

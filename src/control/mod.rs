@@ -14,6 +14,7 @@ pub mod client_auth;
 pub mod clients_api;
 pub mod clients_file;
 pub mod config;
+pub mod console;
 pub mod identity;
 pub mod reload;
 pub mod snapshot;

@@ -3,6 +3,7 @@
 //! or server the harness did not start.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod dns;
 pub mod grpc;
 pub mod http;

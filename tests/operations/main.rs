@@ -12,6 +12,7 @@ mod admin;
 mod cli;
 mod compose;
 mod config;
+mod console;
 mod container;
 mod dashboard;
 mod kubernetes;

@@ -1,0 +1,302 @@
+// The operator console: every number here comes from the admin API, called with the token
+// the operator typed (kept in this tab's sessionStorage, sent as a Bearer header, never in a
+// URL or a cookie). Everything a client chose (ids, metadata, request ids) is set as text,
+// never parsed as HTML.
+'use strict';
+
+const TOKEN_KEY = 'turnstile-admin-token';
+const POLL_MS = 2000;
+const WINDOW_POINTS = (15 * 60 * 1000) / POLL_MS;
+const CLASSES = [
+  ['2xx', '#2e7d32'], ['4xx', '#f9a825'], ['429', '#ef6c00'], ['503', '#c62828'], ['5xx', '#6a1b9a'],
+];
+
+const state = { token: sessionStorage.getItem(TOKEN_KEY) || '', page: 'overview', timer: null, last: null, series: [] };
+
+const $ = (selector) => document.querySelector(selector);
+
+/** An element with attributes and children (strings become text nodes, never HTML). */
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === 'class') e.className = v;
+    else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(c == null ? '' : String(c)));
+  return e;
+}
+
+function say(text, bad = false) {
+  const s = $('#status');
+  s.textContent = text;
+  s.className = bad ? 'error' : 'muted';
+}
+
+class Unauthorized extends Error {}
+
+/** One admin API call: JSON in and out (or text), the token in the header. */
+async function api(method, path, body) {
+  const headers = { Authorization: `Bearer ${state.token}` };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const response = await fetch(path, {
+    method, headers, credentials: 'omit', cache: 'no-store', redirect: 'error',
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (response.status === 401) throw new Unauthorized('the token was refused');
+  const text = await response.text();
+  let data = text;
+  if ((response.headers.get('content-type') || '').includes('json')) {
+    try { data = JSON.parse(text); } catch (_) { data = text; }
+  }
+  return { status: response.status, data };
+}
+
+async function signIn(token) {
+  state.token = token;
+  try {
+    await api('GET', '/healthz');
+  } catch (e) {
+    state.token = '';
+    $('#sign-in-error').textContent = e instanceof Unauthorized ? 'That token was refused.' : `No answer: ${e.message}`;
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, token);
+  $('#sign-in').hidden = true;
+  $('#tabs').hidden = false;
+  show(state.page);
+  if (!state.timer) state.timer = setInterval(tick, POLL_MS);
+  tick();
+}
+
+function signOut(message) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  state.token = '';
+  clearInterval(state.timer);
+  state.timer = null;
+  for (const page of document.querySelectorAll('.page')) page.hidden = true;
+  $('#tabs').hidden = true;
+  $('#sign-in').hidden = false;
+  $('#sign-in-error').textContent = message || '';
+}
+
+function show(page) {
+  state.page = page;
+  for (const p of document.querySelectorAll('.page')) p.hidden = p.id !== page;
+  for (const b of document.querySelectorAll('#tabs [data-page]')) {
+    if (b.dataset.page === page) b.setAttribute('aria-current', 'page');
+    else b.removeAttribute('aria-current');
+  }
+  refresh();
+}
+
+async function guarded(work) {
+  try {
+    await work();
+  } catch (e) {
+    if (e instanceof Unauthorized) signOut('The token was refused.');
+    else say(`The admin API did not answer: ${e.message}`, true);
+  }
+}
+
+// Live pages follow the data; the clients page changes only when the operator acts (a list
+// rebuilt under the keyboard would lose its focus).
+function tick() {
+  guarded(sample).then(() => { if (state.page !== 'clients' && state.page !== 'lookup') refresh(); });
+}
+function refresh() { guarded(refreshCurrent); }
+
+async function refreshCurrent() {
+  if (state.page === 'overview') await overview();
+  else if (state.page === 'limited') await limited();
+  else if (state.page === 'clients') await clients();
+}
+
+// ---- Overview: rates from the Prometheus counters, sampled every POLL_MS.
+
+/** Sums of `turnstile_requests_total` by status class, and the duration histogram's buckets. */
+function readMetrics(text) {
+  const classes = Object.fromEntries(CLASSES.map(([c]) => [c, 0]));
+  const buckets = new Map();
+  for (const line of text.split('\n')) {
+    let m = line.match(/^turnstile_requests_total\{.*status="(\d+)".*\} (\S+)$/);
+    if (m) {
+      const status = Number(m[1]);
+      const n = Number(m[2]);
+      if (status === 429) classes['429'] += n;
+      else if (status === 503) classes['503'] += n;
+      else if (status >= 500) classes['5xx'] += n;
+      else if (status >= 400) classes['4xx'] += n;
+      else classes['2xx'] += n;
+      continue;
+    }
+    m = line.match(/^turnstile_request_duration_seconds_bucket\{.*le="([^"]+)".*\} (\S+)$/);
+    if (m) buckets.set(m[1], (buckets.get(m[1]) || 0) + Number(m[2]));
+  }
+  return { at: Date.now(), classes, buckets };
+}
+
+/** The 99th percentile of the requests between two readings (the bucket's upper bound). */
+function p99(before, after) {
+  const bounds = [...after.buckets.keys()].sort((a, b) => Number(a) - Number(b));
+  const delta = (le) => (after.buckets.get(le) || 0) - ((before.buckets.get(le)) || 0);
+  const total = delta('+Inf');
+  if (!(total > 0)) return null;
+  const bound = bounds.find((le) => delta(le) >= 0.99 * total);
+  return bound === '+Inf' ? '> largest bucket' : `≤ ${Number(bound) * 1000} ms`;
+}
+
+async function sample() {
+  const { data } = await api('GET', '/metrics');
+  const now = readMetrics(String(data));
+  if (state.last) {
+    const secs = (now.at - state.last.at) / 1000;
+    const rates = {};
+    for (const [c] of CLASSES) rates[c] = Math.max(0, (now.classes[c] - state.last.classes[c]) / secs);
+    state.series.push({ at: now.at, rates });
+    if (state.series.length > WINDOW_POINTS) state.series.shift();
+    const total = Object.values(rates).reduce((a, b) => a + b, 0);
+    $('#rate-now').textContent = total.toFixed(1);
+    $('#p99-now').textContent = p99(state.last, now) || 'no requests';
+  }
+  state.last = now;
+  $('#samples').textContent = String(state.series.length);
+  draw();
+}
+
+function draw() {
+  const svg = $('#chart');
+  const ns = 'http://www.w3.org/2000/svg';
+  svg.replaceChildren();
+  const points = state.series;
+  const max = Math.max(1, ...points.flatMap((p) => Object.values(p.rates)));
+  const x = (i) => (points.length < 2 ? 0 : (i / (points.length - 1)) * 600);
+  const y = (v) => 195 - (v / max) * 185;
+  for (const [c, color] of CLASSES) {
+    const line = document.createElementNS(ns, 'polyline');
+    line.setAttribute('fill', 'none');
+    line.setAttribute('stroke', color);
+    line.setAttribute('stroke-width', '2');
+    line.setAttribute('data-class', c);
+    line.setAttribute('points', points.map((p, i) => `${x(i).toFixed(1)},${y(p.rates[c]).toFixed(1)}`).join(' '));
+    svg.append(line);
+  }
+  const label = document.createElementNS(ns, 'text');
+  label.setAttribute('x', '4');
+  label.setAttribute('y', '14');
+  label.setAttribute('fill', 'currentColor');
+  label.setAttribute('font-size', '11');
+  label.textContent = `max ${max.toFixed(1)}/s`;
+  svg.append(label);
+}
+
+async function overview() {
+  const [{ data: config }, { data: ready }] = await Promise.all([api('GET', '/config'), api('GET', '/readyz')]);
+  $('#config-version').textContent = `version ${config.version} (${String(config.hash).slice(0, 12)})`;
+  const store = ready.store || {};
+  const nodes = (store.nodes || []).filter((n) => n.slots > 0);
+  const shards = nodes.length ? `; ${nodes.filter((n) => n.circuit_breaker === 'closed').length}/${nodes.length} shards closed` : '';
+  $('#store-state').textContent = `${store.kind}: ${store.status}, breaker ${store.circuit_breaker}${shards}`;
+  if (!$('#legend').childElementCount) {
+    for (const [c, color] of CLASSES) {
+      const swatch = el('i');
+      swatch.style.background = color;
+      $('#legend').append(el('span', {}, swatch, c));
+    }
+  }
+}
+
+// ---- Limited right now, and one refusal looked up by its request id.
+
+function fillTable(selector, rows, columns) {
+  const body = $(`${selector} tbody`);
+  body.replaceChildren(...rows.map((r) => el('tr', {}, ...columns.map((c) => el('td', {}, r[c])))));
+  if (!rows.length) body.append(el('tr', {}, el('td', { colspan: String(columns.length), class: 'muted' }, 'nobody')));
+}
+
+async function limited() {
+  const { data } = await api('GET', '/limited');
+  $('#limited-instance').textContent = data.instance;
+  $('#minute-count').textContent = String(data.minute.refusals);
+  $('#hour-count').textContent = String(data.hour.refusals);
+  const columns = ['route', 'limit', 'caller', 'count', 'error'];
+  fillTable('#limited-minute', data.minute.top, columns);
+  fillTable('#limited-hour', data.hour.top, columns);
+}
+
+async function lookup(id) {
+  const out = $('#lookup-result');
+  const { status, data } = await api('GET', `/refusals/${encodeURIComponent(id)}`);
+  if (status !== 200) {
+    out.replaceChildren(el('p', { class: 'error' }, data.error || `answer ${status}`));
+    return;
+  }
+  const rows = [
+    ['status', data.status], ['route', data.route], ['caller', data.caller], ['reason', data.reason],
+    ['retry after', `${data.retry_after_s} s`], ['when', new Date(data.at_unix_ms).toISOString()], ['instance', data.instance],
+  ];
+  for (const l of data.limits) {
+    rows.push([`limit ${l.name}`, `${l.remaining} of ${l.limit} left, resets in ${Math.ceil(l.reset_ms / 1000)} s, retry in ${Math.ceil(l.retry_after_ms / 1000)} s`]);
+  }
+  out.replaceChildren(el('dl', { id: 'refusal' }, ...rows.flatMap(([k, v]) => [el('dt', {}, k), el('dd', {}, v)])));
+}
+
+// ---- Clients: list, search, create, issue and revoke keys.
+
+async function clients() {
+  const { data } = await api('GET', '/clients');
+  const needle = $('#client-search').value.trim().toLowerCase();
+  const list = (data.clients || []).filter((c) => !needle || String(c.id).toLowerCase().includes(needle));
+  $('#client-list tbody').replaceChildren(...list.map((c) => el('tr', {},
+    el('td', {}, el('button', { type: 'button', class: 'client-link', onclick: () => guarded(() => detail(c.id)) }, c.id)),
+    el('td', {}, c.plan), el('td', {}, String((c.keys || []).length)), el('td', {}, c.source))));
+}
+
+async function detail(id, issued) {
+  const path = `/clients/${encodeURIComponent(id)}`;
+  const [{ data: client }, { data: usage }] = await Promise.all([api('GET', path), api('GET', `${path}/usage`)]);
+  const parts = [el('h3', { id: 'detail-id' }, client.id)];
+  parts.push(el('p', {}, `plan ${client.plan}; metadata `, el('code', {}, JSON.stringify(client.metadata || {}))));
+  if (issued) parts.push(el('p', {}, 'New key (shown once): ', el('span', { class: 'secret', id: 'issued-key' }, issued)));
+  const keys = (client.keys || []).map((k) => el('li', {}, el('code', {}, k.id), ' ',
+    el('button', { type: 'button', class: 'revoke', 'data-key': k.id, onclick: () => guarded(() => revoke(id, k.id)) }, 'Revoke')));
+  parts.push(el('h4', {}, 'Keys'), el('ul', { id: 'keys' }, ...keys));
+  parts.push(el('button', { type: 'button', id: 'issue-key', onclick: () => guarded(() => issue(id)) }, 'Issue a key'));
+  const routes = (usage && usage.routes) || [];
+  parts.push(el('h4', {}, 'Usage now (not counted)'));
+  parts.push(el('table', { id: 'usage' }, el('thead', {}, el('tr', {}, ...['route', 'limit', 'remaining', 'of', 'resets in'].map((h) => el('th', {}, h)))),
+    el('tbody', {}, ...routes.flatMap((r) => r.limits.map((l) => el('tr', {},
+      el('td', {}, r.route), el('td', {}, l.name), el('td', {}, l.remaining), el('td', {}, l.limit), el('td', {}, `${l.reset} s`)))))));
+  $('#client-detail').replaceChildren(...parts);
+}
+
+async function create(id, plan) {
+  const { status, data } = await api('PUT', `/clients/${encodeURIComponent(id)}`, { plan });
+  if (status >= 300) { say(data.detail || data.title || `answer ${status}`, true); return; }
+  say(`client ${id} ${data.result || 'saved'}`);
+  await clients();
+  await detail(id);
+}
+
+async function issue(id) {
+  const { status, data } = await api('POST', `/clients/${encodeURIComponent(id)}/keys`);
+  if (status >= 300) { say(data.detail || `answer ${status}`, true); return; }
+  await detail(id, data.key);
+}
+
+async function revoke(id, keyId) {
+  const { status, data } = await api('DELETE', `/clients/${encodeURIComponent(id)}/keys/${encodeURIComponent(keyId)}`);
+  if (status >= 300) { say(data.detail || `answer ${status}`, true); return; }
+  say(`key ${keyId} revoked`);
+  await detail(id);
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  $('#sign-in-form').addEventListener('submit', (e) => { e.preventDefault(); signIn($('#token').value); });
+  $('#sign-out').addEventListener('click', () => signOut(''));
+  for (const b of document.querySelectorAll('#tabs [data-page]')) b.addEventListener('click', () => show(b.dataset.page));
+  $('#lookup-form').addEventListener('submit', (e) => { e.preventDefault(); guarded(() => lookup($('#request-id').value.trim())); });
+  $('#create-form').addEventListener('submit', (e) => { e.preventDefault(); guarded(() => create($('#new-id').value.trim(), $('#new-plan').value.trim())); });
+  $('#client-search').addEventListener('input', refresh);
+  if (state.token) signIn(state.token);
+});

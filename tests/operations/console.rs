@@ -1,0 +1,219 @@
+//! The operator console in a real browser (headless Chromium over WebDriver) against a real
+//! gateway: signing in with the admin token, the chart moving under traffic, a client created
+//! and given a key, that key refused once over its limit, the client found under "limited
+//! right now", the 429 looked up by its request id, the key revoked (the next request 401), a
+//! wrong token seeing nothing, markup in a client's metadata shown as text. Screenshots of
+//! each page go to `target/console-screenshots/`.
+
+use crate::common;
+
+use common::browser::Browser;
+use common::{http, Gateway, Upstream};
+use serde_json::json;
+
+const TOKEN: &str = "console-admin-token-0123456789";
+
+fn config(up: &Upstream) -> String {
+    format!(
+        r#"
+[registry]
+
+[upstreams.orders]
+servers = ["{addr}"]
+
+[plans.small]
+limits = [{{ name = "per-day", algorithm = "token_bucket", limit = 3, window = "1d" }}]
+
+[[routes]]
+name = "orders"
+path_prefix = "/orders"
+upstream = "orders"
+auth = "api_key"
+"#,
+        addr = up.addr()
+    )
+}
+
+fn admin(
+    gw: &Gateway,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> http::Response {
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let auth = format!("Bearer {TOKEN}");
+    http::request(
+        gw.admin_port,
+        method,
+        path,
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+        ],
+        body.as_bytes(),
+    )
+}
+
+#[test]
+fn an_operator_follows_a_client_from_its_first_key_to_its_429_in_the_console() {
+    let up = Upstream::start("orders");
+    let dir = tempfile::tempdir().unwrap();
+    let clients = dir.path().join("clients.toml");
+    std::fs::write(&clients, "").unwrap();
+    let gw = Gateway::start_full(
+        &format!("clients_file = \"{}\"", clients.display()),
+        &format!("tokens = {{ ops = \"{TOKEN}\" }}"),
+        &config(&up),
+    );
+    // A client whose metadata holds markup: the console must show it as text.
+    let hostile = "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>";
+    let put = admin(
+        &gw,
+        "PUT",
+        "/clients/mallory",
+        Some(json!({"plan": "small", "metadata": {"note": hostile}})),
+    );
+    assert_eq!(put.status, 201, "{}", put.text());
+
+    let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let browser = Browser::start(1280, 800);
+    let console = format!("http://127.0.0.1:{}/ui/", gw.admin_port);
+
+    // A wrong token sees nothing.
+    browser.open(&console);
+    browser.type_into("#token", "not-the-token");
+    browser.click("#sign-in-form button");
+    browser.wait_text("#sign-in-error", "the wrong token refused", |t| {
+        t.contains("refused")
+    });
+    assert_eq!(
+        browser.eval("return document.querySelector('#tabs').hidden"),
+        json!(true)
+    );
+    // Reading the log empties it: the refused token's 401 is the only error so far.
+    let refused: Vec<String> = browser.errors();
+    assert!(
+        refused
+            .iter()
+            .all(|e| e.contains("/healthz") && e.contains("401")),
+        "{refused:?}"
+    );
+
+    browser.type_into("#token", TOKEN);
+    browser.click("#sign-in-form button");
+    browser.find("#tabs");
+    // The chart moves under traffic: the request rate read from the metrics goes above 0.
+    let key_less: Vec<u16> = (0..20).map(|_| gw.get("/orders").status).collect();
+    assert!(key_less.iter().all(|s| *s == 401));
+    browser.wait_text("#rate-now", "a request rate above 0", |t| {
+        t.parse::<f64>().is_ok_and(|r| r > 0.0)
+    });
+    let points: String = browser
+        .eval("return document.querySelector('#chart polyline[data-class=\"4xx\"]').getAttribute('points')")
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(points.split(' ').count() >= 1, "{points}");
+    browser.wait_text("#store-state", "the store's state", |t| {
+        t.contains("memory")
+    });
+    browser.screenshot(&shots.join("overview.png"));
+
+    // Create a client, issue its key.
+    browser.click("#tabs [data-page=clients]");
+    browser.type_into("#new-id", "acme");
+    browser.type_into("#new-plan", "small");
+    browser.click("#create-form button");
+    browser.wait_text("#detail-id", "the new client's page", |t| t == "acme");
+    browser.click("#issue-key");
+    let key = browser.wait_text("#issued-key", "the new key, shown once", |t| !t.is_empty());
+    let with_key = |k: &str| gw.get_with("/orders", &[("X-Api-Key", k)]);
+    let statuses: Vec<u16> = (0..4).map(|_| with_key(&key).status).collect();
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    let refused = with_key(&key);
+    assert_eq!(refused.status, 429);
+    let request_id = refused.header("x-request-id").unwrap().to_owned();
+    browser.screenshot(&shots.join("clients.png"));
+
+    // "Limited right now" names it.
+    browser.click("#tabs [data-page=limited]");
+    browser.wait_text("#limited-minute tbody", "acme among the limited", |t| {
+        t.contains("client:acme") && t.contains("per-day")
+    });
+    browser.screenshot(&shots.join("limited.png"));
+
+    // The 429, looked up by its request id.
+    browser.click("#tabs [data-page=lookup]");
+    browser.type_into("#request-id", &request_id);
+    browser.click("#lookup-form button");
+    let why = browser.wait_text("#lookup-result", "the refusal", |t| {
+        t.contains("client:acme")
+    });
+    assert!(
+        why.contains("429") && why.contains("per-day") && why.contains("0 of 3 left"),
+        "{why}"
+    );
+    browser.screenshot(&shots.join("lookup.png"));
+
+    // Revoke the key: the next request with it is 401.
+    browser.click("#tabs [data-page=clients]");
+    browser.type_into("#client-search", "acme");
+    browser.wait_text("#client-list tbody", "only acme listed", |t| {
+        t.contains("acme") && !t.contains("mallory")
+    });
+    browser.click("#client-list .client-link");
+    browser.wait_text("#detail-id", "acme's page", |t| t == "acme");
+    browser.click("#keys .revoke");
+    browser.wait_text("#status", "the key revoked", |t| t.contains("revoked"));
+    assert_eq!(with_key(&key).status, 401);
+
+    // Markup in metadata is text, and ran nowhere.
+    browser.type_into("#client-search", "mallory");
+    browser.wait_text("#client-list tbody", "mallory listed", |t| {
+        t.contains("mallory")
+    });
+    browser.click("#client-list .client-link");
+    let shown = browser.wait_text("#client-detail", "mallory's page", |t| {
+        t.contains("mallory")
+    });
+    assert!(shown.contains("<script>window.pwned=2</script>"), "{shown}");
+    assert_eq!(
+        browser.eval("return window.pwned === undefined"),
+        json!(true)
+    );
+    assert_eq!(
+        browser.eval(
+            "return document.querySelectorAll('#client-detail img, #client-detail script').length"
+        ),
+        json!(0)
+    );
+    let errors = browser.errors();
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+}
+
+#[test]
+fn the_console_is_served_with_a_strict_policy_and_nothing_else_without_the_token() {
+    let up = Upstream::start("orders");
+    let dir = tempfile::tempdir().unwrap();
+    let clients = dir.path().join("clients.toml");
+    let gw = Gateway::start_full(
+        &format!("clients_file = \"{}\"", clients.display()),
+        &format!("tokens = {{ ops = \"{TOKEN}\" }}"),
+        &config(&up),
+    );
+    let page = gw.admin("/ui/");
+    assert_eq!(page.status, 200);
+    let csp = page.header("content-security-policy").unwrap();
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe"),
+        "{csp}"
+    );
+    assert_eq!(page.header("x-content-type-options"), Some("nosniff"));
+    assert!(!page.text().contains("<script>"), "no inline script");
+    assert_eq!(gw.admin("/ui/console.js").status, 200);
+    for path in ["/limited", "/refusals", "/clients", "/config", "/metrics"] {
+        assert_eq!(gw.admin(path).status, 401, "{path} without the token");
+    }
+    assert_eq!(gw.admin("/ui/other").status, 401);
+}
