@@ -78,8 +78,12 @@ impl Client {
     }
 
     fn get(&self, gw: &Gateway) -> u16 {
+        self.get_on(gw.port)
+    }
+
+    fn get_on(&self, port: u16) -> u16 {
         let key = format!("{}-key-0123456789abcdef", self.id);
-        let status = gw.get_with("/orders", &[("X-Api-Key", &key)]).status;
+        let status = common::http::get_with(port, "/orders", &[("X-Api-Key", &key)]).status;
         if status == 200 {
             self.admitted.fetch_add(1, Ordering::SeqCst);
         }
@@ -102,10 +106,11 @@ fn two_shards(cluster: &RedisCluster) -> (&'static str, &'static str) {
     (x, y)
 }
 
-/// Requests from one client, one every `every`, alternating gateways, until `stop`:
-/// (when, status) of each.
+/// Requests from one client, one every `every`, alternating gateways (by port: the test
+/// thread owns the gateways, so a failing test still stops them), until `stop`: (when,
+/// status) of each.
 fn traffic(
-    gateways: Arc<Vec<Gateway>>,
+    ports: Vec<u16>,
     client: Arc<Client>,
     every: Duration,
     stop: Arc<AtomicBool>,
@@ -114,7 +119,7 @@ fn traffic(
         let mut seen = Vec::new();
         let mut i = 0;
         while !stop.load(Ordering::SeqCst) {
-            let status = client.get(&gateways[i % gateways.len()]);
+            let status = client.get_on(ports[i % ports.len()]);
             seen.push((Instant::now(), status));
             i += 1;
             std::thread::sleep(every);
@@ -123,13 +128,23 @@ fn traffic(
     })
 }
 
+/// Stops the traffic threads when dropped (also when the test fails).
+struct Stop(Arc<AtomicBool>);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 #[test]
 fn a_frozen_master_is_left_for_its_promoted_replica_and_healthy_shards_are_never_refused() {
     let cluster = RedisCluster::with_replicas();
     let up = Upstream::start("a");
     let (x, y) = two_shards(&cluster);
     let text = config(&up, &cluster, &[x, y], X_LIMIT, "200ms");
-    let gateways = Arc::new(vec![Gateway::start(&text), Gateway::start(&text)]);
+    let gateways = [Gateway::start(&text), Gateway::start(&text)];
+    let ports: Vec<u16> = gateways.iter().map(|g| g.port).collect();
     let (x, y) = (Client::new(x), Client::new(y));
     for gw in gateways.iter() {
         assert_eq!(x.get(gw), 200);
@@ -143,19 +158,19 @@ fn a_frozen_master_is_left_for_its_promoted_replica_and_healthy_shards_are_never
     let acked: i64 = primary.cmd(&["WAIT", "1", "5000"]);
     assert_eq!(acked, 1, "the replica acknowledged the writes");
 
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Stop(Arc::new(AtomicBool::new(false)));
     let every = |ms| Duration::from_millis(ms);
     let x_traffic = traffic(
-        Arc::clone(&gateways),
+        ports.clone(),
         Arc::clone(&x),
         every(33),
-        Arc::clone(&stop),
+        Arc::clone(&stop.0),
     );
     let y_traffic = traffic(
-        Arc::clone(&gateways),
+        ports.clone(),
         Arc::clone(&y),
         every(100),
-        Arc::clone(&stop),
+        Arc::clone(&stop.0),
     );
     std::thread::sleep(Duration::from_millis(500));
     primary.freeze();
@@ -196,7 +211,7 @@ fn a_frozen_master_is_left_for_its_promoted_replica_and_healthy_shards_are_never
     std::thread::sleep(Duration::from_secs(1));
     primary.thaw();
     std::thread::sleep(Duration::from_secs(2));
-    stop.store(true, Ordering::SeqCst);
+    stop.0.store(true, Ordering::SeqCst);
     let xs = x_traffic.join().unwrap();
     let ys = y_traffic.join().unwrap();
 
