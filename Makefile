@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping bench-resilience bench-redis-core fuzz clean
+.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping bench-resilience bench-redis-core bench-modes fuzz clean
 
 all: build
 
@@ -53,6 +53,11 @@ bench-load: deps
 # pingora-proxy and turnstile pass-through, with perf profiles (benches/floor.rs).
 bench-floor: deps
 	benches/load/floor.sh
+
+# The gateway's own CPU per request in each mode (pass-through, per-IP, API key, bearer token,
+# one / four Redis limits, plan + keyed), next to pass-through; THREADS=2 for two workers.
+bench-modes: deps
+	benches/load/modes.sh
 
 # Overload experiment: goodput and the critical class's p99 with and without load shedding
 # (needs oha: cargo install oha). Writes benches/overload/{results.json,overload.svg}.

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# The gateway's own CPU per request in each mode a route can be in (`make bench-modes`), in one
+# run, next to pass-through: wrk -t1 -c$CONNS through turnstile ($THREADS worker threads) to an
+# nginx origin, targets alternated over $ROUNDS rounds of $DURATION s, median CPU time (user +
+# system) of the gateway process alone per request — Redis's side is not counted.
+#   pass      no auth, no limit
+#   ip        a per-IP limit (in process)
+#   key       an API key, a plan limit in the memory store
+#   token     an RS256 bearer token (remembered after its first request), same plan
+#   redis1    an API key, one plan limit on Redis
+#   redis4    an API key, four plan limits on Redis
+#   keyed     an API key, one plan limit and one header-keyed limit on Redis
+# Limits are far above the offered load: nothing is rejected. Prints one markdown table.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-5}
+CONNS=${CONNS:-50}
+THREADS=${THREADS:-1}
+for tool in nginx wrk openssl python3 redis-server; do
+  command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
+done
+# BIN=path: measure that binary instead of building this tree.
+[ -n "${BIN:-}" ] || cargo build --release --bins --quiet
+BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/turnstile}
+WORK=$(mktemp -d /tmp/turnstile-modes.XXXXXX)
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT INT TERM
+# shellcheck source=benches/load/lib.sh
+. benches/load/lib.sh
+
+b64() { openssl base64 -A | tr '+/' '-_' | tr -d '='; }
+openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$WORK/rsa.pem" 2>/dev/null
+openssl pkey -in "$WORK/rsa.pem" -pubout -out "$WORK/rsa.pub"
+payload=$(printf '{"iss":"bench","aud":"api","sub":"user-42","exp":%s}' $(($(date +%s) + 86400)) | b64)
+h=$(printf '{"alg":"RS256","typ":"JWT"}' | b64)
+TOKEN="$h.$payload.$(printf '%s.%s' "$h" "$payload" | openssl dgst -sha256 -sign "$WORK/rsa.pem" -binary | b64)"
+
+ORIGIN=$(port); REDIS=$(port)
+nginx -c "$(origin_conf "$WORK" "$ORIGIN")" & pids+=($!)
+redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" > "$WORK/redis.log" 2>&1 & pids+=($!)
+wait_port "$ORIGIN"; wait_port "$REDIS"
+
+BIG=10000000
+limit() { echo "{ name = \"$1\", algorithm = \"sliding_window\", limit = $BIG, window = \"$2\" }"; }
+declare -A PORTS PIDS
+start() { # name store auth plan-limits route-extra
+  local p a; p=$(port); a=$(port)
+  cat > "$WORK/$1.toml" <<TOML
+[server]
+listen = "127.0.0.1:$p"
+threads = $THREADS
+pid_file = "$WORK/$1.pid"
+upgrade_sock = "$WORK/$1.sock"
+key_hash_secret = "bench-key-hash-secret-0123456789"
+[admin]
+listen = "127.0.0.1:$a"
+$2
+[upstreams.o]
+servers = ["127.0.0.1:$ORIGIN"]
+[plans.p]
+limits = [$4]
+[[clients]]
+id = "bench"
+plan = "p"
+api_keys = ["bench-api-key-0123456789"]
+[issuers.i]
+issuer = "bench"
+audiences = ["api"]
+keys = { file = "$WORK/rsa.pub" }
+algorithms = ["RS256"]
+plan = "p"
+[[routes]]
+name = "r"
+path_prefix = "/"
+upstream = "o"
+auth = "$3"
+$5
+TOML
+  RUST_LOG=warn "$BIN" --config "$WORK/$1.toml" > "$WORK/$1.log" 2>&1 & pids+=($!)
+  PIDS[$1]=$!
+  (wait_port "$p") || { cat "$WORK/$1.log" >&2; exit 1; }
+  PORTS[$1]=$p
+}
+REDIS_STORE=$(printf '[store]\nkind = "redis"\nurl = "redis://127.0.0.1:%s"\ntimeout = "1s"' "$REDIS")
+ONE=$(limit l 1h)
+FOUR="$(limit a 1m), $(limit b 1h), $(limit c 1d), $(limit d 10m)"
+KEYED=$(printf '[[routes.limits]]\nname = "k"\nalgorithm = "sliding_window"\nlimit = %s\nwindow = "1h"\nkey = ["header:x-tenant"]' "$BIG")
+start pass "" none "$ONE" ""
+start ip "" none "$ONE" 'ip_limit = { rate = "10000000/s", burst = 10000000 }'
+start key "" api_key "$ONE" ""
+start token "" jwt "$ONE" ""
+start redis1 "$REDIS_STORE" api_key "$ONE" ""
+start redis4 "$REDIS_STORE" api_key "$FOUR" ""
+start keyed "$REDIS_STORE" api_key "$ONE" "$KEYED"
+KEY="X-Api-Key: bench-api-key-0123456789"
+declare -A HEADER=(
+  [pass]="Accept: */*" [ip]="Accept: */*" [key]="$KEY" [token]="Authorization: Bearer $TOKEN"
+  [redis1]="$KEY" [redis4]="$KEY" [keyed]="$KEY"
+)
+targets=(pass ip key token redis1 redis4 keyed)
+for t in "${targets[@]}"; do
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H "${HEADER[$t]}" -H "X-Tenant: t1" "http://127.0.0.1:${PORTS[$t]}/")
+  [ "$code" = 200 ] || { echo "$t answers $code" >&2; cat "$WORK/$t.log" >&2; exit 1; }
+  wrk -t1 -c"$CONNS" -d1s -H "${HEADER[$t]}" -H "X-Tenant: t1" "http://127.0.0.1:${PORTS[$t]}/" > /dev/null
+done
+
+HZ=$(getconf CLK_TCK)
+declare -A RPS CPU
+for round in $(seq "$ROUNDS"); do
+  for t in "${targets[@]}"; do
+    before=$(cpu_ticks "${PIDS[$t]}")
+    out=$(wrk -t1 -c"$CONNS" -d"${DURATION}s" -H "${HEADER[$t]}" -H "X-Tenant: t1" "http://127.0.0.1:${PORTS[$t]}/")
+    after=$(cpu_ticks "${PIDS[$t]}")
+    rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+    total=$(echo "$out" | awk '/requests in/ {print $1}')
+    non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
+    [ -z "$non2xx" ] || { echo "$t: $non2xx answers were not 2xx" >&2; exit 1; }
+    us=$(awk -v t=$((after - before)) -v n="$total" -v hz="$HZ" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
+    RPS[$t]="${RPS[$t]:-} $rps"; CPU[$t]="${CPU[$t]:-} $us"
+    echo "round $round $t $rps req/s, $us µs CPU/request" >&2
+  done
+done
+PASS=$(echo "${CPU[pass]}" | median)
+echo "$THREADS worker thread(s); $ROUNDS rounds x ${DURATION}s, wrk -t1 -c$CONNS; the gateway process's CPU only"
+echo
+echo "| mode | req/s (median) | CPU µs / request (median) | / pass-through | rounds (µs) |"
+echo "| --- | --- | --- | --- | --- |"
+for t in "${targets[@]}"; do
+  cpu=$(echo "${CPU[$t]}" | median)
+  echo "| $t | $(echo "${RPS[$t]}" | median) | $cpu | $(awk -v a="$cpu" -v b="$PASS" 'BEGIN {printf "%.2f", a/b}') | ${CPU[$t]} |"
+done
