@@ -96,18 +96,11 @@ for t in "${targets[@]}"; do
   [ "$code" = 200 ] || { echo "$t answers $code" >&2; cat "$WORK/$t.log" >&2; exit 1; }
 done
 
-HZ=$(getconf CLK_TCK)
 declare -A RPS CPU
 for round in $(seq "$ROUNDS"); do
   for t in "${targets[@]}"; do
-    before=$(cpu_ticks "${PIDS[$t]}")
-    out=$(wrk -t1 -c"$CONNS" -d"${DURATION}s" -H "${HEADER[$t]}" "http://127.0.0.1:${PORTS[$t]}/")
-    after=$(cpu_ticks "${PIDS[$t]}")
-    rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
-    total=$(echo "$out" | awk '/requests in/ {print $1}')
-    non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
-    [ -z "$non2xx" ] || { echo "$t: $non2xx answers were not 2xx" >&2; exit 1; }
-    us=$(awk -v t=$((after - before)) -v n="$total" -v hz="$HZ" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
+    read -r rps us < <(cpu_round "${PIDS[$t]}" "${PORTS[$t]}" "$t" "${HEADER[$t]}")
+    [ -n "${us:-}" ] || exit 1
     RPS[$t]="${RPS[$t]:-} $rps"; CPU[$t]="${CPU[$t]:-} $us"
     echo "round $round $t $rps req/s, $us µs CPU/request" >&2
   done

@@ -25,3 +25,21 @@ http { access_log off;
 NGX
   echo "$1/origin.conf"
 }
+
+# cpu_round PID PORT NAME [HEADER...]: one wrk -t1 -c$CONNS run of $DURATION s against port PORT
+# with those headers; prints "req/s CPU-µs-per-request" of the processes PID (user + system).
+# Exits when an answer was not 2xx (NAME says which target).
+cpu_round() {
+  local pid=$1 port=$2 name=$3 before after out rps total non2xx h
+  shift 3
+  local headers=()
+  for h in "$@"; do headers+=(-H "$h"); done
+  before=$(cpu_ticks "$pid")
+  out=$(wrk -t1 -c"$CONNS" -d"${DURATION}s" "${headers[@]}" "http://127.0.0.1:$port/")
+  after=$(cpu_ticks "$pid")
+  rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+  total=$(echo "$out" | awk '/requests in/ {print $1}')
+  non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
+  [ -z "$non2xx" ] || { echo "$name: $non2xx answers were not 2xx" >&2; exit 1; }
+  echo "$rps $(awk -v t=$((after - before)) -v n="$total" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')"
+}
