@@ -63,10 +63,12 @@ on_store_error = "fail_closed"
     )
 }
 
-/// A client, and how many of its requests were admitted (every request of the test counted).
+/// A client, and how many of its requests were admitted or answered 503 (every request of
+/// the test counted).
 struct Client {
     id: &'static str,
     admitted: AtomicUsize,
+    unavailable: AtomicUsize,
 }
 
 impl Client {
@@ -74,6 +76,7 @@ impl Client {
         Arc::new(Client {
             id,
             admitted: AtomicUsize::new(0),
+            unavailable: AtomicUsize::new(0),
         })
     }
 
@@ -84,9 +87,11 @@ impl Client {
     fn get_on(&self, port: u16) -> u16 {
         let key = format!("{}-key-0123456789abcdef", self.id);
         let status = common::http::get_with(port, "/orders", &[("X-Api-Key", &key)]).status;
-        if status == 200 {
-            self.admitted.fetch_add(1, Ordering::SeqCst);
-        }
+        match status {
+            200 => self.admitted.fetch_add(1, Ordering::SeqCst),
+            503 => self.unavailable.fetch_add(1, Ordering::SeqCst),
+            _ => 0,
+        };
         status
     }
 
@@ -230,7 +235,9 @@ fn a_frozen_master_is_left_for_its_promoted_replica_and_healthy_shards_are_never
         !x_after.is_empty() && x_after.iter().all(|s| *s == 200),
         "X after its shard failed over (and its old master thawed): {x_after:?}"
     );
-    // Nothing over the limit, nothing lost: X's budget ends at exactly X_LIMIT admitted.
+    // Nothing over the limit. What is missing of it was taken by requests answered 503: a
+    // call Redis ran whose answer the gateway had stopped waiting for (at the freeze, or a
+    // timeout under load) still counted (docs/limits.md, "When Redis is slow or gone").
     for i in 0.. {
         match x.get(&gateways[i % 2]) {
             200 => assert!(x.admitted() <= X_LIMIT, "X admitted beyond its limit"),
@@ -238,7 +245,12 @@ fn a_frozen_master_is_left_for_its_promoted_replica_and_healthy_shards_are_never
             other => panic!("X got {other} after the failover"),
         }
     }
-    assert_eq!(x.admitted(), X_LIMIT);
+    let unavailable = x.unavailable.load(Ordering::SeqCst);
+    assert!(
+        x.admitted() <= X_LIMIT && x.admitted() + unavailable >= X_LIMIT,
+        "X admitted {} of {X_LIMIT}, {unavailable} answered 503",
+        x.admitted()
+    );
 }
 
 #[test]
