@@ -112,7 +112,7 @@ fn two_shards(cluster: &RedisCluster) -> (&'static str, &'static str) {
 }
 
 /// Requests from one client, one every `every`, alternating gateways (by port: the test
-/// thread owns the gateways, so a failing test still stops them), until `stop`: (when,
+/// thread owns the gateways, so a failing test still stops them), until `stop`: (when sent,
 /// status) of each.
 fn traffic(
     ports: Vec<u16>,
@@ -124,8 +124,11 @@ fn traffic(
         let mut seen = Vec::new();
         let mut i = 0;
         while !stop.load(Ordering::SeqCst) {
+            // When it was sent: one sent to the old primary just before the switch ends
+            // in a timeout after it.
+            let sent = Instant::now();
             let status = client.get_on(ports[i % ports.len()]);
-            seen.push((Instant::now(), status));
+            seen.push((sent, status));
             i += 1;
             std::thread::sleep(every);
         }
