@@ -164,16 +164,16 @@ impl<K: Hash + Eq, V> Sharded<K, V> {
         self.hasher.hash_one(key)
     }
 
-    /// Index of the shard holding `key` (high bits of its hash; the table uses the low ones).
+    /// Index of the shard holding `key`.
     pub fn shard_index(&self, key: &K) -> usize {
-        ((self.hash(key) >> 48) & self.mask) as usize
+        shard_of(self.hash(key), self.mask)
     }
 
     /// Locks the shard holding `key`. A poisoned lock (a panic while holding it) is
     /// recovered: the table itself is never left half-updated by our code.
     pub fn lock_key(&self, key: &K) -> (usize, Locked<'_, K, V>) {
         let hash = self.hash(key);
-        let index = ((hash >> 48) & self.mask) as usize;
+        let index = shard_of(hash, self.mask);
         (
             index,
             Locked {
@@ -191,7 +191,7 @@ impl<K: Hash + Eq, V> Sharded<K, V> {
             .iter()
             .map(|k| {
                 let hash = self.hash(k);
-                (((hash >> 48) & self.mask) as usize, hash)
+                (shard_of(hash, self.mask), hash)
             })
             .collect();
         let mut indexes: Vec<usize> = positions.iter().map(|(i, _)| *i).collect();
@@ -247,6 +247,14 @@ impl<K: Hash + Eq, V> Sharded<K, V> {
         }
         removed
     }
+}
+
+/// The shard of a key hashed to `hash`: every bit of the hash mixed (one multiply) before
+/// `mask` picks the shard. Taking a fixed group of the hash's bits was not enough: the fast
+/// hasher leaves some bit groups correlated for small integer keys, and with some seeds whole
+/// shards stayed empty (1 000 sequential keys over 16 shards, a quarter of them unused).
+fn shard_of(hash: u64, mask: u64) -> usize {
+    (((hash ^ (hash >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) & mask) as usize
 }
 
 #[cfg(test)]
