@@ -260,12 +260,9 @@ fn record_refusal(session: &Session, ctx: &RequestCtx, reject: &Reject, kind: Ki
             retry_after_ms: d.retry_after_ms,
         })
         .collect();
-    let caller = match (
-        &ctx.client,
-        session.client_addr().and_then(PeerAddr::as_inet),
-    ) {
+    let caller = match (&ctx.client, client_ip(session, ctx)) {
         (Some(client), _) => format!("client:{}", client.id),
-        (None, Some(peer)) => format!("address:{}", peer.ip()),
+        (None, Some(ip)) => format!("address:{ip}"),
         (None, None) => "unknown".to_owned(),
     };
     let now = unix_ms();
@@ -286,20 +283,21 @@ fn record_refusal(session: &Session, ctx: &RequestCtx, reject: &Reject, kind: Ki
     ctx.snapshot.refusals.record(refusal, now);
 }
 
+/// The caller's address: the peer, or what a trusted proxy before it says (`X-Forwarded-For`).
+fn client_ip(session: &Session, ctx: &RequestCtx) -> Option<std::net::IpAddr> {
+    let peer = session.client_addr().and_then(PeerAddr::as_inet)?;
+    let values = session.req_header().headers.get_all(X_FORWARDED_FOR);
+    Some(identity::client_ip(
+        peer.ip(),
+        values.iter().map(HeaderValue::as_bytes),
+        &ctx.snapshot.config.server.trusted_proxies,
+    ))
+}
+
 /// The access log line of a finished request.
 fn access_entry(session: &Session, ctx: &RequestCtx, status: u16) -> Record {
     let req = session.req_header();
-    let client_ip = session
-        .client_addr()
-        .and_then(PeerAddr::as_inet)
-        .map(|peer| {
-            let values = req.headers.get_all(X_FORWARDED_FOR);
-            identity::client_ip(
-                peer.ip(),
-                values.iter().map(HeaderValue::as_bytes),
-                &ctx.snapshot.config.server.trusted_proxies,
-            )
-        });
+    let client_ip = client_ip(session, ctx);
     Record {
         at_ms: unix_ms(),
         request_id: ctx.request_id.to_str().unwrap_or_default().to_owned(),
