@@ -160,6 +160,7 @@ fn main() {
             prefix: "bench".into(),
             timeout: Duration::from_secs(1),
             slot_ttl: Duration::from_secs(60),
+            batch_max: 64,
         })
         .unwrap(),
     );

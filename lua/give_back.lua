@@ -1,6 +1,6 @@
 --[[ give_back.lua — return the unspent units of leases (graceful shutdown).
 
-The script sent to Redis is return_units.lua then this file (src/limit/store/redis/scripts.rs).
+The script sent to Redis is return_units.lua then this file (src/limit/store/redis/sources.rs).
 
 KEYS[i]   the limit keys the leases were taken from (one client: one hash tag)
 ARGV      four per key: algorithm (fw | sw), window_ms, the window start the lease

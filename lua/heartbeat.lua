@@ -8,7 +8,7 @@ ARGV[3]   "1" to leave (graceful shutdown): remove this instance instead of refr
 Reply     the number of live instances (after this call)
 TTL       the whole set expires `liveness` after the last heartbeat of any instance.
 
-The script sent to Redis is this file alone (src/limit/store/redis/scripts.rs).
+The script sent to Redis is this file alone (src/limit/store/redis/sources.rs).
 ]]
 if #KEYS ~= 1 or #ARGV ~= 3 then
   return redis.error_reply('turnstile heartbeat.lua: expected 1 key and 3 arguments, got ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')

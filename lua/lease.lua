@@ -1,7 +1,7 @@
 --[[ lease.lua — quota leasing: reserve a slice of every limit of a plan for one instance.
 
 The script sent to Redis is lib.lua, fixed_window.lua, sliding_window.lua, return_units.lua
-and this file (src/limit/store/redis/scripts.rs).
+and this file (src/limit/store/redis/sources.rs).
 
 A lease is a reservation: the granted units are counted in Redis now, in the same keys that
 check.lua counts per request, so instances spending them later can never admit more than

@@ -1,17 +1,17 @@
 --[[ limits.lua — the limits of a call, as check.lua's arguments give them: six per limit from
 ARGV[4] (name, algorithm, limit, window_ms, burst, shadow; see check.lua), one key each.
 
-Function  decide_limit(i, now, cost, slot_id) -> decision, commit
-          limit i (KEYS[i]) asked for `cost` units at `now`: its algorithm's decision and
-          commit (see the algorithm files); nothing is written until commit runs.
+Function  decide_limit(key, o, now, cost, slot_id) -> decision, commit
+          the limit whose six arguments are ARGV[o + 1 .. o + 6], on `key`, asked for `cost`
+          units at `now`: its algorithm's decision and commit (see the algorithm files);
+          nothing is written until commit runs. By offset, so that one call can hold many
+          requests' arguments (batch.lua).
 ]]
-local PER = 6
 local algorithms = { tb = token_bucket, lb = leaky_bucket, fw = fixed_window, cw = calendar_window, sw = sliding_window, sl = sliding_log, cc = concurrency }
 
 -- Arguments are read by offset, and strings are only turned into numbers where the algorithm
 -- wants numbers (this runs on every decision: Redis CPU per call is what sizes a store).
-local function decide_limit(i, now, c, slot_id)
-  local o = 3 + PER * (i - 1)
+local function decide_limit(key, o, now, c, slot_id)
   local code = ARGV[o + 2]
   local algorithm = algorithms[code]
   if not algorithm then
@@ -20,5 +20,5 @@ local function decide_limit(i, now, c, slot_id)
   local window, burst = ARGV[o + 4], ARGV[o + 5]
   if code ~= 'cw' then window = tonumber(window) end
   if code ~= 'lb' then burst = tonumber(burst) end
-  return algorithm(KEYS[i], now, c, tonumber(ARGV[o + 3]), window, burst, slot_id)
+  return algorithm(key, now, c, tonumber(ARGV[o + 3]), window, burst, slot_id)
 end

@@ -6,7 +6,7 @@ decides per slot, and when one slot rejects, the slots that admitted give their 
 with this script. Between the two calls another request can see those units taken (and be
 refused for them, never admitted beyond a limit); they are back one round trip later.
 
-The script sent to Redis is return_units.lua then this file (src/limit/store/redis/scripts.rs).
+The script sent to Redis is return_units.lua then this file (src/limit/store/redis/sources.rs).
 
 KEYS[i]   the keys check.lua committed (one slot)
 ARGV[1]   the time check.lua decided at (its reply's now_ms)

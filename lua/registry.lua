@@ -20,7 +20,7 @@ ARGV[1]   the operation:
 TTL       none: the registry is data, not a count. It needs Redis persistence (docs/registry.md).
 Both keys share a hash tag, so one Cluster slot holds them and one script updates both.
 
-The script sent to Redis is this file alone (src/limit/store/redis/scripts.rs).
+The script sent to Redis is this file alone (src/limit/store/redis/sources.rs).
 ]]
 if #KEYS ~= 2 or #ARGV < 1 then
   return redis.error_reply('turnstile registry.lua: expected 2 keys and an operation')

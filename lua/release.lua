@@ -2,7 +2,7 @@
 last past a third of a slot's time to live, keep them — every such slot of an instance in one
 call.
 
-The script sent to Redis is this file alone (src/limit/store/redis/scripts.rs).
+The script sent to Redis is this file alone (src/limit/store/redis/sources.rs).
 
 Release   KEYS[i] the concurrency keys the request took a slot in (one client: one hash tag)
           ARGV[1] the request's slot id

@@ -2,7 +2,7 @@
 read from the state check.lua decides with, without writing anything.
 
 The script sent to Redis is lib.lua, the six algorithm files, limits.lua and this file
-(USAGE_FILES in src/limit/store/redis/scripts.rs).
+(USAGE_FILES in src/limit/store/redis/sources.rs).
 
 KEYS[i]   one key per limit asked about (one client's: one hash tag, one Redis Cluster slot)
 ARGV      as check.lua's: the time spec, a cost (ignored: every limit is asked at cost 0, which
@@ -19,7 +19,7 @@ end
 local now = now_ms(ARGV[1])
 local reply = { '1', string.format('%d', now) }
 for i = 1, n do
-  local d = decide_limit(i, now, 0, '')
+  local d = decide_limit(KEYS[i], 3 + 6 * (i - 1), now, 0, '')
   reply[i + 2] = string.format('%d %d %d %d', d[1], d[2], d[3], d[4])
 end
 reply[n + 3] = ''

@@ -170,6 +170,7 @@ impl Admin {
             .set(fallback as i64);
         m.set_breaker_state(snapshot.store.breaker_state());
         m.set_store_nodes(&snapshot.store.nodes(), snapshot.store.redirects());
+        m.set_store_batches(snapshot.store.batches());
     }
 
     fn readiness(&self, snapshot: &Snapshot) -> (bool, serde_json::Value) {

@@ -33,6 +33,9 @@ pub struct Metrics {
     node_slots: IntGaugeVec,
     /// Redis Cluster: `MOVED` and `ASK` redirects followed.
     redirects: IntCounterVec,
+    /// Batched decisions (`batch.lua`): calls, decisions in them, decisions sent alone after
+    /// a batch was refused whole (set at scrape).
+    batches: [IntCounter; 3],
     /// Whole requests (first byte in to response done) per route.
     request_duration: HistogramVec,
     /// How long leaky buckets held requests before forwarding them, per route.
@@ -242,6 +245,11 @@ impl Metrics {
             node_breaker_state: gauge_vec(r, "turnstile_store_node_breaker_state", "Redis Cluster: each node's own circuit breaker, 1 for the state it is in (closed, open, half_open)", &["node", "state"]),
             node_slots: gauge_vec(r, "turnstile_store_node_slots", "Redis Cluster: hash slots each node serves in this instance's slot map (0: a replica)", &["node"]),
             redirects: counter_vec(r, "turnstile_store_redirects_total", "Redis Cluster: calls sent again where a MOVED or ASK reply said", &["kind"]),
+            batches: [
+                counter(r, "turnstile_store_batches_total", "Redis: batch calls sent (several decisions that arrived while another call was in flight, decided in one call)"),
+                counter(r, "turnstile_store_batched_decisions_total", "Redis: decisions sent in batch calls"),
+                counter(r, "turnstile_store_batch_fallbacks_total", "Redis: decisions sent one by one after their batch was refused whole (a Cluster slot on the move, a Redis older than 7)"),
+            ],
             upstream: UpstreamMetrics::new(r),
             reloads: counter_vec(r, "turnstile_config_reloads_total", "Configuration reloads by result", &["result"]),
             config_version: gauge(r, "turnstile_config_version", "Number of configurations loaded since start (1 = the initial one)"),
@@ -328,6 +336,13 @@ impl Metrics {
         }
         for (kind, total) in [("moved", moved), ("ask", ask)] {
             let counter = self.redirects.with_label_values(&[kind]);
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
+    }
+
+    /// Batched decisions so far: batches, decisions in them, decisions sent alone (at scrape).
+    pub fn set_store_batches(&self, totals: (u64, u64, u64)) {
+        for (counter, total) in self.batches.iter().zip([totals.0, totals.1, totals.2]) {
             counter.inc_by(total.saturating_sub(counter.get()));
         }
     }

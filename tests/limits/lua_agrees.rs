@@ -20,26 +20,26 @@ use turnstile::limit::store::request::{CheckRequest, DecideAt};
 use turnstile::limit::{Algorithm, Policy};
 
 /// xorshift64*: a small deterministic generator, so a failing seed can be replayed.
-struct Rng(u64);
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
         items[self.below(items.len() as u64) as usize]
     }
 }
 
-fn random_policy(rng: &mut Rng, i: usize) -> Policy {
+pub fn random_policy(rng: &mut Rng, i: usize) -> Policy {
     let algorithm = rng.pick(&[
         Algorithm::TokenBucket,
         Algorithm::FixedWindow,
@@ -72,6 +72,7 @@ async fn lua_and_rust_decide_identically_on_random_sequences() {
         prefix: "agree".into(),
         timeout: std::time::Duration::from_secs(5),
         slot_ttl: std::time::Duration::from_secs(60),
+        batch_max: 64,
     })
     .unwrap();
     let mut compared = 0;
@@ -145,6 +146,7 @@ async fn a_sliding_log_counts_every_unit_after_a_refund_in_the_same_millisecond(
         prefix: "log".into(),
         timeout: std::time::Duration::from_secs(5),
         slot_ttl: std::time::Duration::from_secs(60),
+        batch_max: 64,
     })
     .unwrap();
     let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
@@ -197,6 +199,7 @@ async fn calendar_windows_agree_across_a_month_boundary_and_a_dst_change() {
         prefix: "calendar".into(),
         timeout: std::time::Duration::from_secs(5),
         slot_ttl: std::time::Duration::from_secs(60),
+        batch_max: 64,
     })
     .unwrap();
     let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
@@ -285,6 +288,7 @@ async fn lua_and_rust_charge_identically() {
         prefix: "charge".into(),
         timeout: std::time::Duration::from_secs(5),
         slot_ttl: std::time::Duration::from_secs(60),
+        batch_max: 64,
     })
     .unwrap();
     let mut compared = 0;

@@ -42,6 +42,7 @@ fn store(server: &RedisServer, prefix: &str) -> RedisStore {
         prefix: prefix.into(),
         timeout: Duration::from_secs(5),
         slot_ttl: Duration::from_secs(60),
+        batch_max: 64,
     })
     .unwrap()
 }
@@ -269,6 +270,7 @@ async fn cluster_keys_of_one_client_share_a_slot_and_the_limit_is_exact() {
             prefix: "cl".into(),
             timeout: Duration::from_secs(5),
             slot_ttl: Duration::from_secs(60),
+            batch_max: 64,
         })
         .unwrap(),
     );
@@ -512,6 +514,7 @@ async fn the_slots_of_many_requests_are_renewed_in_one_call_per_redis_or_per_clu
         prefix: "renew".into(),
         timeout: Duration::from_secs(5),
         slot_ttl: Duration::from_secs(2),
+        batch_max: 64,
     })
     .unwrap();
     let mut due = Vec::new();

@@ -193,6 +193,7 @@ fn failing_store() -> Arc<Store> {
         prefix: "t".into(),
         timeout: Duration::from_secs(5),
         slot_ttl: Duration::from_secs(60),
+        batch_max: 64,
     };
     let failure = FailureSettings {
         breaker_failures: 1000,

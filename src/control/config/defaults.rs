@@ -53,6 +53,10 @@ pub const STORE_PREFIX: &str = "turnstile";
 pub const STORE_TIMEOUT: Duration = Duration::from_millis(20);
 pub const ON_STORE_ERROR: FailureMode = FailureMode::FailOpen;
 pub const BREAKER_FAILURES: u32 = 5;
+/// Decisions one Redis call carries at most while another is in flight (`batch.lua`).
+pub const STORE_BATCH_MAX: usize = 64;
+/// The largest `store.batch_max` accepted: a batch's reply and arguments stay small.
+pub const STORE_BATCH_MAX_LIMIT: usize = 1024;
 pub const BREAKER_COOLDOWN: Duration = Duration::from_secs(1);
 pub const EXPECTED_INSTANCES: u64 = 1;
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);

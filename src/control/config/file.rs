@@ -357,6 +357,8 @@ pub struct StoreFile {
     pub expected_instances: Option<u64>,
     pub heartbeat_interval: Option<HumanDuration>,
     pub concurrency_slot_ttl: Option<HumanDuration>,
+    /// The most decisions one Redis call carries (1: every decision its own call).
+    pub batch_max: Option<usize>,
     /// Deprecated name of `concurrency_slot_ttl`.
     pub concurrency_lease: Option<HumanDuration>,
 }

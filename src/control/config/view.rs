@@ -265,6 +265,7 @@ fn store(store: &StoreConfig) -> Value {
                 "expected_instances": f.expected_instances,
                 "heartbeat_interval": format_duration(f.heartbeat_interval),
                 "concurrency_slot_ttl": format_duration(r.slot_ttl),
+                "batch_max": r.batch_max,
             })
         }
     }

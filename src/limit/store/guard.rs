@@ -113,6 +113,14 @@ impl<C: Clock + Clone> Store<C> {
         }
     }
 
+    /// Redis: batch calls, decisions in them, decisions sent alone after a refused batch.
+    pub fn batches(&self) -> (u64, u64, u64) {
+        match &self.backend {
+            Backend::Redis(r) => r.batches(),
+            Backend::Memory(_) => (0, 0, 0),
+        }
+    }
+
     /// Redis Cluster: every node met, with its own breaker and health (empty otherwise).
     pub fn nodes(&self) -> Vec<super::redis::NodeStatus> {
         match &self.backend {

@@ -33,6 +33,7 @@ pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> 
         heartbeat_interval,
         concurrency_slot_ttl,
         concurrency_lease,
+        batch_max,
         ..
     } = file;
     debug_assert_ne!(kind, StoreKindFile::Memory);
@@ -80,6 +81,7 @@ pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> 
                 problems,
             ),
             slot_ttl: slot_ttl(concurrency_slot_ttl, concurrency_lease, problems),
+            batch_max: batch_size(batch_max, problems),
         },
         FailureSettings {
             breaker_failures,
@@ -140,6 +142,7 @@ fn topology(file: &StoreFile, problems: &mut Problems) -> Option<Topology> {
             ("heartbeat_interval", file.heartbeat_interval.is_some()),
             ("concurrency_slot_ttl", file.concurrency_slot_ttl.is_some()),
             ("concurrency_lease", file.concurrency_lease.is_some()),
+            ("batch_max", file.batch_max.is_some()),
         ];
         for (field, set) in redis_only {
             if set {
@@ -304,4 +307,22 @@ fn slot_ttl(
         defaults::CONCURRENCY_SLOT_TTL,
         problems,
     )
+}
+
+/// `store.batch_max`: 1 (no batching) to `STORE_BATCH_MAX_LIMIT`.
+fn batch_size(value: Option<usize>, problems: &mut Problems) -> usize {
+    match value {
+        None => defaults::STORE_BATCH_MAX,
+        Some(n) if (1..=defaults::STORE_BATCH_MAX_LIMIT).contains(&n) => n,
+        Some(n) => {
+            problems.push(
+                "store.batch_max",
+                format!(
+                    "{n} is out of range: 1 (every decision its own call) to {}",
+                    defaults::STORE_BATCH_MAX_LIMIT
+                ),
+            );
+            defaults::STORE_BATCH_MAX
+        }
+    }
 }

@@ -53,4 +53,6 @@ pub struct RedisConfig {
     /// How long a concurrency slot lives if its request never releases it (a crashed
     /// gateway): the longest a request can hold a slot.
     pub slot_ttl: Duration,
+    /// The most decisions one batch call carries (`batch.lua`); 1: no batching.
+    pub batch_max: usize,
 }

@@ -6,6 +6,7 @@
 //! Cluster is handed to `cluster/`, node by node.
 
 use crate::limit::store::error::StoreError;
+use crate::limit::store::redis::batch::{Answer, BatchCounts, Batcher, Enter, SendBatch, Sent};
 use crate::limit::store::redis::cluster::node::NodeStatus;
 use crate::limit::store::redis::cluster::ClusterLink;
 use crate::limit::store::redis::config::{RedisConfig, Topology};
@@ -20,6 +21,7 @@ use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServer
 use redis::{
     AsyncConnectionConfig, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo, RedisError,
 };
+use std::borrow::Cow;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::OnceCell;
@@ -87,6 +89,9 @@ pub struct Link {
     watch: Arc<LaneWatch>,
     /// RESP3: the connections report a drop (single node, Sentinel).
     resp3: bool,
+    /// The request lane's decisions (single node, Sentinel; a Cluster's are node by node).
+    batcher: Arc<Batcher>,
+    counts: Arc<BatchCounts>,
     me: Weak<Link>,
 }
 
@@ -98,6 +103,8 @@ impl Link {
         scripts: Arc<Scripts>,
         breaker: (u32, Duration),
     ) -> Result<Arc<Link>, StoreError> {
+        let counts = Arc::new(BatchCounts::default());
+        let batching = (config.batch_max, Arc::clone(&counts));
         // rustls needs a process-wide crypto provider before a `rediss://` connection.
         pingora::tls::install_default_crypto_provider();
         let unusable = |e: RedisError| StoreError::Unavailable(e.to_string());
@@ -128,6 +135,7 @@ impl Link {
                 Arc::clone(&scripts),
                 breaker,
                 connect_timeout,
+                batching.clone(),
             )?),
             Topology::Sentinel { master, sentinels } => {
                 resp3 = true;
@@ -148,12 +156,19 @@ impl Link {
                 }
             }
         };
+        let batcher = Arc::new(Batcher::new(
+            scripts.batch.get_hash(),
+            batching.0,
+            batching.1,
+        ));
         Ok(Arc::new_cyclic(|me| Link {
             nodes,
             connect_timeout,
             scripts,
             watch: Arc::new(LaneWatch::default()),
             resp3,
+            batcher,
+            counts,
             me: me.clone(),
         }))
     }
@@ -211,6 +226,50 @@ impl Link {
             }
         }
         Ok(result?)
+    }
+
+    /// Decides with a `check.lua` call naming `keys` keys: batched with the decisions that
+    /// arrive while another call is in flight on the request lane (`batch.rs`). Not bounded
+    /// in time: callers bound it.
+    pub async fn decide(&self, call: Call<'_>, keys: usize) -> Result<redis::Value, StoreError> {
+        if let Nodes::Cluster(cluster) = &self.nodes {
+            return cluster.decide(call, keys).await;
+        }
+        let sender = LinkSender {
+            link: self.me.clone(),
+            timeout: self.connect_timeout,
+        };
+        let script = call.script;
+        let alone = |cmd| Call {
+            script,
+            cmd: Cow::Owned(cmd),
+        };
+        match self.batcher.enter(call.cmd.into_owned(), keys, &sender) {
+            Enter::Idle(cmd, turn) => {
+                let result = self.invoke(&alone(cmd), Lane::Requests).await;
+                drop(turn);
+                result
+            }
+            Enter::Queued(answer) => match answer.await {
+                Ok(Answer::Decided(value)) => Ok(value),
+                Ok(Answer::Alone(cmd)) => self.invoke(&alone(cmd), Lane::Requests).await,
+                Ok(Answer::Failed(e)) => Err(e),
+                Err(_) => Err(StoreError::Unavailable(
+                    "the batch carrying this decision was dropped".into(),
+                )),
+            },
+        }
+    }
+
+    /// Batches sent, decisions in them, decisions sent alone after a batch was refused.
+    pub fn batches(&self) -> (u64, u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = &self.counts;
+        (
+            c.batches.load(Relaxed),
+            c.decisions.load(Relaxed),
+            c.alone.load(Relaxed),
+        )
     }
 
     async fn invoke_now<T: redis::FromRedisValue>(
@@ -397,6 +456,51 @@ impl Link {
                 c.redirects.ask.load(std::sync::atomic::Ordering::Relaxed),
             ),
             _ => (0, 0),
+        }
+    }
+}
+
+/// Sends a single node's or Sentinel primary's batches, within the store timeout.
+#[derive(Clone)]
+struct LinkSender {
+    link: Weak<Link>,
+    timeout: Duration,
+}
+
+impl SendBatch for LinkSender {
+    fn send(
+        &self,
+        cmd: &redis::Cmd,
+        batch: bool,
+    ) -> impl std::future::Future<Output = Sent> + Send {
+        let link = self.link.upgrade();
+        let timeout = self.timeout;
+        async move {
+            let Some(link) = link else {
+                return Sent::Failed(StoreError::Unavailable("the store was replaced".into()));
+            };
+            let scripts = &link.scripts;
+            let call = Call {
+                script: if batch {
+                    &scripts.batch
+                } else {
+                    &scripts.check
+                },
+                cmd: Cow::Borrowed(cmd),
+            };
+            let sent =
+                tokio::time::timeout(timeout, link.invoke::<redis::Value>(&call, Lane::Requests));
+            match sent.await {
+                Ok(Ok(value)) => Sent::Replied(value),
+                Ok(Err(StoreError::Refused(message))) if batch => {
+                    Sent::NotDecided(crate::limit::store::redis::batch::unsupported(&message))
+                }
+                Ok(Err(e)) => Sent::Failed(e),
+                Err(_) => {
+                    link.timed_out();
+                    Sent::Failed(StoreError::Timeout(timeout))
+                }
+            }
         }
     }
 }

@@ -15,6 +15,7 @@
 //! Every call here is bounded by `store.timeout` (a renewal of a quota lease is bounded by
 //! its caller, which may wait longer: see `lease/renewal.rs`).
 
+mod batch;
 pub mod cluster;
 pub mod config;
 pub mod connection;
@@ -22,6 +23,7 @@ pub mod keys;
 mod repair;
 mod reply;
 pub mod scripts;
+mod sources;
 pub mod wire;
 
 pub use cluster::node::NodeStatus;
@@ -150,6 +152,11 @@ impl RedisStore {
         self.link.redirects()
     }
 
+    /// Batch calls sent, decisions in them, decisions sent alone after a refused batch.
+    pub fn batches(&self) -> (u64, u64, u64) {
+        self.link.batches()
+    }
+
     pub fn config(&self) -> &RedisConfig {
         &self.config
     }
@@ -199,7 +206,15 @@ impl RedisStore {
 
     async fn check_one_hash_slot(&self, req: &CheckRequest<'_>) -> Result<Verdict, StoreError> {
         let invocation = self.scripts.check_call(&self.config.prefix, req);
-        let reply: Value = self.link.invoke(&invocation, Lane::Requests).await?;
+        let reply = if req.slot_id.is_empty() {
+            self.link.decide(invocation, req.policies.len()).await?
+        } else {
+            // A request taking concurrency slots is never batched: if it gave up while its
+            // check waited in a queue, its release (sent at once) could reach Redis before the
+            // check and leave the slot taken until its TTL. Sent at once, a check is always
+            // ahead of its release on the connection.
+            self.link.invoke(&invocation, Lane::Requests).await?
+        };
         let Value::BulkString(reply) = reply else {
             return Err(StoreError::Protocol(format!(
                 "expected a string from check.lua, got {reply:?}"

@@ -1,104 +1,23 @@
-//! The Lua scripts (`lua/`) as Redis runs them: which files make each script (one list per
-//! script, concatenated at compile time) and the argument list each call sends (`reply.rs`
-//! reads what they answer). Every script opens with the same contract in Lua.
+//! The Lua scripts (`lua/`) as Redis runs them (`sources.rs`: which files make each) and the
+//! argument list each call sends (`reply.rs` reads what they answer). Every script opens with
+//! the same contract in Lua.
 
 use crate::limit::store::redis::keys::{
     algorithm_code, instances_key, key, policy_code, registry_keys,
 };
+pub use crate::limit::store::redis::sources::*;
 use crate::limit::store::request::{CheckRequest, DecideAt};
 use crate::limit::{Algorithm, Policy};
 use redis::{Cmd, Script, ToRedisArgs};
+use std::borrow::Cow;
 use std::time::Duration;
-
-/// Defines a script: `$files`, the Lua files it is made of (in order: helpers before their
-/// users, the entry point last), and `$source`, their concatenation.
-macro_rules! script {
-    ($(#[$doc:meta])* $source:ident, $files:ident = [$($file:literal),+ $(,)?]) => {
-        $(#[$doc])*
-        pub const $files: &[&str] = &[$($file),+];
-        $(#[$doc])*
-        pub const $source: &str =
-            concat!($(include_str!(concat!("../../../../lua/", $file)), "\n"),+);
-    };
-}
-
-script!(
-    /// Decides a request against every limit of its plan (`lua/check.lua`).
-    CHECK_SOURCE,
-    CHECK_FILES = [
-        "lib.lua",
-        "token_bucket.lua",
-        "leaky_bucket.lua",
-        "fixed_window.lua",
-        "sliding_window.lua",
-        "sliding_log.lua",
-        "concurrency.lua",
-        "limits.lua",
-        "check.lua",
-    ]
-);
-script!(
-    /// What a client has left of its limits, read without writing (`lua/usage.lua`).
-    USAGE_SOURCE,
-    USAGE_FILES = [
-        "lib.lua",
-        "token_bucket.lua",
-        "leaky_bucket.lua",
-        "fixed_window.lua",
-        "sliding_window.lua",
-        "sliding_log.lua",
-        "concurrency.lua",
-        "limits.lua",
-        "usage.lua",
-    ]
-);
-script!(
-    /// Quota leasing: reserves a slice of every limit of a plan at once (`lua/lease.lua`).
-    LEASE_SOURCE,
-    LEASE_FILES = [
-        "lib.lua",
-        "fixed_window.lua",
-        "sliding_window.lua",
-        "return_units.lua",
-        "lease.lua",
-    ]
-);
-script!(
-    /// Gives the unspent units of leases back (`lua/give_back.lua`).
-    GIVE_BACK_SOURCE,
-    GIVE_BACK_FILES = ["return_units.lua", "give_back.lua"]
-);
-script!(
-    /// Gives back what check.lua committed in one slot when another slot rejected the request
-    /// (Redis Cluster; `lua/refund.lua`).
-    REFUND_SOURCE,
-    REFUND_FILES = ["return_units.lua", "refund.lua"]
-);
-script!(
-    /// Frees a finished request's concurrency slots (`lua/release.lua`).
-    RELEASE_SOURCE,
-    RELEASE_FILES = ["release.lua"]
-);
-script!(
-    /// Gateway instances announce themselves (`lua/heartbeat.lua`).
-    HEARTBEAT_SOURCE,
-    HEARTBEAT_FILES = ["heartbeat.lua"]
-);
-
-script!(
-    /// Counts what requests turned out to cost, once their responses told (`lua/charge.lua`).
-    CHARGE_SOURCE,
-    CHARGE_FILES = ["lib.lua", "return_units.lua", "charge.lua"]
-);
-script!(
-    /// The client registry: read, compare-and-set one client, restore (`lua/registry.lua`).
-    REGISTRY_SOURCE,
-    REGISTRY_FILES = ["registry.lua"]
-);
 
 /// Every script, loaded once per connection and called by SHA.
 pub struct Scripts {
     pub check: Script,
+    /// Loaded apart from the others (`all`): a Redis older than 7 refuses its first line,
+    /// and then only batching is off.
+    pub batch: Script,
     pub lease: Script,
     pub give_back: Script,
     pub refund: Script,
@@ -113,6 +32,7 @@ impl Scripts {
     pub fn new() -> Scripts {
         Scripts {
             check: Script::new(CHECK_SOURCE),
+            batch: Script::new(BATCH_SOURCE),
             lease: Script::new(LEASE_SOURCE),
             give_back: Script::new(GIVE_BACK_SOURCE),
             refund: Script::new(REFUND_SOURCE),
@@ -440,7 +360,8 @@ impl Scripts {
 /// above pushes its keys before its arguments.
 pub struct Call<'a> {
     pub script: &'a Script,
-    pub cmd: Cmd,
+    /// Borrowed when a batch's member, kept by its batch, is sent alone.
+    pub cmd: Cow<'a, Cmd>,
 }
 
 impl<'a> Call<'a> {
@@ -449,12 +370,15 @@ impl<'a> Call<'a> {
         // argument at a time was 7 allocations per call.
         let mut cmd = redis::Cmd::with_capacity(32, 512);
         cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
-        Call { script, cmd }
+        Call {
+            script,
+            cmd: Cow::Owned(cmd),
+        }
     }
 
     /// Appends a key or an argument.
     fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Call<'a> {
-        self.cmd.arg(arg);
+        self.cmd.to_mut().arg(arg);
         self
     }
 }
@@ -513,74 +437,4 @@ fn push_time(invocation: &mut Call<'_>, at: DecideAt) {
         DecideAt::Fixed(ms) => invocation.arg(ms),
         DecideAt::StoreClockPlus(ms) => invocation.arg(format!("+{ms}")),
     };
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_script_is_its_listed_files_concatenated() {
-        let lua = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
-        for (source, files) in [
-            (CHECK_SOURCE, CHECK_FILES),
-            (LEASE_SOURCE, LEASE_FILES),
-            (GIVE_BACK_SOURCE, GIVE_BACK_FILES),
-            (REFUND_SOURCE, REFUND_FILES),
-            (RELEASE_SOURCE, RELEASE_FILES),
-            (HEARTBEAT_SOURCE, HEARTBEAT_FILES),
-            (REGISTRY_SOURCE, REGISTRY_FILES),
-            (CHARGE_SOURCE, CHARGE_FILES),
-            (USAGE_SOURCE, USAGE_FILES),
-        ] {
-            let expected: String = files
-                .iter()
-                .map(|f| std::fs::read_to_string(lua.join(f)).unwrap() + "\n")
-                .collect();
-            assert_eq!(source, expected, "{files:?}");
-        }
-        // Every Lua file is part of some script.
-        for entry in std::fs::read_dir(&lua).unwrap() {
-            let name = entry.unwrap().file_name().into_string().unwrap();
-            if name.ends_with(".lua") {
-                let listed = [
-                    CHECK_FILES,
-                    LEASE_FILES,
-                    GIVE_BACK_FILES,
-                    REFUND_FILES,
-                    RELEASE_FILES,
-                    HEARTBEAT_FILES,
-                    REGISTRY_FILES,
-                    CHARGE_FILES,
-                    USAGE_FILES,
-                ]
-                .iter()
-                .any(|files| files.contains(&name.as_str()));
-                assert!(listed, "{name} is in no script");
-            }
-        }
-    }
-
-    #[test]
-    fn helpers_come_before_their_users() {
-        for part in [
-            "local function floor_div",
-            "local function token_bucket",
-            "local function fixed_window",
-            "local function sliding_window",
-            "local function sliding_log",
-            "local algorithms =",
-        ] {
-            assert!(CHECK_SOURCE.contains(part), "{part}");
-        }
-        // Helpers come before their users, the entry point last.
-        assert!(
-            CHECK_SOURCE.find("local function ceil_div").unwrap()
-                < CHECK_SOURCE.find("local function token_bucket").unwrap()
-        );
-        assert!(
-            CHECK_SOURCE.find("local algorithms =").unwrap()
-                > CHECK_SOURCE.find("local function sliding_log").unwrap()
-        );
-    }
 }

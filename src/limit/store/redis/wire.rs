@@ -54,6 +54,10 @@ pub async fn load<C: redis::aio::ConnectionLike>(
     for script in scripts.all() {
         script.prepare_invoke().load_async(conn).await?;
     }
+    // Batching only: where Redis refuses it (older than 7), every decision is its own call.
+    if let Err(e) = scripts.batch.prepare_invoke().load_async(conn).await {
+        log::debug!("Redis did not load the batch script: {e}");
+    }
     Ok(())
 }
 

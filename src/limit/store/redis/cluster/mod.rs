@@ -19,6 +19,7 @@ pub mod slots;
 use self::node::{Failure, Node, NodeStatus};
 use self::slots::{key_slot, parse_slots, SlotRange, SlotTable};
 use crate::limit::store::error::StoreError;
+use crate::limit::store::redis::batch::{Answer, BatchCounts, Enter};
 use crate::limit::store::redis::config::RedisAuth;
 use crate::limit::store::redis::scripts::{Call, Scripts};
 use crate::limit::store::redis::wire::{with_auth, Lane};
@@ -63,6 +64,8 @@ pub struct ClusterLink {
     scripts: Arc<Scripts>,
     breaker: (u32, Duration),
     connect_timeout: Duration,
+    /// Each node's batches: their size cap, and the counts every node adds to.
+    batching: (usize, Arc<BatchCounts>),
     pub redirects: Redirects,
     me: Weak<ClusterLink>,
 }
@@ -76,6 +79,7 @@ impl ClusterLink {
         scripts: Arc<Scripts>,
         breaker: (u32, Duration),
         connect_timeout: Duration,
+        batching: (usize, Arc<BatchCounts>),
     ) -> Result<Arc<ClusterLink>, StoreError> {
         let unusable = |e: redis::RedisError| StoreError::Unavailable(e.to_string());
         let mut infos = Vec::new();
@@ -109,6 +113,7 @@ impl ClusterLink {
             scripts,
             breaker,
             connect_timeout,
+            batching,
             redirects: Redirects::default(),
             me: me.clone(),
         });
@@ -157,6 +162,38 @@ impl ClusterLink {
         }
     }
 
+    /// Decides with a `check.lua` call naming `keys` keys, batched on the node serving them
+    /// with the decisions that arrive while another call is in flight there (`batch.rs`); a
+    /// batch refused for a slot on the move sends its members the ordinary way, one by one.
+    pub async fn decide(&self, call: Call<'_>, keys: usize) -> Result<redis::Value, StoreError> {
+        let slot = call_slot(&call);
+        let node = match self.table.load().as_ref() {
+            Some(table) => Arc::clone(table.node(slot)),
+            None => Box::pin(self.first_table()).await?.node(slot).clone(),
+        };
+        let sender = node.sender(self.connect_timeout);
+        let script = call.script;
+        let alone = |cmd| Call {
+            script,
+            cmd: std::borrow::Cow::Owned(cmd),
+        };
+        match node.batcher.enter(call.cmd.into_owned(), keys, &sender) {
+            Enter::Idle(cmd, turn) => {
+                let result = self.invoke(&alone(cmd), Lane::Requests).await;
+                drop(turn);
+                result
+            }
+            Enter::Queued(answer) => match answer.await {
+                Ok(Answer::Decided(value)) => Ok(value),
+                Ok(Answer::Alone(cmd)) => self.invoke(&alone(cmd), Lane::Requests).await,
+                Ok(Answer::Failed(e)) => Err(e),
+                Err(_) => Err(StoreError::Unavailable(
+                    "the batch carrying this decision was dropped".into(),
+                )),
+            },
+        }
+    }
+
     /// The call in hand sent where a `MOVED` or `ASK` said, once.
     async fn redirected<T: FromRedisValue>(
         &self,
@@ -197,6 +234,7 @@ impl ClusterLink {
             self.breaker,
             self.connect_timeout,
             Arc::clone(&self.wanted),
+            (self.batching.0, Arc::clone(&self.batching.1)),
         ));
         nodes.insert(addr.to_owned(), Arc::clone(&node));
         node

@@ -11,6 +11,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::limit::store::breaker::{Attempt, BreakerState, CircuitBreaker, Transition};
 use crate::limit::store::error::StoreError;
 use crate::limit::store::health::{HealthCell, StoreHealth};
+use crate::limit::store::redis::batch::{unsupported, BatchCounts, Batcher, SendBatch, Sent};
 use crate::limit::store::redis::scripts::{Call, Scripts};
 use crate::limit::store::redis::wire::{load, lost_connection, run, Lane, LATE_REPLY};
 use arc_swap::ArcSwapOption;
@@ -57,6 +58,8 @@ pub struct Node {
     connect_timeout: Duration,
     /// Told when this node stalls or fails: the slot map may have changed (a failover).
     trouble: Arc<Notify>,
+    /// This node's decisions, batched while a call is in flight (`batch.rs`).
+    pub batcher: Arc<Batcher>,
 }
 
 #[derive(Default)]
@@ -85,8 +88,11 @@ impl Node {
         breaker: (u32, Duration),
         connect_timeout: Duration,
         trouble: Arc<Notify>,
+        (batch_max, counts): (usize, Arc<BatchCounts>),
     ) -> Node {
+        let batcher = Arc::new(Batcher::new(scripts.batch.get_hash(), batch_max, counts));
         Node {
+            batcher,
             addr,
             client: client.map_err(|e| e.to_string()),
             lanes: Default::default(),
@@ -312,7 +318,9 @@ async fn run_asking<T: FromRedisValue>(
     conn: &mut MultiplexedConnection,
 ) -> Result<T, RedisError> {
     let mut pipe = redis::pipe();
-    pipe.cmd("ASKING").ignore().add_command(call.cmd.clone());
+    pipe.cmd("ASKING")
+        .ignore()
+        .add_command(call.cmd.clone().into_owned());
     let (value,): (T,) = pipe.query_async(conn).await?;
     Ok(value)
 }
@@ -335,4 +343,56 @@ fn read_failure(e: RedisError) -> Failure {
 
 fn lock(m: &Mutex<String>) -> std::sync::MutexGuard<'_, String> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Node {
+    /// How this node's batches are sent: through its breaker, within `timeout`.
+    pub fn sender(self: &Arc<Self>, timeout: Duration) -> NodeSender {
+        NodeSender {
+            node: Arc::clone(self),
+            timeout,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct NodeSender {
+    node: Arc<Node>,
+    timeout: Duration,
+}
+
+impl SendBatch for NodeSender {
+    fn send(
+        &self,
+        cmd: &redis::Cmd,
+        batch: bool,
+    ) -> impl std::future::Future<Output = Sent> + Send {
+        let node = Arc::clone(&self.node);
+        let timeout = self.timeout;
+        async move {
+            let scripts = &node.scripts;
+            let call = Call {
+                script: if batch {
+                    &scripts.batch
+                } else {
+                    &scripts.check
+                },
+                cmd: std::borrow::Cow::Borrowed(cmd),
+            };
+            let sent = tokio::time::timeout(
+                timeout,
+                node.call::<redis::Value>(&call, Lane::Requests, false),
+            );
+            match sent.await {
+                Ok(Ok(value)) => Sent::Replied(value),
+                // A slot on the move: nothing was decided, the ordinary path follows it.
+                Ok(Err(Failure::Redirect { .. } | Failure::TryAgain)) => Sent::NotDecided(false),
+                Ok(Err(Failure::Store(StoreError::Refused(message)))) if batch => {
+                    Sent::NotDecided(unsupported(&message))
+                }
+                Ok(Err(Failure::Store(e))) => Sent::Failed(e),
+                Err(_) => Sent::Failed(StoreError::Timeout(timeout)),
+            }
+        }
+    }
 }

@@ -1,0 +1,57 @@
+--[[ decide.lua — one request's limits, decided atomically: the body of check.lua, and of each
+member of batch.lua.
+
+Function  decide_request(kb, n, ab, argc, clock) -> reply (a string), or nil and an error message
+  KEYS[kb + 1 .. kb + n]   one key per limit: <prefix>:{<client id>}:<route>:<limit name>@<definition>
+  ARGV[ab + 1 .. ab + argc] check.lua's arguments for this request (see check.lua): the time
+                           spec, cost, slot id, six per limit, then optionally one cost per limit
+  clock                    the time spec -> the decision's time in milliseconds (now_ms, or
+                           batch.lua's: one TIME for the whole batch)
+Reply     check.lua's reply (see there).
+Writes    nothing unless every enforced limit admits; then the new state of every limit that
+          admits (a shadow limit that would have rejected is left as it is).
+]]
+local PER = 6
+
+local function decide_request(kb, n, ab, argc, clock)
+  local costs = argc == 3 + (PER + 1) * n
+  if argc ~= 3 + PER * n and not costs then
+    return nil, 'expected 3 + 6 arguments per key (and a cost per key), got ' .. argc .. ' for ' .. n .. ' keys'
+  end
+  local now = clock(ARGV[ab + 1])
+  local cost = tonumber(ARGV[ab + 2])
+  local slot_id = ARGV[ab + 3]
+  local function decide(i, c)
+    return decide_limit(KEYS[kb + i], ab + 3 + PER * (i - 1), now, c, slot_id)
+  end
+
+  local decisions, commits, rejected = {}, {}, ''
+  for i = 1, n do
+    local d, commit = decide(i, costs and tonumber(ARGV[ab + 3 + PER * n + i]) or cost)
+    decisions[i], commits[i] = d, commit
+    local o = ab + 3 + PER * (i - 1)
+    if d[1] == 0 and rejected == '' and ARGV[o + 6] ~= '1' then
+      rejected = ARGV[o + 1]
+    end
+  end
+
+  if rejected == '' then
+    for i = 1, n do
+      if commits[i] then commits[i]() end
+    end
+  else
+    -- Nothing is written: limits that would have admitted report their state as it stays.
+    for i = 1, n do
+      if decisions[i][1] == 1 then decisions[i] = decide(i, 0) end
+    end
+  end
+
+  -- One format per limit: string.format is the costly part of building the reply.
+  local reply = { rejected == '' and '1' or '0', string.format('%d', now) }
+  for i = 1, n do
+    local d = decisions[i]
+    reply[i + 2] = string.format('%d %d %d %d', d[1], d[2], d[3], d[4])
+  end
+  reply[n + 3] = rejected
+  return table.concat(reply, ' ')
+end

@@ -1,0 +1,350 @@
+//! Opportunistic batching of decisions, per connection (per Cluster node): while one call is
+//! in flight, the decisions that arrive wait here; when it returns, all of them (up to
+//! `store.batch_max`) go as one `batch.lua` call that decides each in arrival order, on one
+//! `TIME`. An idle connection sends a decision at once, as its own `check.lua` call, so
+//! batching adds no wait: batches only form under load, and grow with it.
+//!
+//! The request whose call finds the connection idle sends it itself ([`Batcher::enter`] →
+//! [`Enter::Idle`]), keeping its turn until its reply; decisions arriving meanwhile queue.
+//! When that turn ends (replied, or dropped at the request's timeout) and some wait, a task
+//! drives the queue until it is empty: one batch in flight at a time. A decision whose
+//! request gave up while it waited is not sent. Each member keeps its own `store.timeout`
+//! (its caller bounds the wait) and its own route's failure mode; a batch call is bounded
+//! by `store.timeout` too, so a frozen Redis never holds a queue longer than that.
+//!
+//! A batch Redis refused as a whole (nothing in it was decided: a `MOVED`/`ASK`/`TRYAGAIN`
+//! while a Cluster slot moves, a Redis too old for the script's flags) sends its members
+//! back to be sent one by one ([`Answer::Alone`]) by the ordinary path, which follows
+//! redirects; a member `batch.lua` could not decide fails alone.
+
+use crate::limit::store::error::StoreError;
+use redis::{Cmd, Value};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
+
+/// What became of a batch call, as the connection's sender tells.
+pub enum Sent {
+    /// Redis answered (the batch's array, or the lone call's reply).
+    Replied(Value),
+    /// Nothing in the call was decided; its members are sent one by one. `true`: batching
+    /// cannot work on this store at all (the script is refused), so stop trying.
+    NotDecided(bool),
+    /// The call failed (or may have run unseen: a timeout, a broken connection).
+    Failed(StoreError),
+}
+
+/// A queued decision's outcome.
+pub enum Answer {
+    /// `check.lua`'s reply for this member.
+    Decided(Value),
+    /// Send this call on its own (the ordinary path).
+    Alone(Cmd),
+    Failed(StoreError),
+}
+
+/// Batches sent, decisions in them, decisions sent back to go alone (every batcher of a
+/// store shares one).
+#[derive(Default)]
+pub struct BatchCounts {
+    pub batches: AtomicU64,
+    pub decisions: AtomicU64,
+    pub alone: AtomicU64,
+}
+
+struct Member {
+    cmd: Cmd,
+    keys: usize,
+    reply: oneshot::Sender<Answer>,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: Vec<Member>,
+    /// A call is in flight (a request's own, or the driver's).
+    busy: bool,
+}
+
+pub struct Batcher {
+    queue: Mutex<Queue>,
+    /// `batch.lua`'s SHA.
+    sha: String,
+    max: usize,
+    off: AtomicBool,
+    counts: Arc<BatchCounts>,
+}
+
+/// A decision's way to Redis.
+pub enum Enter<S: SendBatch> {
+    /// The connection is idle: send `cmd` now, holding the turn until the reply.
+    Idle(Cmd, Turn<S>),
+    /// Queued: the answer comes here.
+    Queued(oneshot::Receiver<Answer>),
+}
+
+/// How a batch is sent: `(cmd, is_batch)` → what Redis said. Cloned into the driver.
+pub trait SendBatch: Clone + Send + Sync + 'static {
+    fn send(&self, cmd: &Cmd, batch: bool) -> impl Future<Output = Sent> + Send;
+}
+
+/// Whether Redis refused a batch because it cannot run the script at all (older than 7:
+/// no `#!lua` line), not for something in it.
+pub fn unsupported(message: &str) -> bool {
+    message.contains("compiling script") || message.contains("shebang")
+}
+
+impl Batcher {
+    pub fn new(sha: &str, max: usize, counts: Arc<BatchCounts>) -> Batcher {
+        Batcher {
+            queue: Mutex::new(Queue::default()),
+            sha: sha.to_owned(),
+            max,
+            off: AtomicBool::new(max <= 1),
+            counts,
+        }
+    }
+
+    /// Takes `cmd`'s way to Redis: at once when nothing is in flight, else the queue.
+    /// `keys`: how many keys `cmd` (a `check.lua` call) names.
+    pub fn enter<S: SendBatch>(self: &Arc<Self>, cmd: Cmd, keys: usize, sender: &S) -> Enter<S> {
+        if self.off.load(Ordering::Relaxed) {
+            let turn = Turn {
+                batcher: Arc::clone(self),
+                sender: None,
+            };
+            return Enter::Idle(cmd, turn);
+        }
+        let mut queue = lock(&self.queue);
+        if !queue.busy {
+            queue.busy = true;
+            drop(queue);
+            return Enter::Idle(
+                cmd,
+                Turn {
+                    batcher: Arc::clone(self),
+                    sender: Some(sender.clone()),
+                },
+            );
+        }
+        let (reply, answer) = oneshot::channel();
+        queue.waiting.push(Member { cmd, keys, reply });
+        Enter::Queued(answer)
+    }
+
+    /// The connection is free again: the queue goes on (in a task), or the turn ends.
+    fn hand_over<S: SendBatch>(self: &Arc<Self>, sender: S) {
+        let mut queue = lock(&self.queue);
+        if queue.waiting.is_empty() {
+            queue.busy = false;
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                drop(queue);
+                runtime.spawn(Arc::clone(self).drive(sender));
+            }
+            // No runtime left (shutting down): the waiting see their call dropped.
+            Err(_) => {
+                queue.waiting.clear();
+                queue.busy = false;
+            }
+        }
+    }
+
+    /// Sends batches until the queue is empty, one in flight at a time.
+    async fn drive<S: SendBatch>(self: Arc<Self>, sender: S) {
+        loop {
+            let members = {
+                let mut queue = lock(&self.queue);
+                // Those whose requests gave up are not sent.
+                queue.waiting.retain(|m| !m.reply.is_closed());
+                if queue.waiting.is_empty() {
+                    queue.busy = false;
+                    return;
+                }
+                let n = queue.waiting.len().min(self.max.max(1));
+                queue.waiting.drain(..n).collect::<Vec<_>>()
+            };
+            self.send(&sender, members).await;
+        }
+    }
+
+    async fn send<S: SendBatch>(&self, sender: &S, mut members: Vec<Member>) {
+        if members.len() == 1 || self.off.load(Ordering::Relaxed) {
+            // One waiting (or batching off): its own call, as an idle connection sends it.
+            for m in members {
+                let answer = match sender.send(&m.cmd, false).await {
+                    Sent::Replied(value) => Answer::Decided(value),
+                    // A redirect: the ordinary path follows it.
+                    Sent::NotDecided(_) => Answer::Alone(m.cmd),
+                    Sent::Failed(e) => Answer::Failed(e),
+                };
+                let _ = m.reply.send(answer);
+            }
+            return;
+        }
+        let cmd = batch_cmd(&self.sha, &members);
+        self.counts.batches.fetch_add(1, Ordering::Relaxed);
+        self.counts
+            .decisions
+            .fetch_add(members.len() as u64, Ordering::Relaxed);
+        match sender.send(&cmd, true).await {
+            Sent::Replied(Value::Array(replies)) if replies.len() == members.len() => {
+                for (m, value) in members.into_iter().zip(replies) {
+                    let _ = m.reply.send(member_answer(value));
+                }
+            }
+            Sent::Replied(other) => {
+                let e = StoreError::Protocol(format!(
+                    "expected {} replies from batch.lua, got {other:?}",
+                    members.len()
+                ));
+                for m in members {
+                    let _ = m.reply.send(Answer::Failed(e.clone()));
+                }
+            }
+            Sent::NotDecided(unsupported) => {
+                if unsupported && !self.off.swap(true, Ordering::Relaxed) {
+                    log::warn!("Redis refused the batch script: decisions are sent one call each from now on (Redis 7 or later batches)");
+                }
+                self.counts
+                    .alone
+                    .fetch_add(members.len() as u64, Ordering::Relaxed);
+                for m in members.drain(..) {
+                    let _ = m.reply.send(Answer::Alone(m.cmd));
+                }
+            }
+            Sent::Failed(e) => {
+                for m in members {
+                    let _ = m.reply.send(Answer::Failed(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// The turn of the request sending its call on an idle connection; ending it (dropped:
+/// replied, or given up) hands the connection to the queue.
+pub struct Turn<S: SendBatch> {
+    batcher: Arc<Batcher>,
+    sender: Option<S>,
+}
+
+impl<S: SendBatch> Drop for Turn<S> {
+    fn drop(&mut self) {
+        if let Some(sender) = self.sender.take() {
+            self.batcher.hand_over(sender);
+        }
+    }
+}
+
+/// A member's reply in the batch's array: check.lua's string, or "E <message>".
+fn member_answer(value: Value) -> Answer {
+    match value {
+        Value::BulkString(bytes) if bytes.starts_with(b"E ") => Answer::Failed(
+            StoreError::Refused(String::from_utf8_lossy(&bytes[2..]).into_owned()),
+        ),
+        value @ Value::BulkString(_) => Answer::Decided(value),
+        other => Answer::Failed(StoreError::Protocol(format!(
+            "expected a string per member from batch.lua, got {other:?}"
+        ))),
+    }
+}
+
+/// `EVALSHA <batch> <all keys> <keys…> <m> (<n> <a> <args…>)…` from the members' own
+/// `EVALSHA <check> <n> <keys…> <args…>` commands.
+fn batch_cmd(sha: &str, members: &[Member]) -> Cmd {
+    let keys: usize = members.iter().map(|m| m.keys).sum();
+    let args: usize = members.iter().map(|m| m.cmd.args_iter().count()).sum();
+    let bytes: usize = members
+        .iter()
+        .flat_map(|m| parts(&m.cmd))
+        .map(|p| p.len() + 4)
+        .sum();
+    let mut cmd = Cmd::with_capacity(args + members.len() * 2 + 4, bytes + 64);
+    cmd.arg("EVALSHA").arg(sha).arg(keys);
+    for m in members {
+        for arg in parts(&m.cmd).skip(3).take(m.keys) {
+            cmd.arg(arg);
+        }
+    }
+    cmd.arg(members.len());
+    for m in members {
+        let args = parts(&m.cmd).count().saturating_sub(3 + m.keys);
+        cmd.arg(m.keys).arg(args);
+        for arg in parts(&m.cmd).skip(3 + m.keys) {
+            cmd.arg(arg);
+        }
+    }
+    cmd
+}
+
+fn parts(cmd: &Cmd) -> impl Iterator<Item = &[u8]> {
+    cmd.args_iter().map(|arg| match arg {
+        redis::Arg::Simple(bytes) => bytes,
+        _ => &[][..],
+    })
+}
+
+fn lock(m: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(keys: &[&str], args: &[&str]) -> Cmd {
+        let mut cmd = Cmd::new();
+        cmd.arg("EVALSHA").arg("sha").arg(keys.len());
+        for k in keys {
+            cmd.arg(*k);
+        }
+        for a in args {
+            cmd.arg(*a);
+        }
+        cmd
+    }
+
+    #[test]
+    fn a_batch_lists_every_members_keys_then_each_members_counts_and_arguments() {
+        let (tx, _rx) = oneshot::channel();
+        let (tx2, _rx2) = oneshot::channel();
+        let members = vec![
+            Member {
+                cmd: check(&["a1", "a2"], &["", "1", "s"]),
+                keys: 2,
+                reply: tx,
+            },
+            Member {
+                cmd: check(&["b1"], &["", "2", ""]),
+                keys: 1,
+                reply: tx2,
+            },
+        ];
+        let cmd = batch_cmd("bsha", &members);
+        let got: Vec<String> = parts(&cmd)
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        let want = [
+            "EVALSHA", "bsha", "3", "a1", "a2", "b1", "2", "2", "3", "", "1", "s", "1", "3", "",
+            "2", "",
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_member_error_is_its_own_and_other_replies_pass_through() {
+        let bad = member_answer(Value::BulkString(b"E unknown algorithm zz".to_vec()));
+        assert!(
+            matches!(bad, Answer::Failed(StoreError::Refused(m)) if m == "unknown algorithm zz")
+        );
+        let good = member_answer(Value::BulkString(b"1 5 1 9 100 0 ".to_vec()));
+        assert!(matches!(good, Answer::Decided(Value::BulkString(_))));
+        assert!(matches!(
+            member_answer(Value::Int(1)),
+            Answer::Failed(StoreError::Protocol(_))
+        ));
+    }
+}

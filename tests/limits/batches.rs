@@ -1,0 +1,212 @@
+//! Batched decisions (`lua/batch.lua`, `src/limit/store/redis/batch.rs`) decide exactly as
+//! one call per request does: held to the Rust reference on random sequences cut at random
+//! batch boundaries, and a member Redis cannot decide never changes another's decision.
+
+use crate::common;
+use crate::lua_agrees::{random_policy, Rng};
+
+use common::redis::RedisServer;
+use std::sync::Arc;
+use turnstile::clock::ManualClock;
+use turnstile::limit::store::memory::MemoryStore;
+use turnstile::limit::store::redis::scripts::{BATCH_SOURCE, CHECK_SOURCE};
+use turnstile::limit::store::redis::{RedisConfig, RedisStore, Topology};
+use turnstile::limit::store::request::{CheckRequest, DecideAt};
+use turnstile::limit::Policy;
+
+fn store(server: &RedisServer, prefix: &str) -> RedisStore {
+    store_batching(server, prefix, 64)
+}
+
+fn store_batching(server: &RedisServer, prefix: &str, batch_max: usize) -> RedisStore {
+    RedisStore::new(RedisConfig {
+        topology: Topology::Single(server.url()),
+        auth: Default::default(),
+        tls: Default::default(),
+        prefix: prefix.into(),
+        timeout: std::time::Duration::from_secs(5),
+        slot_ttl: std::time::Duration::from_secs(60),
+        batch_max,
+    })
+    .unwrap()
+}
+
+/// Groups of 1 to 12 requests from three clients (one plan of up to three limits, every
+/// algorithm, shadow limits, per-limit costs) are sent at once through one store: the first
+/// finds the connection idle and goes alone, the others arrive while it is in flight and go
+/// as batches, in arrival order. The Rust reference decides the same requests one after
+/// another in that order, each at the time its call reported; every verdict must be equal.
+/// Now and then admitted requests are given back between groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_decisions_agree_with_rust_on_random_sequences_cut_into_random_batches() {
+    let server = RedisServer::start();
+    let redis = store(&server, "batch");
+    let mut compared = 0;
+    for seed in 1..=25u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1);
+        let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
+        let n = 1 + rng.below(3) as usize;
+        let policies: Vec<Policy> = (0..n).map(|i| random_policy(&mut rng, i)).collect();
+        let shadow: Vec<bool> = (0..n).map(|_| rng.below(4) == 0).collect();
+        let max_cost = policies.iter().map(Policy::capacity).min().unwrap().min(3);
+        let clients: Vec<Arc<str>> = (0..3).map(|c| format!("s{seed}-c{c}").into()).collect();
+        let route: Arc<str> = "route".into();
+        let mut offset = 0u64;
+        for group in 0..30 {
+            offset += rng.pick(&[0, 0, 1, 5, 40, 400, 1500]);
+            let size = 1 + rng.below(12) as usize;
+            let asks: Vec<(usize, u64, Vec<u64>)> = (0..size)
+                .map(|_| {
+                    let client = rng.below(3) as usize;
+                    let cost = 1 + rng.below(max_cost);
+                    let costs = if rng.below(3) == 0 {
+                        (0..n).map(|_| 1 + rng.below(max_cost)).collect()
+                    } else {
+                        Vec::new()
+                    };
+                    (client, cost, costs)
+                })
+                .collect();
+            let requests: Vec<CheckRequest<'_>> = asks
+                .iter()
+                .map(|(client, cost, costs)| CheckRequest {
+                    shadow: &shadow,
+                    costs,
+                    at: DecideAt::StoreClockPlus(offset),
+                    ..CheckRequest::new(&clients[*client], &route, &policies, *cost)
+                })
+                .collect();
+            let verdicts = futures::future::join_all(requests.iter().map(|r| redis.check(r))).await;
+            let mut admitted = Vec::new();
+            for (i, (request, actual)) in requests.iter().zip(verdicts).enumerate() {
+                let actual = actual.unwrap();
+                let now = actual.at_ms;
+                let expected = memory.check(&CheckRequest {
+                    at: DecideAt::Fixed(now),
+                    ..*request
+                });
+                assert_eq!(
+                    actual, expected,
+                    "seed {seed}, group {group}, member {i} of {size}, now {now}, asks {:?}, policies {policies:?}, shadow {shadow:?}",
+                    asks[i]
+                );
+                compared += 1;
+                if actual.admitted {
+                    admitted.push((request, actual));
+                }
+            }
+            // Between groups (Redis decided the whole group before any of this), now and
+            // then an admitted request is given back.
+            for (request, verdict) in admitted {
+                if rng.below(6) == 0 {
+                    let now = verdict.at_ms;
+                    let waits: Vec<u64> = (0..n).map(|p| verdict.wait_of(&policies, p)).collect();
+                    let given = CheckRequest {
+                        waits: &waits,
+                        at: DecideAt::Fixed(now),
+                        ..*request
+                    };
+                    redis.refund(&given, now).await.unwrap();
+                    memory.refund(&given, now);
+                }
+            }
+        }
+    }
+    let (batches, batched, alone) = redis.batches();
+    println!("{compared} decisions compared, {batched} of them in {batches} batches");
+    assert!(compared > 25 * 30);
+    assert!(
+        batches > 100 && batched >= 2 * batches,
+        "groups of 3 or more requests sent at once form batches: {batches} batches, {batched} decisions"
+    );
+    assert_eq!(alone, 0, "no batch was refused whole");
+}
+
+/// One `batch.lua` call of three members, the middle one naming an algorithm that does not
+/// exist: it alone answers an error, and the other two are decided exactly as two separate
+/// `check.lua` calls decide them (on keys of their own).
+#[test]
+fn a_member_redis_cannot_decide_fails_alone() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let member = |key: &str, algorithm: &str| -> (Vec<String>, Vec<String>) {
+        let args = ["1000", "1", "", "a", algorithm, "3", "1000", "3", "0"];
+        (
+            vec![key.to_owned()],
+            args.iter().map(|a| a.to_string()).collect(),
+        )
+    };
+    let members = [
+        member("one:{x}:a", "tb"),
+        member("two:{x}:a", "zz"),
+        member("three:{x}:a", "fw"),
+    ];
+    let batch_script = redis::Script::new(BATCH_SOURCE);
+    let mut batch = batch_script.prepare_invoke();
+    batch.arg(members.len());
+    for (keys, args) in &members {
+        for k in keys {
+            batch.key(k);
+        }
+        batch.arg(keys.len()).arg(args.len());
+        for a in args {
+            batch.arg(a);
+        }
+    }
+    let replies: Vec<String> = batch.invoke(&mut conn).unwrap();
+    assert_eq!(replies.len(), 3);
+    assert!(
+        replies[1].starts_with("E ") && replies[1].contains("unknown algorithm zz"),
+        "{replies:?}"
+    );
+    let check = redis::Script::new(CHECK_SOURCE);
+    for (i, (keys, args)) in members.iter().enumerate().filter(|(i, _)| *i != 1) {
+        let mut alone = check.prepare_invoke();
+        alone.key(format!("alone-{}", keys[0]));
+        for a in args {
+            alone.arg(a);
+        }
+        let reply: String = alone.invoke(&mut conn).unwrap();
+        assert_eq!(replies[i], reply, "member {i}");
+        assert!(
+            reply.starts_with("1 1000 1 2 "),
+            "admitted, 2 of 3 left: {reply}"
+        );
+    }
+    // The broken member wrote nothing.
+    let exists: u64 = server.cmd(&["EXISTS", "two:{x}:a"]);
+    assert_eq!(exists, 0);
+}
+
+/// `store.batch_max = 1`: requests sent at once are each their own `check.lua` call, and
+/// together still admit exactly the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_max_one_sends_every_decision_alone() {
+    let server = RedisServer::start();
+    let redis = store_batching(&server, "alone", 1);
+    let policies = [Policy::new(
+        "p",
+        turnstile::limit::Algorithm::FixedWindow,
+        5,
+        60_000,
+        5,
+    )];
+    let client: Arc<str> = "c".into();
+    let route: Arc<str> = "r".into();
+    let requests: Vec<CheckRequest<'_>> = (0..12)
+        .map(|_| CheckRequest::new(&client, &route, &policies, 1))
+        .collect();
+    let before = server.command_calls("evalsha");
+    let verdicts = futures::future::join_all(requests.iter().map(|r| redis.check(r))).await;
+    let admitted = verdicts
+        .iter()
+        .filter(|v| v.as_ref().unwrap().admitted)
+        .count();
+    assert_eq!(admitted, 5);
+    assert_eq!(redis.batches(), (0, 0, 0));
+    assert_eq!(
+        server.command_calls("evalsha") - before,
+        12,
+        "one call per decision"
+    );
+}
