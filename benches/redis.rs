@@ -152,18 +152,22 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let store = Arc::new(
-        RedisStore::new(RedisConfig {
-            topology: Topology::Single(url.clone()),
-            auth: Default::default(),
-            tls: Default::default(),
-            prefix: "bench".into(),
-            timeout: Duration::from_secs(1),
-            slot_ttl: Duration::from_secs(60),
-            batch_max: 64,
-        })
-        .unwrap(),
-    );
+    // Batching on (the default) and off, each its own store and connection.
+    let store = |batch_max| {
+        Arc::new(
+            RedisStore::new(RedisConfig {
+                topology: Topology::Single(url.clone()),
+                auth: Default::default(),
+                tls: Default::default(),
+                prefix: "bench".into(),
+                timeout: Duration::from_secs(1),
+                slot_ttl: Duration::from_secs(60),
+                batch_max,
+            })
+            .unwrap(),
+        )
+    };
+    let stores = [(64, store(64)), (1, store(1))];
     // Limits high enough that nothing is rejected.
     let one = Arc::new(vec![Policy::new(
         "per-minute",
@@ -199,15 +203,17 @@ fn main() {
     runtime.block_on(async {
         // Connect and load the script before measuring.
         let (client, route): (Arc<str>, Arc<str>) = ("warmup".into(), "orders".into());
-        store
-            .check(&CheckRequest::new(&client, &route, &one, 1))
-            .await
-            .unwrap();
+        for (_, store) in &stores {
+            store
+                .check(&CheckRequest::new(&client, &route, &one, 1))
+                .await
+                .unwrap();
+        }
     });
     println!("redis store, one multiplexed connection, 1 tokio worker, {duration:?} per row");
     println!(
-        "{:<8} {:>11} {:>14} {:>22}",
-        "limits", "concurrency", "decisions/s", "EVALSHA per decision"
+        "{:<8} {:>9} {:>11} {:>14} {:>22} {:>10}",
+        "limits", "batch_max", "concurrency", "decisions/s", "EVALSHA per decision", "mean batch"
     );
     // A plan limit and a keyed limit (per account) decided together, in one call.
     let plan_and_keyed = Arc::new(vec![
@@ -225,11 +231,15 @@ fn main() {
         ("4", &four, false),
         ("1+keyed", &plan_and_keyed, true),
     ] {
-        for concurrency in [1, 16, 64] {
+        for (concurrency, (batch_max, store)) in [1, 16, 64]
+            .into_iter()
+            .flat_map(|c| stores.iter().map(move |s| (c, s)))
+        {
             let before = evalsha_calls(&url);
+            let (batches_before, batched_before, _) = store.batches();
             let start = Instant::now();
             let done = runtime.block_on(run(
-                Arc::clone(&store),
+                Arc::clone(store),
                 Arc::clone(policies),
                 keyed,
                 concurrency,
@@ -237,11 +247,19 @@ fn main() {
             ));
             let rate = done as f64 / start.elapsed().as_secs_f64();
             let calls = evalsha_calls(&url) - before;
+            let (batches, batched, _) = store.batches();
+            let (batches, batched) = (batches - batches_before, batched - batched_before);
+            let mean = if batches > 0 {
+                format!("{:.1}", batched as f64 / batches as f64)
+            } else {
+                "-".to_owned()
+            };
             println!(
-                "{name:<8} {concurrency:>11} {rate:>14.0} {:>22.3}",
+                "{name:<8} {batch_max:>9} {concurrency:>11} {rate:>14.0} {:>22.3} {mean:>10}",
                 calls as f64 / done as f64
             );
-            assert_eq!(calls, done, "one round trip per decision");
+            // Every decision made exactly once: alone, or as one member of one batch.
+            assert_eq!(calls - batches + batched, done, "one decision per request");
         }
     }
 }

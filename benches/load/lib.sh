@@ -43,3 +43,10 @@ cpu_round() {
   [ -z "$non2xx" ] || { echo "$name: $non2xx answers were not 2xx" >&2; exit 1; }
   echo "$rps $(awk -v t=$((after - before)) -v n="$total" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')"
 }
+
+# oha_ms PERCENT: the latency oha's report (on stdin) gives at PERCENT ("99.00%"), in ms. oha
+# prints "99.00% in 0.4583 ms" (unit: secs, ms or µs depending on magnitude).
+oha_ms() {
+  awk -v p="$1" '$1 == p && $2 == "in" {
+    v = $3; if ($4 == "secs") v *= 1000; else if ($4 != "ms") v /= 1000; printf "%.3f", v }'
+}

@@ -10,7 +10,13 @@
 #   redis1    an API key, one plan limit on Redis
 #   redis4    an API key, four plan limits on Redis
 #   keyed     an API key, one plan limit and one header-keyed limit on Redis
-# Limits are far above the offered load: nothing is rejected. Prints one markdown table.
+#   redis1-alone  as redis1 with store.batch_max = 1: every decision its own script call
+#   LAT_RATES="200 5000"  also latency at those fixed rates (oha -q RATE --latency-correction,
+#                         $LAT_DURATION s, -c $CONNS) for the targets in $LAT_TARGETS (default:
+#                         redis1 redis1-alone), alternated over $ROUNDS rounds: median p50 / p99
+# Limits are far above the offered load: nothing is rejected. Prints one markdown table; for
+# the Redis modes also Redis's CPU per request (the redis-server process, same rounds) and the
+# mean batch size (turnstile_store_batched_decisions_total / turnstile_store_batches_total).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-5}
@@ -44,7 +50,7 @@ wait_port "$ORIGIN"; wait_port "$REDIS"
 
 BIG=10000000
 limit() { echo "{ name = \"$1\", algorithm = \"sliding_window\", limit = $BIG, window = \"$2\" }"; }
-declare -A PORTS PIDS
+declare -A PORTS PIDS ADMINS
 start() { # name store auth plan-limits route-extra
   local p a; p=$(port); a=$(port)
   cat > "$WORK/$1.toml" <<TOML
@@ -82,6 +88,7 @@ TOML
   PIDS[$1]=$!
   (wait_port "$p") || { cat "$WORK/$1.log" >&2; exit 1; }
   PORTS[$1]=$p
+  ADMINS[$1]=$a
 }
 REDIS_STORE=$(printf '[store]\nkind = "redis"\nurl = "redis://127.0.0.1:%s"\ntimeout = "1s"' "$REDIS")
 ONE=$(limit l 1h)
@@ -94,33 +101,69 @@ start token "" jwt "$ONE" ""
 start redis1 "$REDIS_STORE" api_key "$ONE" ""
 start redis4 "$REDIS_STORE" api_key "$FOUR" ""
 start keyed "$REDIS_STORE" api_key "$ONE" "$KEYED"
+start redis1-alone "$REDIS_STORE
+batch_max = 1" api_key "$ONE" ""
 KEY="X-Api-Key: bench-api-key-0123456789"
 declare -A HEADER=(
   [pass]="Accept: */*" [ip]="Accept: */*" [key]="$KEY" [token]="Authorization: Bearer $TOKEN"
-  [redis1]="$KEY" [redis4]="$KEY" [keyed]="$KEY"
+  [redis1]="$KEY" [redis4]="$KEY" [keyed]="$KEY" [redis1-alone]="$KEY"
 )
-targets=(pass ip key token redis1 redis4 keyed)
+# TARGETS="pass redis1 ...": only those modes (each still started).
+read -r -a targets <<<"${TARGETS:-pass ip key token redis1 redis4 keyed redis1-alone}"
+REDIS_PID=${pids[1]}
 for t in "${targets[@]}"; do
   code=$(curl -s -o /dev/null -w '%{http_code}' -H "${HEADER[$t]}" -H "X-Tenant: t1" "http://127.0.0.1:${PORTS[$t]}/")
   [ "$code" = 200 ] || { echo "$t answers $code" >&2; cat "$WORK/$t.log" >&2; exit 1; }
   wrk -t1 -c"$CONNS" -d1s -H "${HEADER[$t]}" -H "X-Tenant: t1" "http://127.0.0.1:${PORTS[$t]}/" > /dev/null
 done
 
-declare -A RPS CPU
+declare -A RPS CPU RCPU
 for round in $(seq "$ROUNDS"); do
   for t in "${targets[@]}"; do
+    rbefore=$(cpu_ticks "$REDIS_PID")
     read -r rps us < <(cpu_round "${PIDS[$t]}" "${PORTS[$t]}" "$t" "${HEADER[$t]}" "X-Tenant: t1")
     [ -n "${us:-}" ] || exit 1
-    RPS[$t]="${RPS[$t]:-} $rps"; CPU[$t]="${CPU[$t]:-} $us"
-    echo "round $round $t $rps req/s, $us µs CPU/request" >&2
+    rus=$(awk -v t=$(($(cpu_ticks "$REDIS_PID") - rbefore)) -v n="$rps" -v d="$DURATION" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", t / hz * 1e6 / (n * d)}')
+    RPS[$t]="${RPS[$t]:-} $rps"; CPU[$t]="${CPU[$t]:-} $us"; RCPU[$t]="${RCPU[$t]:-} $rus"
+    echo "round $round $t $rps req/s, $us µs CPU/request, Redis $rus µs/request" >&2
   done
 done
+# A gateway's counter (0 when absent).
+counter() { curl -s "http://127.0.0.1:${ADMINS[$1]}/metrics" | awk -v m="$2" '$1 == m {print $2; f=1} END {if (!f) print 0}'; }
 PASS=$(echo "${CPU[pass]}" | median)
 echo "$THREADS worker thread(s); $ROUNDS rounds x ${DURATION}s, wrk -t1 -c$CONNS; the gateway process's CPU only"
 echo
-echo "| mode | req/s (median) | CPU µs / request (median) | / pass-through | rounds (µs) |"
-echo "| --- | --- | --- | --- | --- |"
+echo "| mode | req/s (median) | CPU µs / request (median) | / pass-through | rounds (µs) | Redis CPU µs / request | mean batch |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
 for t in "${targets[@]}"; do
   cpu=$(echo "${CPU[$t]}" | median)
-  echo "| $t | $(echo "${RPS[$t]}" | median) | $cpu | $(awk -v a="$cpu" -v b="$PASS" 'BEGIN {printf "%.2f", a/b}') | ${CPU[$t]} |"
+  redis="" batch=""
+  case $t in
+    redis*|keyed)
+      redis=$(echo "${RCPU[$t]}" | median)
+      batch=$(awk -v d="$(counter "$t" turnstile_store_batched_decisions_total)" -v b="$(counter "$t" turnstile_store_batches_total)" 'BEGIN {if (b > 0) printf "%.1f", d / b; else print "—"}') ;;
+  esac
+  echo "| $t | $(echo "${RPS[$t]}" | median) | $cpu | $(awk -v a="$cpu" -v b="$PASS" 'BEGIN {printf "%.2f", a/b}') | ${CPU[$t]} | $redis | $batch |"
+done
+
+[ -n "${LAT_RATES:-}" ] || exit 0
+read -r -a lat_targets <<<"${LAT_TARGETS:-redis1 redis1-alone}"
+declare -A P50 P99
+for round in $(seq "$ROUNDS"); do
+  for rate in $LAT_RATES; do
+    for t in "${lat_targets[@]}"; do
+      out=$(oha --no-tui -q "$rate" --latency-correction -z "${LAT_DURATION:-10}s" -c "$CONNS" -H "${HEADER[$t]}" -H "X-Tenant: t1" "http://127.0.0.1:${PORTS[$t]}/")
+      P50[$t:$rate]="${P50[$t:$rate]:-} $(oha_ms 50.00% <<<"$out")"
+      P99[$t:$rate]="${P99[$t:$rate]:-} $(oha_ms 99.00% <<<"$out")"
+      echo "round $round $t at $rate/s: p50 $(oha_ms 50.00% <<<"$out") ms, p99 $(oha_ms 99.00% <<<"$out") ms" >&2
+    done
+  done
+done
+echo
+echo "| mode | rate (req/s) | p50 ms (median) | p99 ms (median) | rounds p50 | rounds p99 |"
+echo "| --- | --- | --- | --- | --- | --- |"
+for rate in $LAT_RATES; do
+  for t in "${lat_targets[@]}"; do
+    echo "| $t | $rate | $(echo "${P50[$t:$rate]}" | median) | $(echo "${P99[$t:$rate]}" | median) | ${P50[$t:$rate]} | ${P99[$t:$rate]} |"
+  done
 done

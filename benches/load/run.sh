@@ -228,9 +228,7 @@ declare -A P50 P99 P999
 echo "latency: oha -q $RATE --latency-correction -z ${LAT_DURATION}s -c $CONNS" >&2
 for t in "${TARGETS[@]}"; do
   out=$(oha --no-tui -q "$RATE" --latency-correction -z "${LAT_DURATION}s" -c "$CONNS" -H "$(target_header "$t")" "http://127.0.0.1:$(target_port "$t")/")
-  # oha prints "99.00% in 0.4583 ms" (unit: secs, ms or µs depending on magnitude).
-  ms() { echo "$out" | awk -v p="$1" '$1 == p && $2 == "in" {
-      v = $3; if ($4 == "secs") v *= 1000; else if ($4 != "ms") v /= 1000; printf "%.3f", v }'; }
+  ms() { oha_ms "$1" <<<"$out"; }
   P50[$t]=$(ms "50.00%"); P99[$t]=$(ms "99.00%"); P999[$t]=$(ms "99.90%")
 done
 
