@@ -1,7 +1,9 @@
 //! One limit across several gateway processes: three `turnstile` binaries share one Redis
-//! (or a Redis Cluster) and a client's requests are spread over them in parallel. Exactly the
-//! limit is admitted, every run. With an in-process store per instance the same traffic is
-//! admitted three times over — which is why the shared store exists.
+//! (or a Redis Cluster; Sentinel: `redis_transport.rs`) and a client's requests are spread
+//! over them in parallel. Exactly the limit is admitted, every run — decisions arriving
+//! while another call is in flight go as batches, and every one is still made exactly once.
+//! With an in-process store per instance the same traffic is admitted three times over —
+//! which is why the shared store exists.
 
 use crate::common;
 
@@ -11,9 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 const KEY: &str = "distributed-key-0123456789";
-const LIMIT: usize = 100;
+pub const LIMIT: usize = 100;
 
-fn config(upstream: &Upstream, store: &str) -> String {
+pub fn config(upstream: &Upstream, store: &str) -> String {
     format!(
         r#"
 {store}
@@ -41,7 +43,7 @@ auth = "api_key"
 }
 
 /// `total` requests from 50 threads, request i to gateway i % 3. Returns (admitted, 429s).
-fn hammer(gateways: &[Gateway], total: usize) -> (usize, usize) {
+pub fn hammer(gateways: &[Gateway], total: usize) -> (usize, usize) {
     let ports: Arc<Vec<u16>> = Arc::new(gateways.iter().map(|g| g.port).collect());
     let next = Arc::new(AtomicUsize::new(0));
     let ok = Arc::new(AtomicUsize::new(0));

@@ -200,6 +200,59 @@ fn a_frozen_redis_costs_at_most_the_timeout_and_then_nothing() {
     assert_no_panic(&gw);
 }
 
+/// Decisions queued behind a frozen Redis (batched with others while a call is in flight)
+/// each end by their own route's failure mode: under concurrent traffic on a fail-open and a
+/// fail-closed route at once, every open answer is 200 and every closed one 503 — none waits
+/// past its timeout for another's — and after the thaw both routes are decided again.
+#[test]
+fn a_frozen_redis_fails_queued_decisions_each_by_its_own_routes_mode() {
+    let redis = RedisServer::start();
+    let up = Upstream::start("a");
+    let gw = Gateway::start(&config(
+        &up,
+        &redis.url(),
+        "breaker_failures = 100000\nbreaker_cooldown = \"1h\"",
+    ));
+    let port = gw.port;
+    let burst = |path: &'static str| {
+        std::thread::spawn(move || {
+            (0..3)
+                .map(|i| {
+                    let key = [ADA, BOB, CAROL][i % 3];
+                    http::get_with(port, path, &[("X-Api-Key", key)]).status
+                })
+                .collect::<Vec<u16>>()
+        })
+    };
+    assert_eq!(get(&gw, "/echo/open", ADA).status, 200);
+    redis.freeze();
+    let threads: Vec<_> = (0..16)
+        .map(|t| {
+            burst(if t % 2 == 0 {
+                "/echo/open"
+            } else {
+                "/echo/closed"
+            })
+        })
+        .collect();
+    let answers: Vec<Vec<u16>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    redis.thaw();
+    for (t, statuses) in answers.iter().enumerate() {
+        let expected = if t % 2 == 0 { 200 } else { 503 };
+        assert_eq!(statuses, &[expected; 3], "thread {t}");
+    }
+    println!(
+        "batches while frozen: {} ({} decisions)",
+        gw.metric("turnstile_store_batches_total", &[]),
+        gw.metric("turnstile_store_batched_decisions_total", &[])
+    );
+    // Decided again (200, or 429 once what Redis ran after the thaw spent the budget).
+    wait_until("the fail-closed route decided again", || {
+        get(&gw, "/echo/closed", BOB).status != 503
+    });
+    assert_no_panic(&gw);
+}
+
 #[test]
 fn limiting_resumes_by_itself_after_redis_restarts_empty() {
     let mut redis = RedisServer::start();

@@ -275,6 +275,20 @@ impl SentinelSetup {
     }
 }
 
+/// Three gateways finding the primary through the sentinels, 600 parallel requests (batched
+/// where they arrive while another call is in flight): exactly the limit admitted.
+#[test]
+fn three_gateways_on_a_sentinel_primary_admit_exactly_the_limit() {
+    use crate::distributed::{config, hammer, LIMIT};
+    let dir = tempfile::tempdir().unwrap();
+    let setup = SentinelSetup::start(dir.path());
+    let up = Upstream::start("orders");
+    let text = config(&up, &setup.store("timeout = \"2s\""));
+    let gateways: Vec<Gateway> = (0..3).map(|_| Gateway::start(&text)).collect();
+    let (ok, limited) = hammer(&gateways, 600);
+    assert_eq!((ok, limited), (LIMIT, 600 - LIMIT));
+}
+
 #[test]
 fn sentinel_the_limiter_follows_a_failover_under_traffic() {
     let dir = tempfile::tempdir().unwrap();
