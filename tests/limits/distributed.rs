@@ -110,6 +110,32 @@ fn three_gateways_sharing_redis_admit_exactly_the_limit() {
     );
 }
 
+/// A fleet mid-rollout: two gateways batching and one sending every decision as its own
+/// `check.lua` call (`batch_max = 1`, as the versions before batching did — same keys, same
+/// stored values) share the counts exactly.
+#[test]
+fn batching_and_unbatched_gateways_share_the_counts_exactly() {
+    let redis = RedisServer::start();
+    let up = Upstream::start("a");
+    let batched = config(&up, &redis_store(&redis.url()));
+    let alone = config(
+        &up,
+        &format!("{}\nbatch_max = 1", redis_store(&redis.url())),
+    );
+    let gateways = vec![
+        Gateway::start(&batched),
+        Gateway::start(&alone),
+        Gateway::start(&batched),
+    ];
+    let (ok, limited) = hammer(&gateways, 600);
+    assert_eq!((ok, limited), (LIMIT, 600 - LIMIT));
+    assert_eq!(
+        gateways[1].metric("turnstile_store_batches_total", &[]),
+        0.0,
+        "batch_max = 1 sends no batch"
+    );
+}
+
 /// The same exactness with per-thread event loops (`work_stealing = false`, Pingora's
 /// no-steal runtime): two threads per gateway, each driving its own connections.
 #[test]
