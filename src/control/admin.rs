@@ -425,6 +425,13 @@ impl ServeHttp for Admin {
             );
             return resp;
         }
+        let reading = matches!(req.method, http::Method::GET | http::Method::HEAD);
+        if let Some(name) = actor.as_deref().filter(|n| !reading && !admin.may_write(n)) {
+            return json_response(
+                StatusCode::FORBIDDEN,
+                &json!({"error": format!("the token {name:?} may only read (admin.read_tokens): changes need a token of admin.token or admin.tokens")}),
+            );
+        }
         let (method, path) = (req.method.as_str().to_owned(), req.uri.path().to_owned());
         if path.starts_with("/clients") || path == "/registry/restore" {
             let body = match read_body(session, snapshot.config.server.limits.header_timeout).await
@@ -499,6 +506,7 @@ mod tests {
                 ("admin".into(), "admin-token-0123456789".into()),
                 ("ci".into(), "ci-token-0123456789abc".into()),
             ],
+            readers: Vec::new(),
             hosts: Vec::new(),
         };
         let h = |v: &str| http::HeaderValue::from_str(v).unwrap();

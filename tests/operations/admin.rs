@@ -84,6 +84,71 @@ fn a_configured_admin_token_is_required() {
     assert!(ok.text().contains("turnstile_circuit_breaker_state"));
 }
 
+/// A read-only token (`admin.read_tokens`) reads everything a token reads — metrics,
+/// clients, the configuration, refusals — and changes nothing: a reload or a new client is
+/// 403, naming why, and the registry is as it was. `/config` lists its name, never its value.
+#[test]
+fn a_read_only_token_reads_and_changes_nothing() {
+    let up = Upstream::start("a");
+    let (admin, reader) = ("admin-token-0123456789", "support-token-0123456789");
+    let gw = Gateway::start_full(
+        "",
+        &format!("token = \"{admin}\"\nread_tokens = {{ support = \"{reader}\" }}"),
+        &config(&up),
+    );
+    let call = |method: &str, path: &str, token: &str, body: &[u8]| {
+        let auth = format!("Bearer {token}");
+        http::request(
+            gw.admin_port,
+            method,
+            path,
+            &[
+                ("Authorization", auth.as_str()),
+                ("Content-Type", "application/json"),
+            ],
+            body,
+        )
+    };
+    for path in [
+        "/metrics",
+        "/clients",
+        "/config",
+        "/refusals",
+        "/limited",
+        "/readyz",
+    ] {
+        assert_eq!(call("GET", path, reader, b"").status, 200, "GET {path}");
+    }
+    assert_eq!(
+        call("GET", "/metrics", "not-a-token-0000000000", b"").status,
+        401
+    );
+    let client = br#"{"id": "eve", "plan": "small"}"#;
+    for (method, path, body) in [
+        ("POST", "/reload", &b""[..]),
+        ("POST", "/clients", &client[..]),
+        ("DELETE", "/clients/ada", &b""[..]),
+    ] {
+        let refused = call(method, path, reader, body);
+        assert_eq!(refused.status, 403, "{method} {path}: {}", refused.text());
+        assert!(
+            refused.text().contains("may only read"),
+            "{}",
+            refused.text()
+        );
+        assert!(!refused.text().contains(reader));
+    }
+    let clients = call("GET", "/clients", reader, b"").text();
+    assert!(
+        clients.contains("ada") && !clients.contains("eve"),
+        "{clients}"
+    );
+    let shown = call("GET", "/config", reader, b"").text();
+    assert!(shown.contains("\"support\"") && !shown.contains(reader) && !shown.contains(admin));
+    // The write token still writes.
+    assert_eq!(call("POST", "/reload", admin, b"").status, 200);
+}
+
 #[test]
 fn metrics_count_a_scripted_sequence() {
     let up = Upstream::start("a");

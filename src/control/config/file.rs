@@ -228,6 +228,8 @@ pub struct AdminFile {
     pub token: Option<super::units::SecretSource>,
     /// Named tokens (the name is who the audit log says made a change).
     pub tokens: Option<BTreeMap<String, super::units::SecretSource>>,
+    /// Named tokens that may only read (GET): the console or a dashboard for support staff.
+    pub read_tokens: Option<BTreeMap<String, super::units::SecretSource>>,
     /// Host names requests may name besides the listener's own (DNS rebinding guard).
     pub hosts: Option<Vec<String>>,
 }
@@ -240,6 +242,13 @@ impl fmt::Debug for AdminFile {
             .field(
                 "tokens",
                 &self.tokens.as_ref().map(|t| t.keys().collect::<Vec<_>>()),
+            )
+            .field(
+                "read_tokens",
+                &self
+                    .read_tokens
+                    .as_ref()
+                    .map(|t| t.keys().collect::<Vec<_>>()),
             )
             .field("hosts", &self.hosts)
             .finish()

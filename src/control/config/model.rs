@@ -105,6 +105,8 @@ pub struct AdminConfig {
     /// Bearer tokens admin requests may carry, by name (`token` is named "admin"); none: no
     /// token needed, and no writes. Never printed.
     pub tokens: Vec<(String, String)>,
+    /// The names of the tokens (among `tokens`) that may only read: GET, never a change.
+    pub readers: Vec<String>,
     /// Host names requests may name besides `localhost`, the machine's name and IP literals
     /// (lower case, no port).
     pub hosts: Vec<String>,
@@ -118,6 +120,11 @@ impl AdminConfig {
             .iter()
             .find(|(_, t)| bool::from(t.as_bytes().ct_eq(presented)))
             .map(|(name, _)| name.as_str())
+    }
+
+    /// Whether the token named `name` may change things (not a read-only token).
+    pub fn may_write(&self, name: &str) -> bool {
+        !self.readers.iter().any(|r| r == name)
     }
 }
 

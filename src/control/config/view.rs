@@ -56,7 +56,8 @@ pub fn render(config: &Config) -> Value {
             "listen": config.admin.listen.to_string(),
             "token": if config.admin.tokens.iter().any(|(n, _)| n == "admin") { "set" } else { "not set" },
             // Names only: the values are secrets.
-            "tokens": config.admin.tokens.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            "tokens": config.admin.tokens.iter().map(|(n, _)| n.as_str()).filter(|n| config.admin.may_write(n)).collect::<Vec<_>>(),
+            "read_tokens": config.admin.readers,
             "hosts": config.admin.hosts,
         },
         "store": store(&config.store),

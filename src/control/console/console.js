@@ -114,6 +114,11 @@ async function refreshCurrent() {
 
 // ---- Overview: rates from the Prometheus counters, sampled every POLL_MS.
 
+/** Why the admin API refused a change (a read-only token's 403 names itself). */
+function refusal(data, status) {
+  return (data && (data.detail || data.title || data.error)) || `answer ${status}`;
+}
+
 /** Sums of `turnstile_requests_total` by status class, and the duration histogram's buckets. */
 function readMetrics(text) {
   const classes = Object.fromEntries(CLASSES.map(([c]) => [c, 0]));
@@ -272,7 +277,7 @@ async function detail(id, issued) {
 
 async function create(id, plan) {
   const { status, data } = await api('PUT', `/clients/${encodeURIComponent(id)}`, { plan });
-  if (status >= 300) { say(data.detail || data.title || `answer ${status}`, true); return; }
+  if (status >= 300) { say(refusal(data, status), true); return; }
   say(`client ${id} ${data.result || 'saved'}`);
   await clients();
   await detail(id);
@@ -280,13 +285,13 @@ async function create(id, plan) {
 
 async function issue(id) {
   const { status, data } = await api('POST', `/clients/${encodeURIComponent(id)}/keys`);
-  if (status >= 300) { say(data.detail || `answer ${status}`, true); return; }
+  if (status >= 300) { say(refusal(data, status), true); return; }
   await detail(id, data.key);
 }
 
 async function revoke(id, keyId) {
   const { status, data } = await api('DELETE', `/clients/${encodeURIComponent(id)}/keys/${encodeURIComponent(keyId)}`);
-  if (status >= 300) { say(data.detail || `answer ${status}`, true); return; }
+  if (status >= 300) { say(refusal(data, status), true); return; }
   say(`key ${keyId} revoked`);
   await detail(id);
 }

@@ -14,6 +14,7 @@ pub(super) fn admin_config(file: AdminFile, problems: &mut Problems) -> AdminCon
         listen,
         token,
         tokens: named,
+        read_tokens,
         hosts,
     } = file;
     let text = listen.unwrap_or_else(|| defaults::ADMIN_LISTEN.to_owned());
@@ -27,6 +28,10 @@ pub(super) fn admin_config(file: AdminFile, problems: &mut Problems) -> AdminCon
             .expect("default admin address parses")
     });
     let mut tokens = Vec::new();
+    let readers: Vec<String> = read_tokens
+        .as_ref()
+        .map(|r| r.keys().cloned().collect())
+        .unwrap_or_default();
     let sources = token
         .map(|t| ("admin".to_owned(), "admin.token".to_owned(), t))
         .into_iter()
@@ -35,6 +40,12 @@ pub(super) fn admin_config(file: AdminFile, problems: &mut Problems) -> AdminCon
                 .unwrap_or_default()
                 .into_iter()
                 .map(|(name, t)| (name.clone(), format!("admin.tokens.{name}"), t)),
+        )
+        .chain(
+            read_tokens
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(name, t)| (name.clone(), format!("admin.read_tokens.{name}"), t)),
         );
     for (name, path, source) in sources {
         if path != "admin.token" {
@@ -78,6 +89,7 @@ pub(super) fn admin_config(file: AdminFile, problems: &mut Problems) -> AdminCon
     AdminConfig {
         listen,
         tokens,
+        readers,
         hosts,
     }
 }
