@@ -1,7 +1,8 @@
 //! A real browser for tests: Debian's Chromium, headless, driven over WebDriver by
 //! `chromedriver` (both from `scripts/install-deps.sh`), on a free port. Only what the
-//! console test needs: open a page, find elements, type, click, read text, run a line of
-//! script, take a screenshot, read the console's errors.
+//! console test needs: open a page, find elements, type, click, press keys, read text, run a
+//! line of script, emulate a media feature (dark mode) over the DevTools protocol, take a
+//! screenshot, read the console's errors.
 
 use super::{free_port, wait_until, Proc};
 use serde_json::{json, Value};
@@ -83,8 +84,15 @@ impl Browser {
             match value["value"][ELEMENT].as_str() {
                 Some(found) => {
                     id = found.to_owned();
-                    self.session_call("GET", &format!("/element/{id}/displayed"), Value::Null)
-                        == json!(true)
+                    // A live page may replace the element between the two calls: a stale
+                    // reference is looked up again.
+                    let path = format!("/session/{}/element/{id}/displayed", self.session);
+                    let (status, shown) = exchange(self.port, "GET", &path, &Value::Null);
+                    assert!(
+                        status == 200 || shown["value"]["error"] == "stale element reference",
+                        "WebDriver GET {path}: {status} {shown}"
+                    );
+                    shown["value"] == json!(true)
                 }
                 None => false,
             }
@@ -116,12 +124,21 @@ impl Browser {
         });
     }
 
+    /// The text of the element `css` selects (found again if the page replaced it meanwhile).
     pub fn text(&self, css: &str) -> String {
-        let id = self.find(css);
-        self.session_call("GET", &format!("/element/{id}/text"), Value::Null)
-            .as_str()
-            .unwrap_or_default()
-            .to_owned()
+        let mut text = String::new();
+        wait_until(&format!("the text of {css}"), || {
+            let id = self.find(css);
+            let path = format!("/session/{}/element/{id}/text", self.session);
+            let (status, value) = exchange(self.port, "GET", &path, &Value::Null);
+            assert!(
+                status == 200 || value["value"]["error"] == "stale element reference",
+                "WebDriver GET {path}: {status} {value}"
+            );
+            text = value["value"].as_str().unwrap_or_default().to_owned();
+            status == 200
+        });
+        text
     }
 
     /// Waits until the text of `css` satisfies `ok`; returns it.
@@ -140,6 +157,35 @@ impl Browser {
             "POST",
             "/execute/sync",
             json!({ "script": script, "args": [] }),
+        )
+    }
+
+    /// Presses keys on whatever has the focus, as a keyboard does (WebDriver key codes:
+    /// `TAB`, `ENTER`, or text).
+    pub fn press(&self, keys: &str) {
+        let actions: Vec<Value> = keys
+            .chars()
+            .flat_map(|c| {
+                let key = c.to_string();
+                [
+                    json!({"type": "keyDown", "value": key}),
+                    json!({"type": "keyUp", "value": key}),
+                ]
+            })
+            .collect();
+        self.session_call(
+            "POST",
+            "/actions",
+            json!({"actions": [{"type": "key", "id": "keyboard", "actions": actions}]}),
+        );
+    }
+
+    /// One Chrome DevTools Protocol command (chromedriver's `goog/cdp/execute`).
+    pub fn cdp(&self, cmd: &str, params: Value) -> Value {
+        self.session_call(
+            "POST",
+            "/goog/cdp/execute",
+            json!({"cmd": cmd, "params": params}),
         )
     }
 
@@ -222,3 +268,8 @@ fn exchange(port: u16, method: &str, path: &str, body: &Value) -> (u16, Value) {
         }
     }
 }
+
+/// WebDriver's code for the Tab key.
+pub const TAB: &str = "\u{E004}";
+/// WebDriver's code for the Enter key.
+pub const ENTER: &str = "\u{E007}";

@@ -217,3 +217,108 @@ fn the_console_is_served_with_a_strict_policy_and_nothing_else_without_the_token
     }
     assert_eq!(gw.admin("/ui/other").status, 401);
 }
+
+/// The console by keyboard alone, on a phone-width screen, in dark mode, signed in with a
+/// read-only token: Tab reaches the token field, Enter signs in; every page fits the width
+/// (nothing scrolls sideways); the colours follow `prefers-color-scheme: dark`; the Routes
+/// page shows each route's match, auth, limits and failure mode and the Pools page each
+/// server's health; a change is refused with the API's reason; no script error anywhere.
+#[test]
+fn the_console_works_by_keyboard_on_a_phone_in_dark_mode_with_a_read_only_token() {
+    use common::browser::{ENTER, TAB};
+    const READER: &str = "support-reader-token-0123456789";
+    let up = Upstream::start("orders");
+    let dir = tempfile::tempdir().unwrap();
+    let clients = dir.path().join("clients.toml");
+    std::fs::write(&clients, "").unwrap();
+    let gw = Gateway::start_full(
+        &format!("clients_file = \"{}\"", clients.display()),
+        &format!("tokens = {{ ops = \"{TOKEN}\" }}\nread_tokens = {{ support = \"{READER}\" }}"),
+        &config(&up),
+    );
+    let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let browser = Browser::start(390, 844);
+    browser.cdp(
+        "Emulation.setEmulatedMedia",
+        json!({"features": [{"name": "prefers-color-scheme", "value": "dark"}]}),
+    );
+    browser.open(&format!("http://127.0.0.1:{}/ui/", gw.admin_port));
+    browser.find("#token");
+
+    // Keyboard only: the first Tab stop is the token field; Enter submits.
+    // (The page list, hidden until then, takes no Tab stop: it once did, as `nav`'s display
+    // rule overrode `hidden`.)
+    browser.press(TAB);
+    assert_eq!(
+        browser.eval("return document.activeElement.id"),
+        json!("token")
+    );
+    browser.press(READER);
+    browser.press(ENTER);
+    browser.find("#tabs");
+    // Tab through the page list to "Routes" and open it with Enter.
+    let mut reached = false;
+    for _ in 0..12 {
+        browser.press(TAB);
+        if browser.eval("return document.activeElement.dataset.page || ''") == json!("routes") {
+            reached = true;
+            break;
+        }
+    }
+    assert!(reached, "Tab reaches the Routes button");
+    browser.press(ENTER);
+    let routes = browser.wait_text("#route-list", "the routes table", |t| t.contains("orders"));
+    assert!(
+        routes.contains("/orders") && routes.contains("api_key") && routes.contains("fail_open"),
+        "{routes}"
+    );
+    let plans = browser.text("#plan-list");
+    assert!(plans.contains("per-day: 3 / 1d token_bucket"), "{plans}");
+
+    // Dark: the page's background is dark, its text light.
+    let luminance = |css: &str| {
+        browser.eval(&format!(
+            "const c = getComputedStyle(document.body).{css}.match(/\\d+/g).map(Number); return (c[0] + c[1] + c[2]) / 3"
+        ))
+        .as_f64()
+        .unwrap()
+    };
+    assert!(luminance("backgroundColor") < 60.0 && luminance("color") > 180.0);
+    browser.screenshot(&shots.join("routes-phone-dark.png"));
+
+    browser.click("#tabs [data-page=\"pools\"]");
+    let servers = browser.wait_text("#server-list", "the servers table", |t| {
+        t.contains("healthy")
+    });
+    assert!(servers.contains(&up.addr()), "{servers}");
+    browser.screenshot(&shots.join("pools-phone-dark.png"));
+
+    // Every page fits a phone's width.
+    for page in [
+        "overview", "limited", "lookup", "routes", "pools", "clients",
+    ] {
+        browser.click(&format!("#tabs [data-page=\"{page}\"]"));
+        browser.find(&format!("#{page}"));
+        let overflow = browser.eval(
+            "return document.documentElement.scrollWidth - document.documentElement.clientWidth",
+        );
+        assert!(
+            overflow.as_f64().unwrap() <= 0.0,
+            "{page} scrolls sideways by {overflow}"
+        );
+    }
+
+    // Read-only: creating a client is refused, with the API's reason; nothing was made.
+    browser.type_into("#new-id", "eve");
+    browser.type_into("#new-plan", "small");
+    browser.click("#create-form button");
+    browser.wait_text("#status", "the refusal", |t| t.contains("may only read"));
+    assert!(!admin(&gw, "GET", "/clients", None).text().contains("eve"));
+    let errors: Vec<String> = browser
+        .errors()
+        .into_iter()
+        .filter(|e| !e.contains("403"))
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+}

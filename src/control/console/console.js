@@ -110,6 +110,8 @@ async function refreshCurrent() {
   if (state.page === 'overview') await overview();
   else if (state.page === 'limited') await limited();
   else if (state.page === 'clients') await clients();
+  else if (state.page === 'routes') await routes();
+  else if (state.page === 'pools') await pools();
 }
 
 // ---- Overview: rates from the Prometheus counters, sampled every POLL_MS.
@@ -244,6 +246,80 @@ async function lookup(id) {
     rows.push([`limit ${l.name}`, `${l.remaining} of ${l.limit} left, resets in ${Math.ceil(l.reset_ms / 1000)} s, retry in ${Math.ceil(l.retry_after_ms / 1000)} s`]);
   }
   out.replaceChildren(el('dl', { id: 'refusal' }, ...rows.flatMap(([k, v]) => [el('dt', {}, k), el('dd', {}, v)])));
+}
+
+// ---- Routes and pools: the configuration as the gateway understood it, with the pools' state
+// from the metrics.
+
+/** A limit as one line: "per-minute: 100 / 1m sliding_window (key header:x-tenant)". */
+function describeLimit(l) {
+  const key = l.key && l.key.length ? ` by ${l.key.join(', ')}` : '';
+  return `${l.name}: ${l.limit} / ${l.window} ${l.algorithm}${key}${l.shadow ? ' (shadow)' : ''}`;
+}
+
+async function routes() {
+  const { status, data } = await api('GET', '/config');
+  if (status !== 200) { say(refusal(data, status), true); return; }
+  const config = data.config;
+  $('#routes-version').textContent = `version ${data.version}, ${String(data.hash).slice(0, 12)}`;
+  fillTable('#route-list', config.routes.map((r) => ({
+    route: r.name,
+    match: [r.host, r.path_prefix, r.methods ? r.methods.join(' ') : ''].filter(Boolean).join(' '),
+    auth: Array.isArray(r.auth) ? r.auth.join(' or ') : r.auth,
+    limits: r.limits.length ? r.limits.map(describeLimit).join('; ') : (r.auth === 'none' ? 'none' : 'the client\'s plan'),
+    failure: r.on_store_error,
+    priority: r.priority,
+    upstream: r.upstream,
+  })), ['route', 'match', 'auth', 'limits', 'failure', 'priority', 'upstream']);
+  fillTable('#plan-list', config.plans.map((p) => ({
+    plan: p.name,
+    limits: p.limits.map(describeLimit).join('; '),
+    concurrent: p.max_concurrent == null ? '–' : p.max_concurrent,
+    lease: p.lease == null ? '–' : p.lease,
+  })), ['plan', 'limits', 'concurrent', 'lease']);
+}
+
+/** Values of one metric family by label set: [{labels, value}]. */
+function family(text, name) {
+  const out = [];
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(`${name}{`)) continue;
+    const m = line.match(/^[^{]+\{(.*)\} (\S+)$/);
+    if (!m) continue;
+    const labels = {};
+    for (const [, k, v] of m[1].matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[k] = v;
+    out.push({ labels, value: Number(m[2]) });
+  }
+  return out;
+}
+
+async function pools() {
+  const [{ data: shown }, { data: text }] = await Promise.all([api('GET', '/config'), api('GET', '/metrics')]);
+  const sum = (name, match) => family(text, name).filter((s) => match(s.labels)).reduce((a, s) => a + s.value, 0);
+  const upstreams = shown.config.upstreams;
+  fillTable('#pool-list', upstreams.map((u) => {
+    const of = (l) => l.upstream === u.name;
+    const shedding = (state) => sum('turnstile_shedding', (l) => of(l) && l.state === state);
+    return {
+      pool: u.name,
+      balance: u.balance,
+      inflight: u.shedding ? shedding('in_flight') : '–',
+      limit: u.shedding ? shedding('limit') : 'off',
+      shed: sum('turnstile_shed_total', of),
+      retries: sum('turnstile_upstream_retries_total', of),
+      ejections: sum('turnstile_upstream_ejections_total', of),
+    };
+  }), ['pool', 'balance', 'inflight', 'limit', 'shed', 'retries', 'ejections']);
+  fillTable('#server-list', upstreams.flatMap((u) => u.servers.map((server) => {
+    const of = (l) => l.upstream === u.name && l.server === server;
+    const healthy = family(text, 'turnstile_upstream_server_healthy').find((s) => of(s.labels));
+    return {
+      pool: u.name,
+      server,
+      health: healthy === undefined ? 'not checked yet' : (healthy.value === 1 ? 'healthy' : 'unhealthy'),
+      ejected: sum('turnstile_upstream_server_ejected', of) ? 'yes' : 'no',
+    };
+  })), ['pool', 'server', 'health', 'ejected']);
 }
 
 // ---- Clients: list, search, create, issue and revoke keys.
