@@ -44,8 +44,13 @@ impl Admin {
         }
     }
 
-    async fn reload(&self) -> Response<Vec<u8>> {
-        match self.reloader.reload("POST /reload").await {
+    /// `POST /reload`; `actor`: the admin token's name, for the reload history.
+    async fn reload(&self, actor: Option<&str>) -> Response<Vec<u8>> {
+        let trigger = match actor {
+            Some(name) => format!("POST /reload by {name}"),
+            None => "POST /reload".to_owned(),
+        };
+        match self.reloader.reload(&trigger).await {
             Ok(Reloaded::Applied(loaded)) => json_response(
                 StatusCode::OK,
                 &json!({
@@ -476,7 +481,14 @@ impl ServeHttp for Admin {
                 refusal(&snapshot, &path["/refusals/".len()..])
             }
             ("GET", "/config") => self.config(&snapshot),
-            ("POST", "/reload") => self.reload().await,
+            ("GET", "/reloads") => json_response(
+                StatusCode::OK,
+                &json!({
+                    "kept": crate::control::history::KEPT,
+                    "reloads": self.reloader.history(),
+                }),
+            ),
+            ("POST", "/reload") => self.reload(actor.as_deref()).await,
             ("GET", "/readyz") => {
                 let (ready, body) = self.readiness(&snapshot);
                 let status = if ready {

@@ -15,6 +15,7 @@ pub mod clients_api;
 pub mod clients_file;
 pub mod config;
 pub mod console;
+pub mod history;
 pub mod identity;
 pub mod reload;
 pub mod snapshot;

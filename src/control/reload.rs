@@ -7,12 +7,15 @@
 //! `server.watch_config = false`), `SIGHUP`, and `POST /reload` on the admin listener.
 //! Reloads run one at a time; one asked for meanwhile waits for its turn. An invalid file is rejected whole: the running
 //! configuration stays, the error (with its TOML path) is logged, returned to `POST /reload`
-//! and counted. Settings that only take effect at start (listen addresses, threads, pid file,
+//! and counted; the last attempts, with what each changed, are kept for `GET /reloads`
+//! (`history.rs`). Settings that only take effect at start (listen addresses, threads, pid file,
 //! upgrade socket, grace periods, keep-alive pool size) keep their running value and are
 //! reported as needing a restart — see docs/operations.md on graceful upgrades.
 
 use crate::control::config::restart::keep_restart_only_settings;
+use crate::control::config::view::render;
 use crate::control::config::{Config, ConfigError};
+use crate::control::history::{changes, Attempt, History};
 use crate::control::snapshot::{Snapshot, SnapshotHandle};
 use crate::ops::access_log::AccessLog;
 use crate::ops::metrics::Metrics;
@@ -64,6 +67,45 @@ pub struct Reloader {
     access_log: Arc<AccessLog>,
     loaded: Mutex<Loaded>,
     running: tokio::sync::Mutex<()>,
+    history: History,
+}
+
+/// A reload's result before it is applied: the snapshot, its hash, the settings pending a
+/// restart, what changed.
+type Built = (Snapshot, String, Vec<String>, Vec<String>);
+
+/// One entry of the history, as the running configuration stands after it.
+fn attempt(
+    trigger: &str,
+    result: &'static str,
+    loaded: &Loaded,
+    changed: Vec<String>,
+    problems: Vec<String>,
+) -> Attempt {
+    Attempt {
+        at: unix_now(),
+        trigger: trigger.to_owned(),
+        result,
+        version: loaded.version,
+        hash: loaded.hash.clone(),
+        changed,
+        problems,
+        more: 0,
+    }
+}
+
+/// Clients whose keys changed while the rest of them did not: `/config` shows only how many
+/// keys a client has, so the rendered comparison cannot see a rotation. Named, never shown.
+fn key_changes(old: &Config, new: &Config) -> Vec<String> {
+    new.clients
+        .iter()
+        .filter_map(|c| {
+            let before = old.clients.iter().find(|o| o.id == c.id)?;
+            let same_otherwise = before.plan == c.plan && before.metadata == c.metadata;
+            (before.api_keys != c.api_keys && same_otherwise)
+                .then(|| format!("clients.{} keys changed", c.id))
+        })
+        .collect()
 }
 
 /// The hash of a configuration: its text and the content of every file it reads, so that a
@@ -123,6 +165,8 @@ impl Reloader {
             .config_info
             .with_label_values(&[&loaded.hash])
             .set(1);
+        let history = History::default();
+        history.record(attempt("start", "loaded", &loaded, Vec::new(), Vec::new()));
         Reloader {
             path,
             snapshots,
@@ -130,7 +174,13 @@ impl Reloader {
             access_log,
             loaded: Mutex::new(loaded),
             running: tokio::sync::Mutex::new(()),
+            history,
         }
+    }
+
+    /// The latest load and reload attempts, newest first (`GET /reloads`).
+    pub fn history(&self) -> Vec<Attempt> {
+        self.history.latest()
     }
 
     pub fn path(&self) -> &Path {
@@ -176,26 +226,27 @@ impl Reloader {
         let current_hash = self.loaded().hash;
         // Reading, parsing and building (DNS lookups included) block: keep them off the
         // async workers.
-        let built = tokio::task::spawn_blocking(
-            move || -> Result<Option<(Snapshot, String, Vec<String>)>, ConfigError> {
-                let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
-                    path: path.clone(),
-                    source,
-                })?;
-                let mut config = Config::from_text(&text)?;
-                let hash = config_hash(&text, &config.files);
-                if hash == current_hash {
-                    return Ok(None);
-                }
-                for warning in &config.warnings {
-                    log::warn!("configuration {}: {warning}", path.display());
-                }
-                let old = snapshots.load_full();
-                let pending = keep_restart_only_settings(&mut config, &old.config);
-                let snapshot = Snapshot::build(config, Some(&old), &metrics)?;
-                Ok(Some((snapshot, hash, pending)))
-            },
-        )
+        let built = tokio::task::spawn_blocking(move || -> Result<Option<Built>, ConfigError> {
+            let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            let mut config = Config::from_text(&text)?;
+            let hash = config_hash(&text, &config.files);
+            if hash == current_hash {
+                return Ok(None);
+            }
+            for warning in &config.warnings {
+                log::warn!("configuration {}: {warning}", path.display());
+            }
+            let old = snapshots.load_full();
+            let pending = keep_restart_only_settings(&mut config, &old.config);
+            let snapshot = Snapshot::build(config, Some(&old), &metrics)?;
+            // What changed, read from the configuration as /config shows it (no secret).
+            let mut changed = changes(&render(&old.config), &render(&snapshot.config));
+            changed.extend(key_changes(&old.config, &snapshot.config));
+            Ok(Some((snapshot, hash, pending, changed)))
+        })
         .await
         .expect("reload task does not panic");
         match built {
@@ -207,9 +258,12 @@ impl Reloader {
                 self.reopen_access_log(&self.snapshots.load().config.access_log.target);
                 self.metrics.reloads.with_label_values(&["unchanged"]).inc();
                 note_attempt(&self.metrics, true);
-                Ok(Reloaded::Unchanged(self.loaded()))
+                let loaded = self.loaded();
+                let unchanged = attempt(trigger, "unchanged", &loaded, Vec::new(), Vec::new());
+                self.history.record(unchanged);
+                Ok(Reloaded::Unchanged(loaded))
             }
-            Ok(Some((snapshot, hash, pending))) => {
+            Ok(Some((snapshot, hash, pending, changed))) => {
                 // The log's new target first: every request that sees the new snapshot was
                 // started after this, so its line cannot be written to the old target.
                 self.reopen_access_log(&snapshot.config.access_log.target);
@@ -238,6 +292,8 @@ impl Reloader {
                     loaded.version,
                     loaded.hash
                 );
+                let applied = attempt(trigger, "applied", &loaded, changed, Vec::new());
+                self.history.record(applied);
                 if !loaded.pending_restart.is_empty() {
                     log::warn!(
                         "configuration {}: {} changed but only take(s) effect after a restart (or a graceful upgrade); still running with the old value(s)",
@@ -256,6 +312,9 @@ impl Reloader {
                     self.path.display(),
                     lines.join("; ")
                 );
+                let loaded = self.loaded();
+                let rejected = attempt(trigger, "rejected", &loaded, Vec::new(), lines);
+                self.history.record(rejected);
                 Err(ReloadError::Config(e))
             }
         }

@@ -220,7 +220,8 @@ fn the_console_is_served_with_a_strict_policy_and_nothing_else_without_the_token
 
 /// The console by keyboard alone, on a phone-width screen, in dark mode, signed in with a
 /// read-only token: Tab reaches the token field, Enter signs in; every page fits the width
-/// (nothing scrolls sideways); the colours follow `prefers-color-scheme: dark`; the Routes
+/// (nothing scrolls sideways); the colours follow `prefers-color-scheme: dark`; the overview's
+/// reload history shows an operator's reload and what it changed; the Routes
 /// page shows each route's match, auth, limits and failure mode and the Pools page each
 /// server's health; a change is refused with the API's reason; no script error anywhere.
 #[test]
@@ -232,7 +233,11 @@ fn the_console_works_by_keyboard_on_a_phone_in_dark_mode_with_a_read_only_token(
     let clients = dir.path().join("clients.toml");
     std::fs::write(&clients, "").unwrap();
     let gw = Gateway::start_full(
-        &format!("clients_file = \"{}\"", clients.display()),
+        // The reload below is the operator's, not the file watcher's.
+        &format!(
+            "clients_file = \"{}\"\nwatch_config = false",
+            clients.display()
+        ),
         &format!("tokens = {{ ops = \"{TOKEN}\" }}\nread_tokens = {{ support = \"{READER}\" }}"),
         &config(&up),
     );
@@ -257,6 +262,16 @@ fn the_console_works_by_keyboard_on_a_phone_in_dark_mode_with_a_read_only_token(
     browser.press(READER);
     browser.press(ENTER);
     browser.find("#tabs");
+    // The overview lists the configuration's loads: the start, then an applied reload
+    // naming what it changed.
+    browser.wait_text("#reload-list", "the start in the reload history", |t| {
+        t.contains("start") && t.contains("loaded")
+    });
+    gw.rewrite(&config(&up).replace("limit = 3,", "limit = 4,"));
+    assert_eq!(admin(&gw, "POST", "/reload", None).status, 200);
+    browser.wait_text("#reload-list", "the reload in the history", |t| {
+        t.contains("POST /reload by ops") && t.contains("plans.small changed")
+    });
     // Tab through the page list to "Routes" and open it with Enter.
     let mut reached = false;
     for _ in 0..12 {
@@ -274,7 +289,7 @@ fn the_console_works_by_keyboard_on_a_phone_in_dark_mode_with_a_read_only_token(
         "{routes}"
     );
     let plans = browser.text("#plan-list");
-    assert!(plans.contains("per-day: 3 / 1d token_bucket"), "{plans}");
+    assert!(plans.contains("per-day: 4 / 1d token_bucket"), "{plans}");
 
     // Dark: the page's background is dark, its text light.
     let luminance = |css: &str| {

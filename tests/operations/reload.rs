@@ -466,3 +466,50 @@ fn a_configmap_style_symlink_swap_is_picked_up() {
         .map(str::to_owned);
     assert_eq!(policy.as_deref(), Some("\"ip\";q=2000;w=3600"));
 }
+
+/// `GET /reloads`: the start, an applied reload naming what it changed (a plan's limit, a
+/// client's key, a new route — never the key itself), a rejected one with its problem, an
+/// unchanged one; newest first.
+#[test]
+fn the_reload_history_names_what_changed_and_why_a_file_was_rejected() {
+    let a = Upstream::start("a");
+    let gw = Gateway::start_with(NO_WATCH, &config(&[&a], 5, 0, false));
+    gw.rewrite(&config(&[&a], 6, 1, true));
+    assert_eq!(gw.reload().json()["result"], "applied");
+    gw.rewrite(&config(&[&a], 6, 1, true).replace("[plans.probe]", "[plans.probe"));
+    assert_eq!(gw.reload().status, 422);
+    gw.rewrite(&config(&[&a], 6, 1, true));
+    assert_eq!(gw.reload().json()["result"], "unchanged");
+
+    let history = gw.admin("/reloads");
+    assert_eq!(history.status, 200);
+    let text = history.text();
+    assert!(
+        !text.contains(&probe_key(0)) && !text.contains(&probe_key(1)),
+        "a key leaked: {text}"
+    );
+    let reloads = history.json()["reloads"].as_array().unwrap().clone();
+    let results: Vec<&str> = reloads
+        .iter()
+        .map(|r| r["result"].as_str().unwrap())
+        .collect();
+    assert_eq!(results, ["unchanged", "rejected", "applied", "loaded"]);
+    let applied = &reloads[2];
+    assert_eq!(applied["version"], 2);
+    assert_eq!(applied["trigger"], "POST /reload");
+    assert_eq!(
+        applied["changed"],
+        serde_json::json!([
+            "plans.probe changed",
+            "routes.extra added",
+            "clients.probe keys changed"
+        ])
+    );
+    let problems = reloads[1]["problems"].to_string();
+    assert!(
+        !problems.is_empty() && reloads[1]["changed"] == serde_json::json!([]),
+        "{problems}"
+    );
+    assert_eq!(reloads[1]["version"], 2, "the running version stays");
+    assert_eq!(reloads[3]["trigger"], "start");
+}

@@ -198,7 +198,16 @@ function draw() {
 }
 
 async function overview() {
-  const [{ data: config }, { data: ready }] = await Promise.all([api('GET', '/config'), api('GET', '/readyz')]);
+  const [{ data: config }, { data: ready }, { data: history }] = await Promise.all([
+    api('GET', '/config'), api('GET', '/readyz'), api('GET', '/reloads'),
+  ]);
+  fillTable('#reload-list', (history.reloads || []).slice(0, 10).map((r) => ({
+    when: new Date(r.at * 1000).toISOString().replace('T', ' ').slice(0, 19),
+    trigger: r.trigger,
+    result: r.result,
+    version: r.version,
+    what: [...r.changed, ...r.problems].join('; ') + (r.more ? ` (+${r.more} more)` : ''),
+  })), ['when', 'trigger', 'result', 'version', 'what']);
   $('#config-version').textContent = `version ${config.version} (${String(config.hash).slice(0, 12)})`;
   const store = ready.store || {};
   const nodes = (store.nodes || []).filter((n) => n.slots > 0);
