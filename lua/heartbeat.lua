@@ -1,27 +1,55 @@
 --[[ heartbeat.lua — gateway instances announce themselves; the reply is how many are alive.
+Also lists them (the fleet, for the admin API and the console).
 
 KEYS[1]   <prefix>:instances — a ZSET: member = instance id, score = last heartbeat (ms,
           Redis's clock)
+KEYS[2]   optional: {<prefix>:instances}:info — a HASH: instance id → what it says of itself
+          (version, start time); its hash tag is KEYS[1]'s whole name, so both share one
+          Redis Cluster slot. Gateways from before it send only KEYS[1] (and are listed with
+          no info).
 ARGV[1]   this instance's id
 ARGV[2]   liveness in ms: an instance not heard from for that long is no longer counted
-ARGV[3]   "1" to leave (graceful shutdown): remove this instance instead of refreshing it
-Reply     the number of live instances (after this call)
-TTL       the whole set expires `liveness` after the last heartbeat of any instance.
+ARGV[3]   "1" to leave (graceful shutdown): remove this instance instead of refreshing it;
+          "list": change nothing, reply with the live instances
+ARGV[4]   with KEYS[2]: this instance's info
+Reply     the number of live instances (after this call); for "list", an array of
+          {id, ms since its last heartbeat, info or ""}
+TTL       both keys expire `liveness` after the last heartbeat of any instance.
 
 The script sent to Redis is this file alone (src/limit/store/redis/sources.rs).
 ]]
-if #KEYS ~= 1 or #ARGV ~= 3 then
-  return redis.error_reply('turnstile heartbeat.lua: expected 1 key and 3 arguments, got ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
+local info = KEYS[2]
+if not ((#KEYS == 1 and #ARGV == 3) or (#KEYS == 2 and #ARGV == 4)) then
+  return redis.error_reply('turnstile heartbeat.lua: expected 1 key and 3 arguments or 2 keys and 4, got ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local liveness = tonumber(ARGV[2])
+if ARGV[3] == 'list' then
+  local live = redis.call('ZRANGEBYSCORE', KEYS[1], now - liveness, '+inf', 'WITHSCORES')
+  local out = {}
+  for i = 1, #live, 2 do
+    local said = ''
+    if info then said = redis.call('HGET', info, live[i]) or '' end
+    out[#out + 1] = { live[i], math.max(0, now - tonumber(live[i + 1])), said }
+  end
+  return out
+end
 if ARGV[3] == '1' then
   redis.call('ZREM', KEYS[1], ARGV[1])
+  if info then redis.call('HDEL', info, ARGV[1]) end
 else
   redis.call('ZADD', KEYS[1], now, ARGV[1])
+  if info then redis.call('HSET', info, ARGV[1], ARGV[4]) end
+end
+if info then
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - liveness)
+  for _, id in ipairs(gone) do redis.call('HDEL', info, id) end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - liveness)
 local live = redis.call('ZCARD', KEYS[1])
-if live > 0 then redis.call('PEXPIRE', KEYS[1], liveness) end
+if live > 0 then
+  redis.call('PEXPIRE', KEYS[1], liveness)
+  if info then redis.call('PEXPIRE', info, liveness) end
+end
 return live

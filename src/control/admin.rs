@@ -454,10 +454,23 @@ impl ServeHttp for Admin {
                 return resp;
             }
         }
-        let req = session.req_header();
-        match (req.method.as_str(), req.uri.path()) {
+        self.route(&snapshot, &method, &path, actor.as_deref())
+            .await
+    }
+}
+
+impl Admin {
+    /// The answer of every endpoint but the clients API's (the request authorised).
+    async fn route(
+        &self,
+        snapshot: &Snapshot,
+        method: &str,
+        path: &str,
+        actor: Option<&str>,
+    ) -> Response<Vec<u8>> {
+        match (method, path) {
             ("GET", "/metrics") => {
-                self.refresh_gauges(&snapshot);
+                self.refresh_gauges(snapshot);
                 let body = self.metrics.render();
                 Response::builder()
                     .status(StatusCode::OK)
@@ -467,7 +480,7 @@ impl ServeHttp for Admin {
                     .expect("valid response")
             }
             ("GET", "/healthz") => json_response(StatusCode::OK, &json!({"status": "ok"})),
-            ("GET", "/limited") => limited(&snapshot),
+            ("GET", "/limited") => limited(snapshot),
             ("GET", "/refusals") => json_response(
                 StatusCode::OK,
                 &json!({
@@ -478,9 +491,19 @@ impl ServeHttp for Admin {
                 }),
             ),
             ("GET", path) if path.starts_with("/refusals/") => {
-                refusal(&snapshot, &path["/refusals/".len()..])
+                refusal(snapshot, &path["/refusals/".len()..])
             }
-            ("GET", "/config") => self.config(&snapshot),
+            ("GET", "/config") => self.config(snapshot),
+            ("GET", "/fleet") => match snapshot.store.fleet().await {
+                Ok(instances) => json_response(
+                    StatusCode::OK,
+                    &json!({"store": snapshot.store.kind(), "instances": instances}),
+                ),
+                Err(e) => json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({"error": format!("the store did not answer: {}", e.kind())}),
+                ),
+            },
             ("GET", "/reloads") => json_response(
                 StatusCode::OK,
                 &json!({
@@ -488,9 +511,9 @@ impl ServeHttp for Admin {
                     "reloads": self.reloader.history(),
                 }),
             ),
-            ("POST", "/reload") => self.reload(actor.as_deref()).await,
+            ("POST", "/reload") => self.reload(actor).await,
             ("GET", "/readyz") => {
-                let (ready, body) = self.readiness(&snapshot);
+                let (ready, body) = self.readiness(snapshot);
                 let status = if ready {
                     StatusCode::OK
                 } else {

@@ -242,12 +242,17 @@ auth = "api_key"
         serde_json::json!(["per-minute"])
     );
     // The keys are the client's, under the default prefix, each with a TTL (besides them,
-    // only the instances' heartbeat set).
+    // only the instances' heartbeat set and what they say of themselves, with TTLs too).
     let keys: Vec<String> = redis.cmd(&["KEYS", "*"]);
-    assert!(keys.contains(&"turnstile:instances".to_owned()), "{keys:?}");
+    let heartbeat = ["turnstile:instances", "{turnstile:instances}:info"];
+    for key in heartbeat {
+        assert!(keys.iter().any(|k| k == key), "{keys:?}");
+        let ttl: i64 = redis.cmd(&["PTTL", key]);
+        assert!(ttl > 0, "{key}: {ttl}");
+    }
     let keys: Vec<String> = keys
         .into_iter()
-        .filter(|k| k != "turnstile:instances")
+        .filter(|k| !heartbeat.contains(&k.as_str()))
         .collect();
     assert_eq!(keys.len(), 2, "{keys:?}");
     for key in keys {

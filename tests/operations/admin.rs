@@ -358,3 +358,45 @@ fn the_admin_listener_answers_only_its_own_names_once_and_refuses_dot_ids() {
     }
     assert!(!std::fs::read_to_string(&clients).unwrap().contains("id ="));
 }
+
+/// `GET /fleet`: the instances sharing a Redis store, from their heartbeats — each with its
+/// version and start time, the one answering first; one that shuts down leaves the list. With
+/// the memory store, only the instance itself.
+#[test]
+fn the_fleet_lists_the_instances_sharing_the_store_with_their_versions() {
+    let redis = common::redis::RedisServer::start();
+    let up = Upstream::start("a");
+    let store = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\nheartbeat_interval = \"100ms\"\n",
+        redis.url()
+    );
+    let a = Gateway::start(&format!("{store}{}", config(&up)));
+    let b = Gateway::start(&format!("{store}{}", config(&up)));
+    let fleet = |gw: &Gateway| gw.admin("/fleet").json()["instances"].clone();
+    wait_until("both instances in the fleet", || {
+        fleet(&a).as_array().is_some_and(|i| i.len() == 2)
+    });
+    let seen = fleet(&a);
+    assert_eq!(seen[0]["this"], true, "{seen}");
+    assert_eq!(seen[1]["this"], false, "{seen}");
+    for instance in seen.as_array().unwrap() {
+        assert_eq!(instance["version"], env!("CARGO_PKG_VERSION"), "{seen}");
+        assert!(instance["started_at"].as_u64().unwrap() > 1_700_000_000);
+        assert!(instance["last_seen_ms"].as_u64().unwrap() < 60_000);
+    }
+    let b_id = seen[1]["id"].clone();
+    assert_eq!(fleet(&b)[0]["id"], b_id, "b lists itself first");
+
+    // B shuts down: it leaves the fleet.
+    b.proc.signal("TERM");
+    wait_until("b gone from the fleet", || {
+        fleet(&a).as_array().is_some_and(|i| i.len() == 1)
+    });
+    assert_ne!(fleet(&a)[0]["id"], b_id);
+
+    let alone = Gateway::start(&config(&up));
+    let own = alone.admin("/fleet").json();
+    assert_eq!(own["store"], "memory");
+    assert_eq!(own["instances"].as_array().unwrap().len(), 1);
+    assert_eq!(own["instances"][0]["this"], true);
+}

@@ -267,6 +267,10 @@ fn the_console_works_by_keyboard_on_a_phone_in_dark_mode_with_a_read_only_token(
     browser.wait_text("#reload-list", "the start in the reload history", |t| {
         t.contains("start") && t.contains("loaded")
     });
+    let fleet = browser.wait_text("#fleet-list", "this instance in the fleet", |t| {
+        t.contains("(this one)")
+    });
+    assert!(fleet.contains(env!("CARGO_PKG_VERSION")), "{fleet}");
     gw.rewrite(&config(&up).replace("limit = 3,", "limit = 4,"));
     assert_eq!(admin(&gw, "POST", "/reload", None).status, 200);
     browser.wait_text("#reload-list", "the reload in the history", |t| {

@@ -198,11 +198,18 @@ function draw() {
 }
 
 async function overview() {
-  const [{ data: config }, { data: ready }, { data: history }] = await Promise.all([
-    api('GET', '/config'), api('GET', '/readyz'), api('GET', '/reloads'),
+  const [{ data: config }, { data: ready }, { data: history }, { data: fleet }] = await Promise.all([
+    api('GET', '/config'), api('GET', '/readyz'), api('GET', '/reloads'), api('GET', '/fleet'),
   ]);
+  const utc = (s) => new Date(s * 1000).toISOString().replace('T', ' ').slice(0, 19);
+  fillTable('#fleet-list', (fleet.instances || []).map((i) => ({
+    instance: i.this ? `${i.id} (this one)` : i.id,
+    version: i.version || 'not announced',
+    started: i.started_at ? utc(i.started_at) : '–',
+    seen: `${(i.last_seen_ms / 1000).toFixed(1)} s ago`,
+  })), ['instance', 'version', 'started', 'seen']);
   fillTable('#reload-list', (history.reloads || []).slice(0, 10).map((r) => ({
-    when: new Date(r.at * 1000).toISOString().replace('T', ' ').slice(0, 19),
+    when: utc(r.at),
     trigger: r.trigger,
     result: r.result,
     version: r.version,

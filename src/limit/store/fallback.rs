@@ -40,7 +40,10 @@ impl<C: Clock + Clone> Store<C> {
             return Ok(1);
         };
         let liveness = self.failure.heartbeat_interval * 3;
-        let result = redis.heartbeat(&self.instance_id, liveness, leave).await;
+        let info = super::fleet::this_instance();
+        let result = redis
+            .heartbeat(&self.instance_id, liveness, leave, &info)
+            .await;
         self.health.record(&result);
         let live = result?;
         if !leave {

@@ -26,6 +26,7 @@ pub mod breaker;
 pub mod error;
 pub mod failure;
 mod fallback;
+pub mod fleet;
 mod guard;
 pub mod health;
 pub mod held;

@@ -75,6 +75,12 @@ pub fn instances_key(prefix: &str) -> String {
     format!("{prefix}:instances")
 }
 
+/// What each instance says of itself (version, start): its hash tag is the instances set's
+/// whole name, so both keys share a Redis Cluster slot (and the set keeps its old name).
+pub fn instances_info_key(prefix: &str) -> String {
+    format!("{{{prefix}:instances}}:info")
+}
+
 /// The client registry's hash and version counter: one hash tag, one Cluster slot.
 pub fn registry_keys(prefix: &str) -> (String, String) {
     (

@@ -28,6 +28,7 @@ pub mod wire;
 
 pub use cluster::node::NodeStatus;
 pub use config::{RedisAuth, RedisConfig, RedisTls, Topology};
+use scripts::Beat;
 pub use scripts::LeaseCall;
 pub use wire::LATE_REPLY;
 
@@ -509,17 +510,37 @@ impl RedisStore {
             .await
     }
 
-    /// Announces `instance` (or, with `leave`, withdraws it) and returns how many instances
-    /// have announced themselves within `liveness`. Bounded by the store timeout.
+    /// Announces `instance` saying `info` of itself (or, with `leave`, withdraws it) and
+    /// returns how many instances have announced themselves within `liveness`. Bounded by
+    /// the store timeout.
     pub async fn heartbeat(
         &self,
         instance: &str,
         liveness: Duration,
         leave: bool,
+        info: &str,
     ) -> Result<u64, StoreError> {
-        let invocation =
-            self.scripts
-                .heartbeat_call(&self.config.prefix, instance, liveness, leave);
+        let beat = if leave {
+            Beat::Leave
+        } else {
+            Beat::Alive(info)
+        };
+        let invocation = self
+            .scripts
+            .heartbeat_call(&self.config.prefix, instance, liveness, beat);
+        self.bounded(self.link.invoke(&invocation, Lane::Background))
+            .await
+    }
+
+    /// The instances that announced themselves within `liveness`: id, milliseconds since
+    /// their last heartbeat, what they said of themselves ("" for gateways from before).
+    pub async fn fleet(
+        &self,
+        liveness: Duration,
+    ) -> Result<Vec<(String, u64, String)>, StoreError> {
+        let invocation = self
+            .scripts
+            .heartbeat_call(&self.config.prefix, "", liveness, Beat::List);
         self.bounded(self.link.invoke(&invocation, Lane::Background))
             .await
     }

@@ -3,7 +3,7 @@
 //! the same contract in Lua.
 
 use crate::limit::store::redis::keys::{
-    algorithm_code, instances_key, key, policy_code, registry_keys,
+    algorithm_code, instances_info_key, instances_key, key, policy_code, registry_keys,
 };
 pub use crate::limit::store::redis::sources::*;
 use crate::limit::store::request::{CheckRequest, DecideAt};
@@ -282,22 +282,40 @@ impl Scripts {
         invocation
     }
 
-    /// `heartbeat.lua`: KEYS the instances set; ARGV id, liveness, leave.
+    /// `heartbeat.lua`: KEYS the instances set and their info; ARGV id, liveness, what to do,
+    /// this instance's info.
     pub fn heartbeat_call(
         &self,
         prefix: &str,
         instance: &str,
         liveness: Duration,
-        leave: bool,
+        beat: Beat<'_>,
     ) -> Call<'_> {
-        let mut invocation = Call::new(&self.heartbeat, 1);
+        let mut invocation = Call::new(&self.heartbeat, 2);
+        let (mode, info) = match beat {
+            Beat::Alive(info) => ("0", info),
+            Beat::Leave => ("1", ""),
+            Beat::List => ("list", ""),
+        };
         invocation
             .arg(instances_key(prefix))
+            .arg(instances_info_key(prefix))
             .arg(instance)
             .arg(liveness.as_millis() as u64)
-            .arg(if leave { "1" } else { "0" });
+            .arg(mode)
+            .arg(info);
         invocation
     }
+}
+
+/// What a `heartbeat.lua` call does.
+pub enum Beat<'a> {
+    /// Announce this instance, saying this of itself.
+    Alive(&'a str),
+    /// Withdraw it (graceful shutdown).
+    Leave,
+    /// Change nothing: list the live instances.
+    List,
 }
 
 /// An operation of `registry.lua`.
