@@ -320,7 +320,14 @@ fn slots_are_kept_for_as_long_as_requests_last_and_a_crashed_instance_frees_them
     assert_eq!(statuses.last(), Some(&200), "{statuses:?}");
 
     // An instance that dies holding both slots: nothing renews them, and they free within
-    // their time to live.
+    // their time to live. First every slot free (a finished request's release may reach
+    // Redis just after its answer), then the two taken — watched in Redis, not by probing
+    // through a gateway, whose probe would itself take a slot for a moment.
+    let slots_taken = || -> i64 {
+        let keys: Vec<String> = redis.cmd(&["KEYS", "*concurrency*"]);
+        keys.iter().map(|k| redis.cmd::<i64>(&["ZCARD", k])).sum()
+    };
+    wait_until("every slot free", || slots_taken() == 0);
     let mut c = Gateway::start(&text);
     let held = [
         trickled(&c, 1000, Duration::from_millis(200)),
@@ -331,8 +338,9 @@ fn slots_are_kept_for_as_long_as_requests_last_and_a_crashed_instance_frees_them
             held.iter().all(|h| !h.is_finished()),
             "one of the crashing instance's requests was answered (refused?)"
         );
-        get(&b, "/echo/probe").status == 429
+        slots_taken() == 2
     });
+    assert_eq!(get(&b, "/echo/probe").status, 429);
     c.proc.kill();
     let statuses = retry_while_429(|| get(&b, "/echo/after-crash").status);
     assert_eq!(statuses.last(), Some(&200), "{statuses:?}");
