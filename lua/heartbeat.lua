@@ -7,20 +7,24 @@ KEYS[2]   optional: {<prefix>:instances}:info — a HASH: instance id → what i
           (version, start time); its hash tag is KEYS[1]'s whole name, so both share one
           Redis Cluster slot. Gateways from before it send only KEYS[1] (and are listed with
           no info).
+KEYS[3]   optional, with KEYS[2]: {<prefix>:instances}:limited — a HASH: instance id → who it
+          refused most lately (its published summary, JSON; `ops/refusals.rs`), same slot.
 ARGV[1]   this instance's id
 ARGV[2]   liveness in ms: an instance not heard from for that long is no longer counted
 ARGV[3]   "1" to leave (graceful shutdown): remove this instance instead of refreshing it;
           "list": change nothing, reply with the live instances
 ARGV[4]   with KEYS[2]: this instance's info
+ARGV[5]   with KEYS[3]: this instance's summary ("": nothing to show, the field is removed)
 Reply     the number of live instances (after this call); for "list", an array of
-          {id, ms since its last heartbeat, info or ""}
-TTL       both keys expire `liveness` after the last heartbeat of any instance.
+          {id, ms since its last heartbeat, info or "", summary or ""}
+TTL       every key expires `liveness` after the last heartbeat of any instance; an instance
+          no longer alive leaves the hashes at the next heartbeat of any other.
 
 The script sent to Redis is this file alone (src/limit/store/redis/sources.rs).
 ]]
-local info = KEYS[2]
-if not ((#KEYS == 1 and #ARGV == 3) or (#KEYS == 2 and #ARGV == 4)) then
-  return redis.error_reply('turnstile heartbeat.lua: expected 1 key and 3 arguments or 2 keys and 4, got ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
+local info, limited = KEYS[2], KEYS[3]
+if not (#KEYS >= 1 and #KEYS <= 3 and #ARGV == #KEYS + 2) then
+  return redis.error_reply('turnstile heartbeat.lua: expected 1 to 3 keys and two arguments more than keys, got ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -30,26 +34,40 @@ if ARGV[3] == 'list' then
   local out = {}
   for i = 1, #live, 2 do
     local said = ''
+    local summary = ''
     if info then said = redis.call('HGET', info, live[i]) or '' end
-    out[#out + 1] = { live[i], math.max(0, now - tonumber(live[i + 1])), said }
+    if limited then summary = redis.call('HGET', limited, live[i]) or '' end
+    out[#out + 1] = { live[i], math.max(0, now - tonumber(live[i + 1])), said, summary }
   end
   return out
 end
 if ARGV[3] == '1' then
   redis.call('ZREM', KEYS[1], ARGV[1])
   if info then redis.call('HDEL', info, ARGV[1]) end
+  if limited then redis.call('HDEL', limited, ARGV[1]) end
 else
   redis.call('ZADD', KEYS[1], now, ARGV[1])
   if info then redis.call('HSET', info, ARGV[1], ARGV[4]) end
+  if limited then
+    if ARGV[5] == '' then
+      redis.call('HDEL', limited, ARGV[1])
+    else
+      redis.call('HSET', limited, ARGV[1], ARGV[5])
+    end
+  end
 end
 if info then
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - liveness)
-  for _, id in ipairs(gone) do redis.call('HDEL', info, id) end
+  for _, id in ipairs(gone) do
+    redis.call('HDEL', info, id)
+    if limited then redis.call('HDEL', limited, id) end
+  end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - liveness)
 local live = redis.call('ZCARD', KEYS[1])
 if live > 0 then
   redis.call('PEXPIRE', KEYS[1], liveness)
   if info then redis.call('PEXPIRE', info, liveness) end
+  if limited then redis.call('PEXPIRE', limited, liveness) end
 end
 return live

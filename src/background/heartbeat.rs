@@ -1,6 +1,7 @@
 //! Background heartbeat: while the shared store is up, this instance announces itself in it
 //! and learns how many instances are alive — the number the local fallback divides limits
-//! by when the store goes away. On shutdown it gives back the unspent units of its quota
+//! by when the store goes away, and publishes who it refused most lately (the fleet's view
+//! of `GET /limited`). On shutdown it gives back the unspent units of its quota
 //! leases and withdraws itself.
 
 use crate::control::snapshot::SnapshotHandle;
@@ -26,10 +27,14 @@ const IDLE: Duration = Duration::from_secs(1);
 impl BackgroundService for Heartbeat {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         loop {
-            let store = std::sync::Arc::clone(&self.snapshots.load().store);
+            let snapshot = self.snapshots.load_full();
+            let store = std::sync::Arc::clone(&snapshot.store);
             let wait = match store.heartbeat_interval() {
                 Some(interval) => {
-                    if let Err(e) = store.heartbeat(false).await {
+                    let limited = snapshot
+                        .refusals
+                        .published(crate::ops::access_log::unix_ms());
+                    if let Err(e) = store.heartbeat(false, &limited).await {
                         log::debug!("heartbeat failed: {e}");
                     }
                     interval
@@ -43,7 +48,7 @@ impl BackgroundService for Heartbeat {
                         log::info!("gave back {back} unspent leased unit(s)");
                     }
                     if store.heartbeat_interval().is_some() {
-                        let _ = store.heartbeat(true).await;
+                        let _ = store.heartbeat(true, "").await;
                     }
                     return;
                 }

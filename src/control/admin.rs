@@ -6,7 +6,7 @@
 //! had is reported per issuer, the keys in use staying), `GET /config` (the running
 //! configuration, secrets redacted, with its version and hash), `POST /reload` (reload the file now; 422 with the problems if it is invalid),
 //! `GET /refusals/{request_id}`, `GET /refusals`, `GET /limited` (the limiter's recent
-//! refusals, `ops/refusals.rs`), and the operator console under `/ui/` (`console.rs`).
+//! refusals and who is refused most, `refusals_api.rs`), and the operator console under `/ui/` (`console.rs`).
 //!
 //! With `admin.token` set, every request must carry `Authorization: Bearer <token>`
 //! (compared in constant time) or gets 401; two `Authorization` headers get 400 (which one
@@ -15,6 +15,7 @@
 //! a page whose name was rebound to this address (DNS rebinding) cannot read or change
 //! anything, token or not.
 
+use crate::control::refusals_api;
 use crate::control::reload::{ReloadError, Reloaded, Reloader};
 use crate::control::snapshot::{IpTableId, Snapshot, SnapshotHandle};
 use crate::limit::store::breaker::BreakerState;
@@ -336,39 +337,8 @@ fn machine_name() -> &'static str {
     })
 }
 
-/// `GET /limited`: who this instance refused most, per route and limit, in the last minute
-/// and hour.
-fn limited(snapshot: &Snapshot) -> Response<Vec<u8>> {
-    use crate::ops::refusals::HITTERS;
-    let now = crate::ops::access_log::unix_ms();
-    let [(minute, in_minute), (hour, in_hour)] = snapshot.refusals.limited(now, 20);
-    json_response(
-        StatusCode::OK,
-        &json!({
-            "instance": snapshot.store.instance_id(),
-            "minute": {"refusals": in_minute, "top": minute},
-            "hour": {"refusals": in_hour, "top": hour},
-            "counters": HITTERS,
-            "note": format!("per instance; the current and the previous tumbling window; a count may be up to its `error` too high; every caller with more than 1/{HITTERS} of a window's refusals is listed"),
-        }),
-    )
-}
-
-/// `GET /refusals/{request_id}`: why that request was refused (429 or 503), if it is among
-/// this instance's latest.
-fn refusal(snapshot: &Snapshot, request_id: &str) -> Response<Vec<u8>> {
-    match snapshot.refusals.find(request_id) {
-        Some(refusal) => json_response(StatusCode::OK, &json!(refusal)),
-        None => json_response(
-            StatusCode::NOT_FOUND,
-            &json!({
-                "error": format!(
-                    "no refusal with this request id among this instance's latest {}; another instance may have answered it",
-                    crate::ops::refusals::RECENT
-                ),
-            }),
-        ),
-    }
+fn answer((status, body): refusals_api::Answer) -> Response<Vec<u8>> {
+    json_response(status, &body)
 }
 
 fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Vec<u8>> {
@@ -480,18 +450,10 @@ impl Admin {
                     .expect("valid response")
             }
             ("GET", "/healthz") => json_response(StatusCode::OK, &json!({"status": "ok"})),
-            ("GET", "/limited") => limited(snapshot),
-            ("GET", "/refusals") => json_response(
-                StatusCode::OK,
-                &json!({
-                    "instance": snapshot.store.instance_id(),
-                    "kept": crate::ops::refusals::RECENT,
-                    "dropped": snapshot.refusals.dropped(),
-                    "latest": snapshot.refusals.latest(50),
-                }),
-            ),
+            ("GET", "/limited") => answer(refusals_api::limited(snapshot).await),
+            ("GET", "/refusals") => answer(refusals_api::latest(snapshot)),
             ("GET", path) if path.starts_with("/refusals/") => {
-                refusal(snapshot, &path["/refusals/".len()..])
+                answer(refusals_api::refusal(snapshot, &path["/refusals/".len()..]))
             }
             ("GET", "/config") => self.config(snapshot),
             ("GET", "/fleet") => match snapshot.store.fleet().await {

@@ -17,6 +17,7 @@ pub mod config;
 pub mod console;
 pub mod history;
 pub mod identity;
+pub mod refusals_api;
 pub mod reload;
 pub mod snapshot;
 pub mod tls;

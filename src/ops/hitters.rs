@@ -53,17 +53,23 @@ impl SpaceSaving {
         }
     }
 
-    /// Occurrences counted in all.
-    pub fn total(&self) -> u64 {
-        self.total
+    /// What a key not held may have been seen at most: the smallest count held once every
+    /// counter is taken, 0 before.
+    pub fn floor(&self) -> u64 {
+        match self.held.len() == self.capacity {
+            true => self.held.iter().map(|h| h.count).min().unwrap_or(0),
+            false => 0,
+        }
     }
 
-    /// The `n` keys counted most, most first.
-    pub fn top(&self, n: usize) -> Vec<Hitter> {
-        let mut held = self.held.clone();
-        held.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
-        held.truncate(n);
-        held
+    /// The `n` keys counted most, with the bound on every other key.
+    pub fn summary(&self, n: usize) -> Summary {
+        Summary {
+            total: self.total,
+            floor: self.floor(),
+            top: self.held.clone(),
+        }
+        .truncated(n)
     }
 
     /// Forgets everything (a new window).
@@ -71,6 +77,70 @@ impl SpaceSaving {
         self.held.clear();
         self.total = 0;
     }
+}
+
+/// The most frequent keys of one stream, or of several merged: every key listed with its
+/// count (at most `error` above the truth), every key not listed seen at most `floor` times.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub total: u64,
+    pub floor: u64,
+    pub top: Vec<Hitter>,
+}
+
+impl Summary {
+    /// The `n` keys counted most, most first; the floor rises to the last one kept when
+    /// any is cut.
+    pub fn truncated(mut self, n: usize) -> Summary {
+        self.top
+            .sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
+        if self.top.len() > n {
+            self.top.truncate(n);
+            let last = self.top.last().map_or(self.floor, |h| h.count);
+            self.floor = self.floor.max(last);
+        }
+        self
+    }
+}
+
+/// Summaries of several streams (instances, or one instance's windows) as one, keeping both
+/// bounds (Agarwal et al., "Mergeable summaries", 2012): a key missing from a summary may
+/// have been seen there up to its floor, so the floor is added to the key's count and to its
+/// error. Then `count - error <= truth <= count` for every key listed, and every key not
+/// listed was seen at most the merged `floor` (the sum of floors) times.
+pub fn merge(summaries: &[Summary], n: usize) -> Summary {
+    let mut merged: Vec<Hitter> = Vec::new();
+    for s in summaries {
+        for h in &s.top {
+            if !merged.iter().any(|m| m.key == h.key) {
+                merged.push(Hitter {
+                    key: h.key.clone(),
+                    count: 0,
+                    error: 0,
+                });
+            }
+        }
+    }
+    for m in &mut merged {
+        for s in summaries {
+            match s.top.iter().find(|h| h.key == m.key) {
+                Some(h) => {
+                    m.count += h.count;
+                    m.error += h.error;
+                }
+                None => {
+                    m.count += s.floor;
+                    m.error += s.floor;
+                }
+            }
+        }
+    }
+    Summary {
+        total: summaries.iter().map(|s| s.total).sum(),
+        floor: summaries.iter().map(|s| s.floor).sum(),
+        top: merged,
+    }
+    .truncated(n)
 }
 
 #[cfg(test)]
@@ -90,15 +160,15 @@ mod tests {
                 }
             }
         }
-        let top = s.top(2);
+        let top = s.summary(2).top;
         assert_eq!(top.len(), 2);
         let keys: Vec<&str> = top.iter().map(|h| h.key.as_str()).collect();
         assert!(
             keys.contains(&"heavy-a") && keys.contains(&"heavy-b"),
             "{top:?}"
         );
-        let bound = s.total() / 8;
-        for h in s.top(8) {
+        let bound = s.summary(1).total / 8;
+        for h in s.summary(8).top {
             let real = truth[&h.key];
             assert!(
                 h.count >= real && h.count - real <= h.error,
@@ -108,11 +178,62 @@ mod tests {
         }
     }
 
+    /// Three streams (three instances) summarised apart and merged: every listed key's
+    /// truth lies in [count - error, count], every key not listed is under the floor.
+    #[test]
+    fn merged_summaries_keep_both_bounds() {
+        let mut truth = std::collections::HashMap::<String, u64>::new();
+        let mut parts = Vec::new();
+        for stream in 0..3u64 {
+            let mut s = SpaceSaving::new(8);
+            let mut x = 7 + stream;
+            for i in 0..3_000u64 {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let key = match i % 3 {
+                    0 => format!("heavy-{}", (x >> 60) % 3),
+                    _ => format!("light-{}", (x >> 33) % 500),
+                };
+                s.add(&key);
+                *truth.entry(key).or_default() += 1;
+            }
+            parts.push(s.summary(6));
+        }
+        let merged = merge(&parts, 5);
+        assert_eq!(merged.total, 9_000);
+        assert_eq!(merged.top.len(), 5);
+        for h in &merged.top {
+            let real = truth[&h.key];
+            assert!(
+                h.count >= real && h.count - h.error <= real,
+                "{h:?} real {real}"
+            );
+        }
+        for (key, real) in &truth {
+            if !merged.top.iter().any(|h| &h.key == key) {
+                assert!(*real <= merged.floor, "{key} {real} > {}", merged.floor);
+            }
+        }
+        let heavy: Vec<&str> = merged.top.iter().take(3).map(|h| h.key.as_str()).collect();
+        assert!(heavy.iter().all(|k| k.starts_with("heavy")), "{merged:?}");
+        // A summary that never filled has floor 0: a key it lacks adds nothing.
+        let mut a = SpaceSaving::new(4);
+        a.add("x");
+        let mut b = SpaceSaving::new(4);
+        b.add("y");
+        let m = merge(&[a.summary(4), b.summary(4)], 4);
+        assert_eq!(
+            m.top.iter().map(|h| (h.count, h.error)).collect::<Vec<_>>(),
+            [(1, 0), (1, 0)]
+        );
+    }
+
     #[test]
     fn a_cleared_summary_starts_again() {
         let mut s = SpaceSaving::new(2);
         s.add("a");
         s.clear();
-        assert_eq!((s.total(), s.top(5).len()), (0, 0));
+        assert_eq!((s.summary(1).total, s.summary(5).top.len()), (0, 0));
     }
 }

@@ -9,7 +9,8 @@
 //! `dropped` instead. The caller is named as the limiter knows it — the client id, or the
 //! address for a caller not identified — never by a credential.
 
-use crate::ops::hitters::{Hitter, SpaceSaving};
+use crate::ops::hitters::{merge, Hitter, SpaceSaving, Summary};
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -28,6 +29,10 @@ pub struct RefusedLimit {
     pub remaining: u64,
     pub reset_ms: u64,
     pub retry_after_ms: u64,
+    /// A keyed limit's partition as the store names it (`k:` and a hash of the key parts,
+    /// never the raw value); absent for a client's or address's limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// One refused request.
@@ -100,10 +105,11 @@ impl Default for Refusals {
 }
 
 /// Who was refused most by one route's limit, in one window.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limited {
     pub route: String,
     pub limit: String,
+    /// `client:<id>`, `address:<ip>`, or for a keyed limit `key:k:<hash>`.
     pub caller: String,
     pub count: u64,
     /// How much of `count` may belong to callers it displaced.
@@ -113,9 +119,17 @@ pub struct Limited {
 impl Refusals {
     /// Keeps `refusal` (at `now`, Unix milliseconds), never waiting for a lock.
     pub fn record(&self, refusal: Refusal, now: u64) {
-        let names: Vec<&str> = match refusal.limits.is_empty() {
-            true => vec!["(store unavailable)"],
-            false => refusal.limits.iter().map(|l| l.name.as_str()).collect(),
+        // A keyed limit counts its key (hashed), every other limit the caller.
+        let counted: Vec<(&str, String)> = match refusal.limits.is_empty() {
+            true => vec![("(store unavailable)", refusal.caller.clone())],
+            false => refusal
+                .limits
+                .iter()
+                .map(|l| match &l.key {
+                    Some(key) => (l.name.as_str(), format!("key:{key}")),
+                    None => (l.name.as_str(), refusal.caller.clone()),
+                })
+                .collect(),
         };
         for window in [&self.minute, &self.hour] {
             let Ok(mut w) = window.try_lock() else {
@@ -123,9 +137,8 @@ impl Refusals {
                 continue;
             };
             w.roll(now);
-            for name in &names {
-                w.current
-                    .add(&hitter_key(&refusal.route, name, &refusal.caller));
+            for (name, caller) in &counted {
+                w.current.add(&hitter_key(&refusal.route, name, caller));
             }
         }
         match self.recent.try_lock() {
@@ -156,33 +169,92 @@ impl Refusals {
     }
 
     /// Who was refused most in the minute and the hour up to `now` (this window and the one
-    /// before it, merged), `n` at most each, with the refusals counted in each.
-    pub fn limited(&self, now: u64, n: usize) -> [(Vec<Limited>, u64); 2] {
-        let top = |window: &Mutex<Window>| {
+    /// before it, merged), `n` at most each.
+    pub fn limited(&self, now: u64, n: usize) -> [LimitedWindow; 2] {
+        let merged = |window: &Mutex<Window>| {
             let mut w = lock(window);
             w.roll(now);
-            let total = w.current.total() + w.previous.total();
-            let mut merged: Vec<Hitter> = w.current.top(HITTERS);
-            for h in w.previous.top(HITTERS) {
-                match merged.iter_mut().find(|m| m.key == h.key) {
-                    Some(m) => {
-                        m.count += h.count;
-                        m.error += h.error;
-                    }
-                    None => merged.push(h),
-                }
-            }
-            merged.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
-            merged.truncate(n);
-            (merged.into_iter().filter_map(limited_of).collect(), total)
+            let both = [w.current.summary(HITTERS), w.previous.summary(HITTERS)];
+            LimitedWindow::of(merge(&both, n))
         };
-        [top(&self.minute), top(&self.hour)]
+        [merged(&self.minute), merged(&self.hour)]
+    }
+
+    /// What this instance publishes for the fleet's view (beside its heartbeat): its
+    /// minute and hour, [`HITTERS`] callers each, as JSON; "" when it refused nobody.
+    pub fn published(&self, now: u64) -> String {
+        let windows = self.limited(now, HITTERS);
+        match windows.iter().all(|w| w.refusals == 0) {
+            true => String::new(),
+            false => serde_json::to_string(&windows).unwrap_or_default(),
+        }
     }
 
     /// Refusals not recorded because a summary or the buffer was busy.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
+}
+
+/// Who was refused most in one window: how many refusals it counted, the callers refused
+/// most, and how often any caller not listed was refused at most.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitedWindow {
+    pub refusals: u64,
+    pub floor: u64,
+    pub top: Vec<Limited>,
+}
+
+impl LimitedWindow {
+    fn of(summary: Summary) -> LimitedWindow {
+        LimitedWindow {
+            refusals: summary.total,
+            floor: summary.floor,
+            top: summary.top.into_iter().filter_map(limited_of).collect(),
+        }
+    }
+
+    fn summary(&self) -> Summary {
+        Summary {
+            total: self.refusals,
+            floor: self.floor,
+            top: self
+                .top
+                .iter()
+                .map(|l| Hitter {
+                    key: hitter_key(&l.route, &l.limit, &l.caller),
+                    count: l.count,
+                    error: l.error,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The most another instance's published summaries may hold (bytes): anything longer,
+/// or not as [`Refusals::published`] writes it, is left out of the fleet's view.
+pub const PUBLISHED_MAX: usize = 256 * 1024;
+
+/// Another instance's published minute and hour, if they read as this version writes them.
+pub fn read_published(text: &str) -> Option<[LimitedWindow; 2]> {
+    if text.is_empty() || text.len() > PUBLISHED_MAX {
+        return None;
+    }
+    let windows: [LimitedWindow; 2] = serde_json::from_str(text).ok()?;
+    windows
+        .iter()
+        .all(|w| w.top.len() <= HITTERS)
+        .then_some(windows)
+}
+
+/// The fleet's minute and hour: every instance's windows merged, `n` callers each. Counts
+/// keep their bounds across instances (`ops/hitters.rs::merge`).
+pub fn merge_fleet(instances: &[[LimitedWindow; 2]], n: usize) -> [LimitedWindow; 2] {
+    let window = |i: usize| {
+        let parts: Vec<Summary> = instances.iter().map(|w| w[i].summary()).collect();
+        LimitedWindow::of(merge(&parts, n))
+    };
+    [window(0), window(1)]
 }
 
 /// Route, limit and caller in one summary key (a separator no name or caller holds).
@@ -223,6 +295,7 @@ mod tests {
                 remaining: 0,
                 reset_ms: 1,
                 retry_after_ms: 1,
+                key: None,
             }],
             retry_after_s: 1,
             instance: "i".into(),
@@ -247,12 +320,51 @@ mod tests {
             r.record(refusal("x", "client:a", "per-minute"), 60_000);
         }
         r.record(refusal("y", "client:b", "per-minute"), 120_000);
-        let [(minute, counted), (hour, _)] = r.limited(120_500, 10);
-        assert_eq!(minute[0].caller, "client:a");
-        assert_eq!((minute[0].count, minute[1].count, counted), (3, 1, 4));
-        assert_eq!(hour.len(), 2);
-        let [(minute, counted), (hour, _)] = r.limited(240_000, 10);
-        assert!(minute.is_empty() && counted == 0, "{minute:?}");
-        assert_eq!(hour[0].count, 3);
+        let [minute, hour] = r.limited(120_500, 10);
+        assert_eq!(minute.top[0].caller, "client:a");
+        assert_eq!(
+            (minute.top[0].count, minute.top[1].count, minute.refusals),
+            (3, 1, 4)
+        );
+        assert_eq!(hour.top.len(), 2);
+        let [minute, hour] = r.limited(240_000, 10);
+        assert!(minute.top.is_empty() && minute.refusals == 0, "{minute:?}");
+        assert_eq!(hour.top[0].count, 3);
+    }
+
+    #[test]
+    fn a_keyed_limit_counts_its_hashed_key_and_instances_merge_through_what_they_publish() {
+        let a = Refusals::default();
+        let mut keyed = refusal("k", "client:a", "per-tenant");
+        keyed.limits[0].key = Some("k:0f0f".into());
+        a.record(keyed.clone(), 1_000);
+        a.record(keyed, 1_000);
+        a.record(refusal("x", "client:a", "per-minute"), 1_000);
+        let b = Refusals::default();
+        assert_eq!(b.published(1_000), "", "nothing refused: nothing published");
+        for _ in 0..3 {
+            b.record(refusal("y", "client:a", "per-minute"), 1_500);
+        }
+        let published = [a.published(2_000), b.published(2_000)];
+        let read: Vec<[LimitedWindow; 2]> = published
+            .iter()
+            .map(|p| read_published(p).expect("reads back"))
+            .collect();
+        let [minute, _] = merge_fleet(&read, 10);
+        assert_eq!(minute.refusals, 6);
+        let counts: Vec<(&str, &str, u64)> = minute
+            .top
+            .iter()
+            .map(|l| (l.limit.as_str(), l.caller.as_str(), l.count))
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                ("per-minute", "client:a", 4),
+                ("per-tenant", "key:k:0f0f", 2)
+            ]
+        );
+        assert!(read_published("{not json").is_none());
+        assert!(read_published(&"x".repeat(PUBLISHED_MAX + 1)).is_none());
     }
 }

@@ -258,6 +258,12 @@ fn record_refusal(session: &Session, ctx: &RequestCtx, reject: &Reject, kind: Ki
             remaining: d.remaining,
             reset_ms: d.reset_ms,
             retry_after_ms: d.retry_after_ms,
+            key: ctx
+                .admission
+                .refused_keys
+                .iter()
+                .find(|(name, _)| *name == p.name)
+                .map(|(_, key)| key.to_string()),
         })
         .collect();
     let caller = match (&ctx.client, client_ip(session, ctx)) {

@@ -141,6 +141,9 @@ fn an_operator_follows_a_client_from_its_first_key_to_its_429_in_the_console() {
     browser.wait_text("#limited-minute tbody", "acme among the limited", |t| {
         t.contains("client:acme") && t.contains("per-day")
     });
+    // The memory store has no fleet: the view is this instance's, and says so.
+    let scope = browser.text("#limited-scope");
+    assert!(scope.starts_with("this instance ("), "{scope}");
     browser.screenshot(&shots.join("limited.png"));
 
     // The 429, looked up by its request id.

@@ -138,3 +138,140 @@ fn a_refusal_is_found_by_its_request_id_and_its_caller_is_listed_as_limited() {
     let (_, latest) = json(&gw, "/refusals");
     assert_eq!(latest["latest"].as_array().unwrap().len(), 8);
 }
+
+/// With a Redis store, `GET /limited` also shows the fleet: every live instance's summaries,
+/// published with its heartbeat, merged — the same caller refused on two gateways is one
+/// line with both counts added. A keyed limit's refusals are listed by the hashed key the
+/// store uses, never the raw value.
+#[test]
+fn the_fleet_view_merges_what_every_instance_refused_and_keyed_values_show_hashed() {
+    let redis = common::redis::RedisServer::start();
+    let up = Upstream::start("a");
+    let text = format!(
+        r#"
+[store]
+kind = "redis"
+url = "{url}"
+heartbeat_interval = "100ms"
+
+[upstreams.orders]
+servers = ["{addr}"]
+
+[plans.small]
+limits = [{{ name = "per-day", algorithm = "token_bucket", limit = 2, window = "1d" }}]
+
+[[clients]]
+id = "ada"
+plan = "small"
+api_keys = ["{KEY}"]
+
+[[routes]]
+name = "orders"
+path_prefix = "/orders"
+upstream = "orders"
+auth = "api_key"
+
+[[routes]]
+name = "tenants"
+path_prefix = "/echo/tenants"
+upstream = "orders"
+
+[[routes.limits]]
+name = "per-tenant"
+algorithm = "fixed_window"
+limit = 1
+window = "1h"
+key = ["header:x-tenant-id"]
+"#,
+        url = redis.url(),
+        addr = up.addr()
+    );
+    let server = "key_hash_secret = \"refusals-test-secret\"";
+    let a = Gateway::start_with(server, &text);
+    let b = Gateway::start_with(server, &text);
+    // Both connected to the store (each heartbeat seen), so neither decides alone.
+    common::wait_until("both gateways in the fleet", || {
+        [&a, &b].iter().all(|gw| {
+            gw.admin("/fleet").json()["instances"]
+                .as_array()
+                .is_some_and(|i| i.len() == 2)
+        })
+    });
+    let key = [("X-Api-Key", KEY)];
+    let mut refused = [0, 0];
+    let mut statuses = Vec::new();
+    for which in [0, 1, 0, 1, 0, 1, 1] {
+        let status = [&a, &b][which].get_with("/orders", &key).status;
+        statuses.push(status);
+        if status == 429 {
+            refused[which] += 1;
+        }
+    }
+    // Two admitted in all (one limit across both gateways), five refused.
+    assert_eq!(refused[0] + refused[1], 5, "{statuses:?}");
+    let tenant = [("X-Tenant-Id", "tenant-secret-name")];
+    assert_eq!(b.get_with("/echo/tenants", &tenant).status, 200);
+    assert_eq!(b.get_with("/echo/tenants", &tenant).status, 429);
+
+    let ada = |view: &serde_json::Value| {
+        view["top"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|l| l["caller"] == "client:ada")
+            .map(|l| l["count"].as_u64().unwrap())
+    };
+    // A's own view: only what A refused.
+    let (_, own) = json(&a, "/limited");
+    assert_eq!(ada(&own["minute"]), Some(refused[0] as u64), "{own}");
+    // The fleet's, once B's heartbeat published its part: both, added.
+    let mut fleet = serde_json::Value::Null;
+    common::wait_until("B's refusals in A's fleet view", || {
+        fleet = json(&a, "/limited").1["fleet"].clone();
+        ada(&fleet["minute"]) == Some(5)
+    });
+    assert_eq!(fleet["instances"], 2, "{fleet}");
+    assert_eq!(fleet["merged"].as_array().unwrap().len(), 2, "{fleet}");
+    assert_eq!(fleet["minute"]["refusals"], 6, "{fleet}");
+    assert_eq!(ada(&fleet["hour"]), Some(5), "{fleet}");
+    let keyed = fleet["minute"]["top"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["limit"] == "per-tenant")
+        .cloned()
+        .unwrap_or_else(|| panic!("the keyed limit is listed: {fleet}"));
+    let caller = keyed["caller"].as_str().unwrap();
+    assert!(caller.starts_with("key:k:"), "{keyed}");
+    assert_eq!(
+        (keyed["route"].as_str(), keyed["count"].as_u64()),
+        (Some("tenants"), Some(1))
+    );
+    let everything = json(&a, "/limited").1.to_string() + &json(&b, "/refusals").1.to_string();
+    assert!(
+        !everything.contains("tenant-secret-name") && !everything.contains(KEY),
+        "no raw key value or credential: {everything}"
+    );
+    // The keyed refusal names the same hashed partition when looked up by request id.
+    let (_, latest) = json(&b, "/refusals");
+    let by_key = latest["latest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["route"] == "tenants")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        by_key["limits"][0]["key"].as_str(),
+        caller.strip_prefix("key:"),
+        "{by_key}"
+    );
+
+    // A gateway with the memory store has no fleet to show.
+    let (_, alone) = json(&Gateway::start(&config(&up, free_port())), "/limited");
+    assert!(
+        alone["fleet"].is_object(),
+        "a Redis store that is down: {alone}"
+    );
+    assert!(alone["fleet"]["error"].is_string(), "{alone}");
+}

@@ -63,6 +63,9 @@ pub struct Admission {
     pub max_delayed: Option<(usize, usize)>,
     /// The request's place among them while it waits its turn.
     pub place: Option<Place>,
+    /// For a refusal: the keyed limits that refused it, each with its partition as the
+    /// store names it (`k:` and a hash, never the raw key). Empty otherwise.
+    pub refused_keys: Vec<(Arc<str>, Arc<str>)>,
 }
 
 impl Admission {
@@ -216,6 +219,7 @@ impl Admission {
         self.show(rules, client, &asked, told, fallback);
         self.keep(told, &verdict, &asked);
         if !verdict.admitted {
+            self.refused_keys = refused_keys(told, &verdict, &asked);
             return Err(Reject::TooManyRequests);
         }
         // An admitted leaky bucket's retry-after is the request's turn (dry runs never hold).
@@ -456,4 +460,20 @@ fn reservations(
             _ => cost,
         })
         .collect())
+}
+/// The keyed limits that refused a request, with their partitions (refusal path only).
+fn refused_keys(
+    told: &[Policy],
+    verdict: &Verdict,
+    asked: &Asked<'_>,
+) -> Vec<(Arc<str>, Arc<str>)> {
+    told.iter()
+        .zip(&verdict.decisions)
+        .zip(&*asked.partitions)
+        .filter(|((_, d), _)| !d.allowed)
+        .filter_map(|((p, _), part)| match part {
+            Partition::Keyed(key) => Some((Arc::clone(&p.name), Arc::clone(key))),
+            Partition::Client => None,
+        })
+        .collect()
 }

@@ -239,12 +239,20 @@ function fillTable(selector, rows, columns) {
 
 async function limited() {
   const { data } = await api('GET', '/limited');
-  $('#limited-instance').textContent = data.instance;
-  $('#minute-count').textContent = String(data.minute.refusals);
-  $('#hour-count').textContent = String(data.hour.refusals);
+  // The fleet's view where a shared store has one; else (or when it did not answer) this
+  // instance's own.
+  const fleet = data.fleet && data.fleet.minute ? data.fleet : null;
+  const view = fleet || data;
+  $('#limited-scope').textContent = fleet
+    ? `the fleet: ${fleet.merged.length} of ${fleet.instances} instance(s) merged, as of their last heartbeat`
+    : `this instance (${data.instance})${data.fleet && data.fleet.error ? `; the fleet: ${data.fleet.error}` : ''}`;
+  $('#minute-count').textContent = String(view.minute.refusals);
+  $('#hour-count').textContent = String(view.hour.refusals);
+  $('#minute-floor').textContent = String(view.minute.floor);
+  $('#hour-floor').textContent = String(view.hour.floor);
   const columns = ['route', 'limit', 'caller', 'count', 'error'];
-  fillTable('#limited-minute', data.minute.top, columns);
-  fillTable('#limited-hour', data.hour.top, columns);
+  fillTable('#limited-minute', view.minute.top, columns);
+  fillTable('#limited-hour', view.hour.top, columns);
 }
 
 async function lookup(id) {
@@ -259,7 +267,8 @@ async function lookup(id) {
     ['retry after', `${data.retry_after_s} s`], ['when', new Date(data.at_unix_ms).toISOString()], ['instance', data.instance],
   ];
   for (const l of data.limits) {
-    rows.push([`limit ${l.name}`, `${l.remaining} of ${l.limit} left, resets in ${Math.ceil(l.reset_ms / 1000)} s, retry in ${Math.ceil(l.retry_after_ms / 1000)} s`]);
+    const key = l.key ? ` (key ${l.key})` : '';
+    rows.push([`limit ${l.name}${key}`, `${l.remaining} of ${l.limit} left, resets in ${Math.ceil(l.reset_ms / 1000)} s, retry in ${Math.ceil(l.retry_after_ms / 1000)} s`]);
   }
   out.replaceChildren(el('dl', { id: 'refusal' }, ...rows.flatMap(([k, v]) => [el('dt', {}, k), el('dd', {}, v)])));
 }

@@ -34,15 +34,16 @@ impl<C: Clock + Clone> Store<C> {
         self.live_instances.load(Ordering::Relaxed)
     }
     /// One heartbeat (Redis stores only): announces this instance and learns how many are
-    /// alive. With `leave`, withdraws this instance (graceful shutdown).
-    pub async fn heartbeat(&self, leave: bool) -> Result<u64, StoreError> {
+    /// alive, publishing `limited` (who it refused most lately, `Refusals::published`). With
+    /// `leave`, withdraws this instance (graceful shutdown).
+    pub async fn heartbeat(&self, leave: bool, limited: &str) -> Result<u64, StoreError> {
         let Backend::Redis(redis) = &self.backend else {
             return Ok(1);
         };
         let liveness = self.failure.heartbeat_interval * 3;
         let info = super::fleet::this_instance();
         let result = redis
-            .heartbeat(&self.instance_id, liveness, leave, &info)
+            .heartbeat(&self.instance_id, liveness, leave, (&info, limited))
             .await;
         self.health.record(&result);
         let live = result?;

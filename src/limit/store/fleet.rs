@@ -19,6 +19,10 @@ pub struct Instance {
     pub started_at: u64,
     /// The instance answering.
     pub this: bool,
+    /// Who it refused most lately, as it published it ("" for nobody, or a gateway from
+    /// before); read with `ops::refusals::read_published`.
+    #[serde(skip)]
+    pub limited: String,
 }
 
 /// What this instance says of itself in its heartbeats: "<version> <started, Unix s>".
@@ -52,6 +56,7 @@ impl<C: Clock + Clone> Store<C> {
                 version,
                 started_at,
                 this: true,
+                limited: String::new(),
             }]);
         };
         let liveness = self.failure.heartbeat_interval * 3;
@@ -59,7 +64,7 @@ impl<C: Clock + Clone> Store<C> {
             .fleet(liveness)
             .await?
             .into_iter()
-            .map(|(id, last_seen_ms, info)| {
+            .map(|(id, last_seen_ms, info, limited)| {
                 let (version, started_at) = read_info(&info);
                 Instance {
                     this: id == self.instance_id,
@@ -67,6 +72,7 @@ impl<C: Clock + Clone> Store<C> {
                     last_seen_ms,
                     version,
                     started_at,
+                    limited,
                 }
             })
             .collect();

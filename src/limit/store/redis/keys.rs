@@ -81,6 +81,11 @@ pub fn instances_info_key(prefix: &str) -> String {
     format!("{{{prefix}:instances}}:info")
 }
 
+/// Who each instance refused most lately, beside the heartbeat (same Cluster slot).
+pub fn instances_limited_key(prefix: &str) -> String {
+    format!("{{{prefix}:instances}}:limited")
+}
+
 /// The client registry's hash and version counter: one hash tag, one Cluster slot.
 pub fn registry_keys(prefix: &str) -> (String, String) {
     (

@@ -510,20 +510,20 @@ impl RedisStore {
             .await
     }
 
-    /// Announces `instance` saying `info` of itself (or, with `leave`, withdraws it) and
-    /// returns how many instances have announced themselves within `liveness`. Bounded by
-    /// the store timeout.
+    /// Announces `instance` saying `info` of itself and publishing `limited` (or, with
+    /// `leave`, withdraws it) and returns how many instances have announced themselves within
+    /// `liveness`. Bounded by the store timeout.
     pub async fn heartbeat(
         &self,
         instance: &str,
         liveness: Duration,
         leave: bool,
-        info: &str,
+        (info, limited): (&str, &str),
     ) -> Result<u64, StoreError> {
         let beat = if leave {
             Beat::Leave
         } else {
-            Beat::Alive(info)
+            Beat::Alive { info, limited }
         };
         let invocation = self
             .scripts
@@ -533,11 +533,12 @@ impl RedisStore {
     }
 
     /// The instances that announced themselves within `liveness`: id, milliseconds since
-    /// their last heartbeat, what they said of themselves ("" for gateways from before).
+    /// their last heartbeat, what they said of themselves and who they refused most lately
+    /// ("" for gateways from before).
     pub async fn fleet(
         &self,
         liveness: Duration,
-    ) -> Result<Vec<(String, u64, String)>, StoreError> {
+    ) -> Result<Vec<(String, u64, String, String)>, StoreError> {
         let invocation = self
             .scripts
             .heartbeat_call(&self.config.prefix, "", liveness, Beat::List);

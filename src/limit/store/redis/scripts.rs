@@ -3,7 +3,8 @@
 //! the same contract in Lua.
 
 use crate::limit::store::redis::keys::{
-    algorithm_code, instances_info_key, instances_key, key, policy_code, registry_keys,
+    algorithm_code, instances_info_key, instances_key, instances_limited_key, key, policy_code,
+    registry_keys,
 };
 pub use crate::limit::store::redis::sources::*;
 use crate::limit::store::request::{CheckRequest, DecideAt};
@@ -291,27 +292,30 @@ impl Scripts {
         liveness: Duration,
         beat: Beat<'_>,
     ) -> Call<'_> {
-        let mut invocation = Call::new(&self.heartbeat, 2);
-        let (mode, info) = match beat {
-            Beat::Alive(info) => ("0", info),
-            Beat::Leave => ("1", ""),
-            Beat::List => ("list", ""),
+        let mut invocation = Call::new(&self.heartbeat, 3);
+        let (mode, info, limited) = match beat {
+            Beat::Alive { info, limited } => ("0", info, limited),
+            Beat::Leave => ("1", "", ""),
+            Beat::List => ("list", "", ""),
         };
         invocation
             .arg(instances_key(prefix))
             .arg(instances_info_key(prefix))
+            .arg(instances_limited_key(prefix))
             .arg(instance)
             .arg(liveness.as_millis() as u64)
             .arg(mode)
-            .arg(info);
+            .arg(info)
+            .arg(limited);
         invocation
     }
 }
 
 /// What a `heartbeat.lua` call does.
 pub enum Beat<'a> {
-    /// Announce this instance, saying this of itself.
-    Alive(&'a str),
+    /// Announce this instance, saying `info` of itself and publishing `limited` (who it
+    /// refused most lately; "" for nobody).
+    Alive { info: &'a str, limited: &'a str },
     /// Withdraw it (graceful shutdown).
     Leave,
     /// Change nothing: list the live instances.
