@@ -11,6 +11,8 @@
 #   python3      — the framework-reading test upstream (tests/upstreams/frameworks.py), and
 #                  (python3-venv) the Kubernetes manifests' validator, from PyPI
 #   chromium, chromium-driver — the operator console's test in a real browser (WebDriver)
+#   firefox-esr (or firefox), and geckodriver from crates.io (cargo install, pinned) — the
+#                  console's test in Firefox
 # Uses apt-get when root (or via passwordless sudo); otherwise says what to install.
 set -euo pipefail
 
@@ -31,11 +33,21 @@ if [ "$set_" = test ]; then
   python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
   command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+  if ! command -v firefox-esr >/dev/null 2>&1 && ! command -v firefox >/dev/null 2>&1; then
+    # Debian packages Firefox ESR; elsewhere the package is `firefox`.
+    if grep -qs '^ID=debian' /etc/os-release; then need+=(firefox-esr); else need+=(firefox); fi
+  fi
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
   echo "error: cargo not found: install Rust first (https://rustup.rs), then re-run." >&2
   exit 1
+fi
+
+# WebDriver for Firefox: not packaged by Debian; built from its crate (about 2 minutes).
+if [ "$set_" = test ] && ! command -v geckodriver >/dev/null 2>&1; then
+  echo "installing geckodriver 0.37.1 (cargo install)"
+  cargo install --locked --quiet geckodriver --version 0.37.1
 fi
 
 [ ${#need[@]} -eq 0 ] && exit 0

@@ -1,8 +1,8 @@
-//! A real browser for tests: Debian's Chromium, headless, driven over WebDriver by
-//! `chromedriver` (both from `scripts/install-deps.sh`), on a free port. Only what the
-//! console test needs: open a page, find elements, type, click, press keys, read text, run a
-//! line of script, emulate a media feature (dark mode) over the DevTools protocol, take a
-//! screenshot, read the console's errors.
+//! A real browser for tests, headless, driven over WebDriver on a free port: Debian's
+//! Chromium by `chromedriver`, or Debian's Firefox ESR by `geckodriver` (all from
+//! `scripts/install-deps.sh`). Only what the console test needs: open a page, find elements,
+//! type, click, press keys, read text, run a line of script, emulate a media feature (dark
+//! mode) over the DevTools protocol (Chromium), take a screenshot, read the page's errors.
 
 use super::{free_port, wait_until, Proc};
 use serde_json::{json, Value};
@@ -11,6 +11,8 @@ use std::process::Command;
 pub struct Browser {
     port: u16,
     session: String,
+    /// Firefox: geckodriver's log, where Firefox writes the page's script errors.
+    firefox_log: Option<std::path::PathBuf>,
     _driver: Proc,
     _dir: tempfile::TempDir,
 }
@@ -43,9 +45,63 @@ impl Browser {
                          format!("--user-data-dir={}", dir.path().join("profile").display())],
             },
         }}});
+        Browser::session(port, driver, dir, caps, None)
+    }
+
+    /// A headless Firefox window of `width` × `height`.
+    pub fn firefox(width: u32, height: u32) -> Browser {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let log = dir.path().join("geckodriver.log");
+        let driver = Proc::spawn(
+            "geckodriver",
+            Command::new("geckodriver")
+                .arg(format!("--port={port}"))
+                .arg(format!("--websocket-port={}", free_port())),
+            log.clone(),
+        );
+        wait_until("geckodriver", || super::port_open(port));
+        let binary = ["/usr/bin/firefox-esr", "/usr/bin/firefox"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect("firefox (scripts/install-deps.sh installs it)");
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "firefox",
+            "moz:firefoxOptions": {
+                "binary": binary,
+                "args": ["-headless"],
+                // A closed network: nothing of Mozilla's is asked for.
+                "prefs": {
+                    "app.update.enabled": false,
+                    "browser.shell.checkDefaultBrowser": false,
+                    "datareporting.policy.dataSubmissionEnabled": false,
+                    "network.captive-portal-service.enabled": false,
+                    "network.connectivity-service.enabled": false,
+                    "browser.safebrowsing.update.enabled": false,
+                    "extensions.update.enabled": false,
+                },
+            },
+        }}});
+        let browser = Browser::session(port, driver, dir, caps, Some(log));
+        browser.session_call(
+            "POST",
+            "/window/rect",
+            json!({"width": width, "height": height}),
+        );
+        browser
+    }
+
+    fn session(
+        port: u16,
+        driver: Proc,
+        dir: tempfile::TempDir,
+        caps: Value,
+        firefox_log: Option<std::path::PathBuf>,
+    ) -> Browser {
         let mut browser = Browser {
             port,
             session: String::new(),
+            firefox_log,
             _driver: driver,
             _dir: dir,
         };
@@ -199,8 +255,35 @@ impl Browser {
         std::fs::write(path, bytes).expect("write the screenshot");
     }
 
-    /// The page's console messages at level SEVERE (JavaScript errors, refused loads).
+    /// Keeps the page's Content-Security-Policy violations from now on, for
+    /// [`Browser::errors`] in Firefox (which writes script errors to its log, but not these).
+    pub fn watch_violations(&self) {
+        self.eval(
+            "window.__violations = []; \
+             document.addEventListener('securitypolicyviolation', (e) => __violations.push(`CSP ${e.violatedDirective}: ${e.blockedURI}`));",
+        );
+    }
+
+    /// The page's errors: in Chromium its console messages at level SEVERE (script errors,
+    /// refused loads); in Firefox the script errors of pages served over HTTP that it wrote
+    /// to its log since it started, and the violations [`Browser::watch_violations`] kept.
     pub fn errors(&self) -> Vec<String> {
+        if let Some(log) = &self.firefox_log {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let mut errors: Vec<String> = text
+                .lines()
+                .filter(|l| l.starts_with("JavaScript error: http"))
+                .map(str::to_owned)
+                .collect();
+            let kept = self.eval("return window.__violations || []");
+            errors.extend(
+                kept.as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|v| v.as_str().unwrap_or_default().to_owned()),
+            );
+            return errors;
+        }
         let logs = self.session_call("POST", "/se/log", json!({"type": "browser"}));
         logs.as_array()
             .map(|entries| {

@@ -1,5 +1,5 @@
-//! The operator console in a real browser (headless Chromium over WebDriver) against a real
-//! gateway: signing in with the admin token, the chart moving under traffic, a client created
+//! The operator console in real browsers (headless Chromium and Firefox over WebDriver)
+//! against a real gateway: signing in with the admin token, the chart moving under traffic, a client created
 //! and given a key, that key refused once over its limit, the client found under "limited
 //! right now", the 429 looked up by its request id, the key revoked (the next request 401), a
 //! wrong token seeing nothing, markup in a client's metadata shown as text. Screenshots of
@@ -343,4 +343,107 @@ fn the_console_works_by_keyboard_on_a_phone_in_dark_mode_with_a_read_only_token(
         .filter(|e| !e.contains("403"))
         .collect();
     assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// The console in Firefox (Debian's ESR, headless, over geckodriver): every page works
+/// without a script error or a Content-Security-Policy violation — the overview's chart and
+/// fleet, a client's 429 under "limited now" and looked up by its request id, the routes and
+/// pools, a client's page whose metadata holds markup (shown as text, run nowhere).
+#[test]
+fn the_console_works_in_firefox_without_errors() {
+    let up = Upstream::start("orders");
+    let dir = tempfile::tempdir().unwrap();
+    let clients = dir.path().join("clients.toml");
+    std::fs::write(&clients, "").unwrap();
+    let gw = Gateway::start_full(
+        &format!("clients_file = \"{}\"", clients.display()),
+        &format!("tokens = {{ ops = \"{TOKEN}\" }}"),
+        &config(&up),
+    );
+    let hostile = "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>";
+    let put = admin(
+        &gw,
+        "PUT",
+        "/clients/mallory",
+        Some(json!({"plan": "small", "metadata": {"note": hostile}})),
+    );
+    assert_eq!(put.status, 201, "{}", put.text());
+    let issued = admin(&gw, "POST", "/clients/mallory/keys", None).json();
+    let key = issued["key"].as_str().expect("a key").to_owned();
+    let with_key = || gw.get_with("/orders", &[("X-Api-Key", &key)]);
+    let statuses: Vec<u16> = (0..4).map(|_| with_key().status).collect();
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    let refused = with_key();
+    let request_id = refused.header("x-request-id").unwrap().to_owned();
+
+    let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let browser = Browser::firefox(1280, 800);
+    browser.open(&format!("http://127.0.0.1:{}/ui/", gw.admin_port));
+    browser.find("#token");
+    browser.watch_violations();
+    browser.type_into("#token", TOKEN);
+    browser.click("#sign-in-form button");
+    browser.find("#tabs");
+    let key_less: Vec<u16> = (0..20).map(|_| gw.get("/orders").status).collect();
+    assert!(key_less.iter().all(|s| *s == 401));
+    browser.wait_text("#rate-now", "a request rate above 0", |t| {
+        t.parse::<f64>().is_ok_and(|r| r > 0.0)
+    });
+    browser.wait_text("#fleet-list", "this instance in the fleet", |t| {
+        t.contains("(this one)")
+    });
+    browser.screenshot(&shots.join("firefox-overview.png"));
+
+    browser.click("#tabs [data-page=limited]");
+    browser.wait_text("#limited-minute tbody", "mallory among the limited", |t| {
+        t.contains("client:mallory") && t.contains("per-day")
+    });
+    browser.click("#tabs [data-page=lookup]");
+    browser.type_into("#request-id", &request_id);
+    browser.click("#lookup-form button");
+    let why = browser.wait_text("#lookup-result", "the refusal", |t| {
+        t.contains("client:mallory")
+    });
+    assert!(why.contains("0 of 3 left"), "{why}");
+    browser.click("#tabs [data-page=routes]");
+    browser.wait_text("#route-list", "the routes table", |t| t.contains("/orders"));
+    browser.click("#tabs [data-page=pools]");
+    let servers = browser.wait_text("#server-list", "the servers table", |t| {
+        t.contains("healthy")
+    });
+    assert!(servers.contains(&up.addr()), "{servers}");
+
+    browser.click("#tabs [data-page=clients]");
+    browser.type_into("#client-search", "mallory");
+    browser.wait_text("#client-list tbody", "mallory listed", |t| {
+        t.contains("mallory")
+    });
+    browser.click("#client-list .client-link");
+    let shown = browser.wait_text("#client-detail", "mallory's page", |t| {
+        t.contains("mallory")
+    });
+    assert!(shown.contains("<script>window.pwned=2</script>"), "{shown}");
+    assert_eq!(
+        browser.eval("return window.pwned === undefined"),
+        json!(true)
+    );
+    browser.screenshot(&shots.join("firefox-client.png"));
+    let errors = browser.errors();
+    assert!(errors.is_empty(), "script errors in Firefox: {errors:?}");
+    // Both watches work: a script error and an inline script the policy refuses, now, are
+    // both seen (so the empty list above means none).
+    browser.eval("setTimeout(() => { throw new Error('probe') }, 0); return 1");
+    browser.eval(
+        "const s = document.createElement('script'); s.textContent = '1'; document.head.append(s); return 1",
+    );
+    let mut errors = Vec::new();
+    common::wait_until("both probes seen", || {
+        errors = browser.errors();
+        errors.len() >= 2
+    });
+    assert!(
+        errors.len() == 2 && errors[0].contains("probe") && errors[1].starts_with("CSP script-src"),
+        "{errors:?}"
+    );
 }
