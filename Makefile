@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping bench-resilience bench-redis-core bench-modes fuzz clean
+.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping bench-resilience bench-redis-core bench-modes bench-console fuzz clean
 
 all: build
 
@@ -58,6 +58,11 @@ bench-floor: deps
 # one / four Redis limits, plan + keyed), next to pass-through; THREADS=2 for two workers.
 bench-modes: deps
 	benches/load/modes.sh
+
+# What the operator console costs the request path: the same gateway with nobody looking and
+# with the console's calls every 2 s, alternated in one run.
+bench-console: deps
+	benches/load/console.sh
 
 # Overload experiment: goodput and the critical class's p99 with and without load shedding
 # (needs oha: cargo install oha). Writes benches/overload/{results.json,overload.svg}.

@@ -13,7 +13,11 @@
 //! - `fallback.rs`: the **local fallback** ([`Store::check_fallback`]), which decides in
 //!   process with each limit divided by the number of live gateway instances, learned from
 //!   heartbeats in Redis ([`Store::heartbeat`]) while it was up, or `expected_instances`;
-//! - [`lease`]: **quota leasing** — the local table, its renewals, and the leased decision.
+//! - [`lease`]: **quota leasing** — the local table, its renewals, and the leased decision;
+//! - `settle.rs`: after a decision — slots of an unanswered check released, a shed
+//!   request's units given back, a response's cost charged, finished requests' slots freed;
+//! - `inspect.rs`: what the store tells without deciding (usage, connection, kind, id) and
+//!   its in-process state's upkeep.
 //!
 //! Time is the store's [`Clock`] (the process's monotonic clock in production; tests give
 //! their own and drive it). Every call is bounded by `store.timeout`.
@@ -31,11 +35,13 @@ mod guard;
 pub mod health;
 pub mod held;
 mod holding;
+mod inspect;
 pub mod lease;
 pub mod memory;
 pub mod metrics;
 pub mod redis;
 pub mod request;
+mod settle;
 mod together;
 
 pub use error::StoreError;
@@ -45,21 +51,15 @@ pub use metrics::StoreMetrics;
 pub use request::{CheckRequest, Counted};
 
 use self::breaker::{BreakerState, CircuitBreaker};
-use self::failure::{divide, DegradedLog};
+use self::failure::DegradedLog;
 use self::health::HealthCell;
-use self::lease::{LeaseKey, LeaseTable, MAX_LEASES};
+use self::lease::{LeaseTable, MAX_LEASES};
 use self::memory::MemoryStore;
-use self::redis::{RedisConfig, RedisStore, Topology, LATE_REPLY};
-use self::request::DecideAt;
+use self::redis::{RedisConfig, RedisStore, Topology};
 use crate::clock::{Clock, MonotonicClock};
-use crate::limit::{Policy, Verdict};
+use crate::limit::Verdict;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// How long a release of concurrency slots may wait for Redis: as long as a late reply is
-/// waited for (it runs as a task of its own, after its request ended).
-const RELEASE_WAIT: Duration = LATE_REPLY;
 
 // One per process (behind an Arc), never moved: variant sizes do not matter.
 #[allow(clippy::large_enum_variant)]
@@ -173,196 +173,6 @@ impl<C: Clock + Clone> Store<C> {
         }
         result
     }
-
-    /// A check that took concurrency slots got no usable answer: it may still run (the call
-    /// timed out while Redis stalled) or have run (its reply was lost), taking slots that
-    /// nothing would release before their lease ends. Release them now: on the same
-    /// connection, so Redis runs the release after the check (a release of slots never
-    /// taken removes nothing).
-    fn release_unanswered(&self, redis: &Arc<RedisStore>, req: &CheckRequest<'_>) {
-        let redis = Arc::clone(redis);
-        let (client, route) = (Arc::clone(req.client), Arc::clone(req.route));
-        let policies: Vec<Policy> = req
-            .policies
-            .iter()
-            .filter(|p| p.is_concurrency())
-            .cloned()
-            .collect();
-        let slot_id = req.slot_id.to_owned();
-        tokio::spawn(async move {
-            let released = redis
-                .release(&client, &route, &policies, &slot_id, RELEASE_WAIT)
-                .await;
-            if let Err(e) = released {
-                log::debug!("releasing the slots of an unanswered check failed: {e}");
-            }
-        });
-    }
-
-    /// Gives back what an admitted request counted (it was shed before reaching its
-    /// upstream): to the store that counted it — this process's tables, Redis (one
-    /// `refund.lua` call per slot), this instance's lease, or the local fallback. Best effort
-    /// and bounded by the store timeout: units that cannot be given back stay counted (the
-    /// client is then held to slightly less than its limit, never more).
-    pub async fn refund(&self, taken: &Counted) {
-        let req = taken.request();
-        if taken.fallback {
-            self.fallback.refund(&req, taken.at_ms);
-            return;
-        }
-        match &self.backend {
-            Backend::Memory(m) => m.refund(&req, taken.at_ms),
-            Backend::Redis(_) if taken.from_lease => {
-                let key = LeaseKey {
-                    client: Arc::clone(&taken.client),
-                    route: Arc::clone(&taken.route),
-                };
-                let now = self.clock.now_ms();
-                self.leases
-                    .refund(&key, &taken.policies, taken.cost, taken.at_ms, now);
-            }
-            Backend::Redis(r) => {
-                if let Err(e) = r.refund(&req, taken.at_ms).await {
-                    log::debug!("giving back the units of a shed request failed: {e}");
-                }
-            }
-        }
-    }
-
-    /// Charges what a request admitted earlier turned out to cost: `deltas` (index into
-    /// `taken.policies`, units more or less than counted), now, on the store that counted
-    /// it. A leased request is not charged (plans that lease cannot charge from responses).
-    pub async fn charge(&self, taken: &Counted, deltas: &[(usize, i64)]) -> Result<(), StoreError> {
-        let req = CheckRequest {
-            at: DecideAt::StoreClock,
-            ..taken.request()
-        };
-        if taken.fallback {
-            self.fallback.charge(&req, taken.at_ms, deltas);
-            return Ok(());
-        }
-        match &self.backend {
-            Backend::Memory(m) => {
-                m.charge(&req, taken.at_ms, deltas);
-                Ok(())
-            }
-            Backend::Redis(_) if taken.from_lease => Ok(()),
-            Backend::Redis(r) => r.charge(&req, taken.at_ms, deltas).await,
-        }
-    }
-
-    /// A request admitted with concurrency policies ended: free its slots. `fallback`: it was
-    /// admitted by the local fallback (whose slots are in this process).
-    pub async fn release(
-        &self,
-        client: &Arc<str>,
-        route: &Arc<str>,
-        policies: &[Policy],
-        slot_id: &str,
-        fallback: bool,
-    ) {
-        if fallback {
-            self.fallback
-                .release(client, route, &divide(policies, self.divisor()));
-            return;
-        }
-        match &self.backend {
-            Backend::Memory(m) => m.release(client, route, policies),
-            Backend::Redis(r) => {
-                // Runs as a task of its own (the request is over): it may wait for Redis as
-                // long as a late reply is waited for, rather than be dropped unsent behind a
-                // busy connection. A slot that cannot be released expires with its lease.
-                let released = r
-                    .release(client, route, policies, slot_id, RELEASE_WAIT)
-                    .await;
-                if let Err(e) = released {
-                    log::debug!(
-                        "releasing concurrency slots failed (they expire with their lease): {e}"
-                    );
-                }
-            }
-        }
-    }
-
-    /// What `client` has left of each `(route, policy)`, counting nothing: one read-only call
-    /// on Redis (a client-wide limit read once), the state itself in process.
-    pub async fn usage(
-        &self,
-        client: &Arc<str>,
-        asks: &[(Arc<str>, Policy)],
-    ) -> Result<Vec<crate::limit::Decision>, StoreError> {
-        match &self.backend {
-            Backend::Redis(r) => self.guarded(r.usage(client, asks)).await,
-            Backend::Memory(m) => Ok(asks
-                .iter()
-                .flat_map(|(route, policy)| {
-                    let policies = std::slice::from_ref(policy);
-                    m.check(&CheckRequest::new(client, route, policies, 0))
-                        .decisions
-                })
-                .collect()),
-        }
-    }
-
-    /// Redis: whether the request connection is up, and how many times it was repaired.
-    pub fn connection(&self) -> Option<(bool, u64)> {
-        match &self.backend {
-            Backend::Redis(r) => Some((r.connection_up(), r.connection_repairs())),
-            Backend::Memory(_) => None,
-        }
-    }
-
-    /// The Redis store behind this one, for what shares its connections (the client
-    /// registry); `None` for the memory store.
-    pub fn redis_backend(&self) -> Option<Arc<RedisStore>> {
-        match &self.backend {
-            Backend::Redis(r) => Some(Arc::clone(r)),
-            Backend::Memory(_) => None,
-        }
-    }
-
-    /// Periodic housekeeping: drops idle in-process state. Returns entries dropped.
-    pub fn sweep(&self) -> usize {
-        let local = match &self.backend {
-            Backend::Memory(m) => m.sweep(),
-            Backend::Redis(_) => 0,
-        };
-        local + self.fallback.sweep() + self.leases.sweep(self.clock.now_ms())
-    }
-
-    /// At most about `max` keyed-limit keys in each in-process store (the memory store, the
-    /// local fallback); applies to the next new key.
-    pub fn set_max_tracked_keys(&self, max: usize) {
-        if let Backend::Memory(m) = &self.backend {
-            m.set_max_keyed(max);
-        }
-        self.fallback.set_max_keyed(max);
-    }
-
-    /// Entries held in process: (primary memory store, fallback store, leases).
-    pub fn local_entries(&self) -> (usize, usize, usize) {
-        let primary = match &self.backend {
-            Backend::Memory(m) => m.keys(),
-            Backend::Redis(_) => 0,
-        };
-        (primary, self.fallback.keys(), self.leases.len())
-    }
-
-    /// `<host>-<pid>-<random>`: this process, as heartbeats name it.
-    pub fn instance_id(&self) -> &str {
-        &self.instance_id
-    }
-
-    pub fn kind(&self) -> &'static str {
-        match &self.backend {
-            Backend::Memory(_) => "memory",
-            Backend::Redis(r) => match r.config().topology {
-                Topology::Single(_) => "redis",
-                Topology::Cluster(_) => "redis_cluster",
-                Topology::Sentinel { .. } => "redis_sentinel",
-            },
-        }
-    }
 }
 
 /// `<host>-<pid>-<random>`: unique per process, readable in `ZRANGE <prefix>:instances`.
@@ -386,7 +196,7 @@ fn instance_id() -> String {
 mod tests {
     use super::*;
     use crate::limit::store::request::DecideAt;
-    use crate::limit::Algorithm;
+    use crate::limit::{Algorithm, Policy};
 
     #[tokio::test]
     async fn the_memory_store_never_fails_and_the_fallback_divides() {
