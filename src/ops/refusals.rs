@@ -119,15 +119,22 @@ pub struct Limited {
 impl Refusals {
     /// Keeps `refusal` (at `now`, Unix milliseconds), never waiting for a lock.
     pub fn record(&self, refusal: Refusal, now: u64) {
-        // A keyed limit counts its key (hashed), every other limit the caller.
-        let counted: Vec<(&str, String)> = match refusal.limits.is_empty() {
-            true => vec![("(store unavailable)", refusal.caller.clone())],
+        // A keyed limit counts its key (hashed), every other limit the caller. Made once
+        // for both windows.
+        let route = &refusal.route;
+        let counted: Vec<String> = match refusal.limits.is_empty() {
+            true => vec![hitter_key(
+                route,
+                "(store unavailable)",
+                "",
+                &refusal.caller,
+            )],
             false => refusal
                 .limits
                 .iter()
                 .map(|l| match &l.key {
-                    Some(key) => (l.name.as_str(), format!("key:{key}")),
-                    None => (l.name.as_str(), refusal.caller.clone()),
+                    Some(key) => hitter_key(route, &l.name, "key:", key),
+                    None => hitter_key(route, &l.name, "", &refusal.caller),
                 })
                 .collect(),
         };
@@ -137,8 +144,8 @@ impl Refusals {
                 continue;
             };
             w.roll(now);
-            for (name, caller) in &counted {
-                w.current.add(&hitter_key(&refusal.route, name, caller));
+            for key in &counted {
+                w.current.add(key);
             }
         }
         match self.recent.try_lock() {
@@ -222,7 +229,7 @@ impl LimitedWindow {
                 .top
                 .iter()
                 .map(|l| Hitter {
-                    key: hitter_key(&l.route, &l.limit, &l.caller),
+                    key: hitter_key(&l.route, &l.limit, "", &l.caller),
                     count: l.count,
                     error: l.error,
                 })
@@ -257,9 +264,14 @@ pub fn merge_fleet(instances: &[[LimitedWindow; 2]], n: usize) -> [LimitedWindow
     [window(0), window(1)]
 }
 
-/// Route, limit and caller in one summary key (a separator no name or caller holds).
-fn hitter_key(route: &str, limit: &str, caller: &str) -> String {
-    format!("{route}\u{1f}{limit}\u{1f}{caller}")
+/// Route, limit and caller (`kind` then `caller`) in one summary key, with a separator no
+/// name or caller holds. (On the refusal path: no formatting machinery.)
+fn hitter_key(route: &str, limit: &str, kind: &str, caller: &str) -> String {
+    let mut key = String::with_capacity(route.len() + limit.len() + kind.len() + caller.len() + 2);
+    for part in [route, "\u{1f}", limit, "\u{1f}", kind, caller] {
+        key.push_str(part);
+    }
+    key
 }
 
 fn limited_of(h: Hitter) -> Option<Limited> {

@@ -267,7 +267,7 @@ fn record_refusal(session: &Session, ctx: &RequestCtx, reject: &Reject, kind: Ki
         })
         .collect();
     let caller = match (&ctx.client, client_ip(session, ctx)) {
-        (Some(client), _) => format!("client:{}", client.id),
+        (Some(client), _) => ["client:", &client.id].concat(),
         (None, Some(ip)) => format!("address:{ip}"),
         (None, None) => "unknown".to_owned(),
     };
