@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping bench-resilience bench-redis-core bench-modes bench-console fuzz clean
+.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping bench-resilience bench-redis-core bench-modes bench-console bench-console-count fuzz clean
 
 all: build
 
@@ -63,6 +63,11 @@ bench-modes: deps
 # with the console's calls every 2 s, alternated in one run.
 bench-console: deps
 	benches/load/console.sh
+
+# The same, counted in instructions (callgrind): what recording a refusal, publishing the
+# summaries and a console tick cost.
+bench-console-count: deps
+	benches/load/console_count.sh
 
 # Overload experiment: goodput and the critical class's p99 with and without load shedding
 # (needs oha: cargo install oha). Writes benches/overload/{results.json,overload.svg}.

@@ -163,6 +163,7 @@ fn main() {
                 timeout: Duration::from_secs(1),
                 slot_ttl: Duration::from_secs(60),
                 batch_max,
+                batch_in_flight: 2,
             })
             .unwrap(),
         )

@@ -11,6 +11,7 @@
 #   redis4    an API key, four plan limits on Redis
 #   keyed     an API key, one plan limit and one header-keyed limit on Redis
 #   redis1-alone  as redis1 with store.batch_max = 1: every decision its own script call
+#   redis1-one    as redis1 with store.batch_in_flight = 1: decisions queue behind every call
 #   LAT_RATES="200 5000"  also latency at those fixed rates (oha -q RATE --latency-correction,
 #                         $LAT_DURATION s, -c $CONNS) for the targets in $LAT_TARGETS (default:
 #                         redis1 redis1-alone), alternated over $ROUNDS rounds: median p50 / p99
@@ -103,10 +104,12 @@ start redis4 "$REDIS_STORE" api_key "$FOUR" ""
 start keyed "$REDIS_STORE" api_key "$ONE" "$KEYED"
 start redis1-alone "$REDIS_STORE
 batch_max = 1" api_key "$ONE" ""
+start redis1-one "$REDIS_STORE
+batch_in_flight = 1" api_key "$ONE" ""
 KEY="X-Api-Key: bench-api-key-0123456789"
 declare -A HEADER=(
   [pass]="Accept: */*" [ip]="Accept: */*" [key]="$KEY" [token]="Authorization: Bearer $TOKEN"
-  [redis1]="$KEY" [redis4]="$KEY" [keyed]="$KEY" [redis1-alone]="$KEY"
+  [redis1]="$KEY" [redis4]="$KEY" [keyed]="$KEY" [redis1-alone]="$KEY" [redis1-one]="$KEY"
 )
 # TARGETS="pass redis1 ...": only those modes (each still started).
 read -r -a targets <<<"${TARGETS:-pass ip key token redis1 redis4 keyed redis1-alone}"

@@ -27,6 +27,7 @@ fn store_batching(server: &RedisServer, prefix: &str, batch_max: usize) -> Redis
         timeout: std::time::Duration::from_secs(5),
         slot_ttl: std::time::Duration::from_secs(60),
         batch_max,
+        batch_in_flight: 2,
     })
     .unwrap()
 }

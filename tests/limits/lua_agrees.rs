@@ -73,6 +73,7 @@ async fn lua_and_rust_decide_identically_on_random_sequences() {
         timeout: std::time::Duration::from_secs(5),
         slot_ttl: std::time::Duration::from_secs(60),
         batch_max: 64,
+        batch_in_flight: 2,
     })
     .unwrap();
     let mut compared = 0;
@@ -147,6 +148,7 @@ async fn a_sliding_log_counts_every_unit_after_a_refund_in_the_same_millisecond(
         timeout: std::time::Duration::from_secs(5),
         slot_ttl: std::time::Duration::from_secs(60),
         batch_max: 64,
+        batch_in_flight: 2,
     })
     .unwrap();
     let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
@@ -200,6 +202,7 @@ async fn calendar_windows_agree_across_a_month_boundary_and_a_dst_change() {
         timeout: std::time::Duration::from_secs(5),
         slot_ttl: std::time::Duration::from_secs(60),
         batch_max: 64,
+        batch_in_flight: 2,
     })
     .unwrap();
     let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
@@ -289,6 +292,7 @@ async fn lua_and_rust_charge_identically() {
         timeout: std::time::Duration::from_secs(5),
         slot_ttl: std::time::Duration::from_secs(60),
         batch_max: 64,
+        batch_in_flight: 2,
     })
     .unwrap();
     let mut compared = 0;

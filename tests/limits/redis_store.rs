@@ -43,6 +43,7 @@ fn store(server: &RedisServer, prefix: &str) -> RedisStore {
         timeout: Duration::from_secs(5),
         slot_ttl: Duration::from_secs(60),
         batch_max: 64,
+        batch_in_flight: 2,
     })
     .unwrap()
 }
@@ -271,6 +272,7 @@ async fn cluster_keys_of_one_client_share_a_slot_and_the_limit_is_exact() {
             timeout: Duration::from_secs(5),
             slot_ttl: Duration::from_secs(60),
             batch_max: 64,
+            batch_in_flight: 2,
         })
         .unwrap(),
     );
@@ -515,6 +517,7 @@ async fn the_slots_of_many_requests_are_renewed_in_one_call_per_redis_or_per_clu
         timeout: Duration::from_secs(5),
         slot_ttl: Duration::from_secs(2),
         batch_max: 64,
+        batch_in_flight: 2,
     })
     .unwrap();
     let mut due = Vec::new();

@@ -194,6 +194,7 @@ fn failing_store() -> Arc<Store> {
         timeout: Duration::from_secs(5),
         slot_ttl: Duration::from_secs(60),
         batch_max: 64,
+        batch_in_flight: 2,
     };
     let failure = FailureSettings {
         breaker_failures: 1000,

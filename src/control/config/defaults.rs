@@ -57,6 +57,11 @@ pub const BREAKER_FAILURES: u32 = 5;
 pub const STORE_BATCH_MAX: usize = 64;
 /// The largest `store.batch_max` accepted: a batch's reply and arguments stay small.
 pub const STORE_BATCH_MAX_LIMIT: usize = 1024;
+/// Calls in flight per Redis connection before decisions queue for a batch: a decision
+/// arriving just after a call left goes at once rather than waiting for its reply.
+pub const STORE_BATCH_IN_FLIGHT: usize = 2;
+/// The largest `store.batch_in_flight` accepted.
+pub const STORE_BATCH_IN_FLIGHT_LIMIT: usize = 16;
 pub const BREAKER_COOLDOWN: Duration = Duration::from_secs(1);
 pub const EXPECTED_INSTANCES: u64 = 1;
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);

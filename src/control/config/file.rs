@@ -368,6 +368,8 @@ pub struct StoreFile {
     pub concurrency_slot_ttl: Option<HumanDuration>,
     /// The most decisions one Redis call carries (1: every decision its own call).
     pub batch_max: Option<usize>,
+    /// Calls in flight per connection before decisions queue for a batch.
+    pub batch_in_flight: Option<usize>,
     /// Deprecated name of `concurrency_slot_ttl`.
     pub concurrency_lease: Option<HumanDuration>,
 }

@@ -267,6 +267,7 @@ fn store(store: &StoreConfig) -> Value {
                 "heartbeat_interval": format_duration(f.heartbeat_interval),
                 "concurrency_slot_ttl": format_duration(r.slot_ttl),
                 "batch_max": r.batch_max,
+                "batch_in_flight": r.batch_in_flight,
             })
         }
     }

@@ -34,6 +34,7 @@ pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> 
         concurrency_slot_ttl,
         concurrency_lease,
         batch_max,
+        batch_in_flight,
         ..
     } = file;
     debug_assert_ne!(kind, StoreKindFile::Memory);
@@ -82,6 +83,7 @@ pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> 
             ),
             slot_ttl: slot_ttl(concurrency_slot_ttl, concurrency_lease, problems),
             batch_max: batch_size(batch_max, problems),
+            batch_in_flight: in_flight(batch_in_flight, problems),
         },
         FailureSettings {
             breaker_failures,
@@ -143,6 +145,7 @@ fn topology(file: &StoreFile, problems: &mut Problems) -> Option<Topology> {
             ("concurrency_slot_ttl", file.concurrency_slot_ttl.is_some()),
             ("concurrency_lease", file.concurrency_lease.is_some()),
             ("batch_max", file.batch_max.is_some()),
+            ("batch_in_flight", file.batch_in_flight.is_some()),
         ];
         for (field, set) in redis_only {
             if set {
@@ -307,6 +310,24 @@ fn slot_ttl(
         defaults::CONCURRENCY_SLOT_TTL,
         problems,
     )
+}
+
+/// `store.batch_in_flight`: 1 to `STORE_BATCH_IN_FLIGHT_LIMIT`.
+fn in_flight(value: Option<usize>, problems: &mut Problems) -> usize {
+    match value {
+        None => defaults::STORE_BATCH_IN_FLIGHT,
+        Some(n) if (1..=defaults::STORE_BATCH_IN_FLIGHT_LIMIT).contains(&n) => n,
+        Some(n) => {
+            problems.push(
+                "store.batch_in_flight",
+                format!(
+                    "{n} is out of range: 1 (decisions queue behind every call) to {}",
+                    defaults::STORE_BATCH_IN_FLIGHT_LIMIT
+                ),
+            );
+            defaults::STORE_BATCH_IN_FLIGHT
+        }
+    }
 }
 
 /// `store.batch_max`: 1 (no batching) to `STORE_BATCH_MAX_LIMIT`.

@@ -1,13 +1,15 @@
-//! Opportunistic batching of decisions, per connection (per Cluster node): while one call is
-//! in flight, the decisions that arrive wait here; when it returns, all of them (up to
-//! `store.batch_max`) go as one `batch.lua` call that decides each in arrival order, on one
-//! `TIME`. An idle connection sends a decision at once, as its own `check.lua` call, so
-//! batching adds no wait: batches only form under load, and grow with it.
+//! Opportunistic batching of decisions, per connection (per Cluster node): while
+//! `store.batch_in_flight` calls are in flight, the decisions that arrive wait here; when one
+//! returns, all of them (up to `store.batch_max`) go as one `batch.lua` call that decides
+//! each in arrival order, on one `TIME`. A connection with fewer calls in flight sends a
+//! decision at once, as its own `check.lua` call, so batching adds no wait: batches only
+//! form under load, and grow with it.
 //!
-//! The request whose call finds the connection idle sends it itself ([`Batcher::enter`] →
-//! [`Enter::Idle`]), keeping its turn until its reply; decisions arriving meanwhile queue.
-//! When that turn ends (replied, or dropped at the request's timeout) and some wait, a task
-//! drives the queue until it is empty: one batch in flight at a time. A decision whose
+//! The request whose call finds a free place sends it itself ([`Batcher::enter`] →
+//! [`Enter::Idle`]), keeping its place until its reply; decisions arriving while every place
+//! is taken queue. When a place is given back (replied, or dropped at the request's timeout)
+//! and some wait, a task takes it and drives the queue until it is empty, one batch at a
+//! time. A decision whose
 //! request gave up while it waited is not sent. Each member keeps its own `store.timeout`
 //! (its caller bounds the wait) and its own route's failure mode; a batch call is bounded
 //! by `store.timeout` too, so a frozen Redis never holds a queue longer than that.
@@ -62,8 +64,8 @@ struct Member {
 #[derive(Default)]
 struct Queue {
     waiting: Vec<Member>,
-    /// A call is in flight (a request's own, or the driver's).
-    busy: bool,
+    /// Calls in flight (requests' own, or drivers').
+    in_flight: usize,
 }
 
 pub struct Batcher {
@@ -71,6 +73,8 @@ pub struct Batcher {
     /// `batch.lua`'s SHA.
     sha: String,
     max: usize,
+    /// Calls in flight before decisions queue.
+    places: usize,
     off: AtomicBool,
     counts: Arc<BatchCounts>,
 }
@@ -95,17 +99,20 @@ pub fn unsupported(message: &str) -> bool {
 }
 
 impl Batcher {
-    pub fn new(sha: &str, max: usize, counts: Arc<BatchCounts>) -> Batcher {
+    /// `(max, places)`: the most decisions in one batch; the calls in flight before
+    /// decisions queue.
+    pub fn new(sha: &str, (max, places): (usize, usize), counts: Arc<BatchCounts>) -> Batcher {
         Batcher {
             queue: Mutex::new(Queue::default()),
             sha: sha.to_owned(),
             max,
+            places: places.max(1),
             off: AtomicBool::new(max <= 1),
             counts,
         }
     }
 
-    /// Takes `cmd`'s way to Redis: at once when nothing is in flight, else the queue.
+    /// Takes `cmd`'s way to Redis: at once when a place is free, else the queue.
     /// `keys`: how many keys `cmd` (a `check.lua` call) names.
     pub fn enter<S: SendBatch>(self: &Arc<Self>, cmd: Cmd, keys: usize, sender: &S) -> Enter<S> {
         if self.off.load(Ordering::Relaxed) {
@@ -116,8 +123,8 @@ impl Batcher {
             return Enter::Idle(cmd, turn);
         }
         let mut queue = lock(&self.queue);
-        if !queue.busy {
-            queue.busy = true;
+        if queue.in_flight < self.places {
+            queue.in_flight += 1;
             drop(queue);
             return Enter::Idle(
                 cmd,
@@ -132,11 +139,11 @@ impl Batcher {
         Enter::Queued(answer)
     }
 
-    /// The connection is free again: the queue goes on (in a task), or the turn ends.
+    /// A place is free again: the queue goes on in it (in a task), or it is given back.
     fn hand_over<S: SendBatch>(self: &Arc<Self>, sender: S) {
         let mut queue = lock(&self.queue);
         if queue.waiting.is_empty() {
-            queue.busy = false;
+            queue.in_flight -= 1;
             return;
         }
         match tokio::runtime::Handle::try_current() {
@@ -147,12 +154,12 @@ impl Batcher {
             // No runtime left (shutting down): the waiting see their call dropped.
             Err(_) => {
                 queue.waiting.clear();
-                queue.busy = false;
+                queue.in_flight -= 1;
             }
         }
     }
 
-    /// Sends batches until the queue is empty, one in flight at a time.
+    /// Sends batches until the queue is empty, one at a time in its place.
     async fn drive<S: SendBatch>(self: Arc<Self>, sender: S) {
         loop {
             let members = {
@@ -160,7 +167,7 @@ impl Batcher {
                 // Those whose requests gave up are not sent.
                 queue.waiting.retain(|m| !m.reply.is_closed());
                 if queue.waiting.is_empty() {
-                    queue.busy = false;
+                    queue.in_flight -= 1;
                     return;
                 }
                 let n = queue.waiting.len().min(self.max.max(1));
@@ -346,5 +353,47 @@ mod tests {
             member_answer(Value::Int(1)),
             Answer::Failed(StoreError::Protocol(_))
         ));
+    }
+
+    /// Answers every call with its own arguments' count, after being let go.
+    #[derive(Clone, Default)]
+    struct Echo {
+        calls: Arc<Mutex<Vec<bool>>>,
+    }
+
+    impl SendBatch for Echo {
+        async fn send(&self, cmd: &Cmd, batch: bool) -> Sent {
+            self.calls.lock().unwrap().push(batch);
+            Sent::Replied(Value::Int(cmd.args_iter().count() as i64))
+        }
+    }
+
+    /// With `places` calls in flight allowed, that many decisions go at once and the next
+    /// queue; giving a place back sends the queue (one waiting: its own call).
+    #[tokio::test]
+    async fn decisions_queue_only_once_every_place_is_taken() {
+        for places in [1, 2, 3] {
+            let batcher = Arc::new(Batcher::new("bsha", (64, places), Arc::default()));
+            let echo = Echo::default();
+            let mut turns = Vec::new();
+            for _ in 0..places {
+                match batcher.enter(check(&["k"], &["1"]), 1, &echo) {
+                    Enter::Idle(_, turn) => turns.push(turn),
+                    Enter::Queued(_) => panic!("{places} places: queued before they were taken"),
+                }
+            }
+            let Enter::Queued(answer) = batcher.enter(check(&["k"], &["1"]), 1, &echo) else {
+                panic!("{places} places: not queued once they were taken");
+            };
+            drop(turns.pop());
+            assert!(matches!(answer.await, Ok(Answer::Decided(Value::Int(5)))));
+            assert_eq!(*echo.calls.lock().unwrap(), [false]);
+            drop(turns);
+            // Every place given back: the next decision goes at once again, and holds one.
+            assert_eq!(lock(&batcher.queue).in_flight, 0);
+            let again = batcher.enter(check(&["k"], &["1"]), 1, &echo);
+            assert!(matches!(again, Enter::Idle(..)));
+            assert_eq!(lock(&batcher.queue).in_flight, 1);
+        }
     }
 }

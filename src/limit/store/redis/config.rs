@@ -55,4 +55,6 @@ pub struct RedisConfig {
     pub slot_ttl: Duration,
     /// The most decisions one batch call carries (`batch.lua`); 1: no batching.
     pub batch_max: usize,
+    /// Calls in flight per connection (per Cluster node) before decisions queue for a batch.
+    pub batch_in_flight: usize,
 }

@@ -104,7 +104,10 @@ impl Link {
         breaker: (u32, Duration),
     ) -> Result<Arc<Link>, StoreError> {
         let counts = Arc::new(BatchCounts::default());
-        let batching = (config.batch_max, Arc::clone(&counts));
+        let batching = (
+            (config.batch_max, config.batch_in_flight),
+            Arc::clone(&counts),
+        );
         // rustls needs a process-wide crypto provider before a `rediss://` connection.
         pingora::tls::install_default_crypto_provider();
         let unusable = |e: RedisError| StoreError::Unavailable(e.to_string());

@@ -65,7 +65,7 @@ pub struct ClusterLink {
     breaker: (u32, Duration),
     connect_timeout: Duration,
     /// Each node's batches: their size cap, and the counts every node adds to.
-    batching: (usize, Arc<BatchCounts>),
+    batching: ((usize, usize), Arc<BatchCounts>),
     pub redirects: Redirects,
     me: Weak<ClusterLink>,
 }
@@ -79,7 +79,7 @@ impl ClusterLink {
         scripts: Arc<Scripts>,
         breaker: (u32, Duration),
         connect_timeout: Duration,
-        batching: (usize, Arc<BatchCounts>),
+        batching: ((usize, usize), Arc<BatchCounts>),
     ) -> Result<Arc<ClusterLink>, StoreError> {
         let unusable = |e: redis::RedisError| StoreError::Unavailable(e.to_string());
         let mut infos = Vec::new();

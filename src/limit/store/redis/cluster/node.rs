@@ -88,9 +88,9 @@ impl Node {
         breaker: (u32, Duration),
         connect_timeout: Duration,
         trouble: Arc<Notify>,
-        (batch_max, counts): (usize, Arc<BatchCounts>),
+        (batching, counts): ((usize, usize), Arc<BatchCounts>),
     ) -> Node {
-        let batcher = Arc::new(Batcher::new(scripts.batch.get_hash(), batch_max, counts));
+        let batcher = Arc::new(Batcher::new(scripts.batch.get_hash(), batching, counts));
         Node {
             batcher,
             addr,
