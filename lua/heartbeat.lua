@@ -14,7 +14,8 @@ ARGV[2]   liveness in ms: an instance not heard from for that long is no longer 
 ARGV[3]   "1" to leave (graceful shutdown): remove this instance instead of refreshing it;
           "list": change nothing, reply with the live instances
 ARGV[4]   with KEYS[2]: this instance's info
-ARGV[5]   with KEYS[3]: this instance's summary ("": nothing to show, the field is removed)
+ARGV[5]   with KEYS[3]: this instance's summary ("": nothing to show, the field is removed;
+          "=": the same as it last published, left as it is)
 Reply     the number of live instances (after this call); for "list", an array of
           {id, ms since its last heartbeat, info or "", summary or ""}
 TTL       every key expires `liveness` after the last heartbeat of any instance; an instance
@@ -51,7 +52,7 @@ else
   if limited then
     if ARGV[5] == '' then
       redis.call('HDEL', limited, ARGV[1])
-    else
+    elseif ARGV[5] ~= '=' then
       redis.call('HSET', limited, ARGV[1], ARGV[5])
     end
   end

@@ -20,22 +20,44 @@ impl Heartbeat {
     }
 }
 
+/// Heartbeats between two whole publications even when nothing changed: a Redis that lost
+/// its data (or an instance that was taken for gone and left the hash) has it again soon.
+const REPUBLISH_EVERY: u32 = 30;
+
+/// What to publish of `now` after `last` was: "=" when nothing changed (Redis keeps it), so
+/// an instance that refuses nobody new sends a byte, not its summaries, each heartbeat.
+fn to_publish(now: String, last: &mut Option<String>) -> String {
+    if !now.is_empty() && last.as_deref() == Some(now.as_str()) {
+        return "=".to_owned();
+    }
+    *last = Some(now.clone());
+    now
+}
+
 /// How long to wait before looking again when the store has no heartbeat (memory store).
 const IDLE: Duration = Duration::from_secs(1);
 
 #[async_trait]
 impl BackgroundService for Heartbeat {
     async fn start(&self, mut shutdown: ShutdownWatch) {
+        // What the store holds of this instance's summaries, as far as it knows.
+        let mut last: Option<String> = None;
+        let mut beats = 0u32;
         loop {
             let snapshot = self.snapshots.load_full();
             let store = std::sync::Arc::clone(&snapshot.store);
             let wait = match store.heartbeat_interval() {
                 Some(interval) => {
-                    let limited = snapshot
-                        .refusals
-                        .published(crate::ops::access_log::unix_ms());
+                    beats = beats.wrapping_add(1);
+                    if beats % REPUBLISH_EVERY == 0 {
+                        last = None;
+                    }
+                    let now = crate::ops::access_log::unix_ms();
+                    let limited = to_publish(snapshot.refusals.published(now), &mut last);
                     if let Err(e) = store.heartbeat(false, &limited).await {
                         log::debug!("heartbeat failed: {e}");
+                        // Whether it was written is unknown: send it whole next time.
+                        last = None;
                     }
                     interval
                 }
@@ -55,5 +77,21 @@ impl BackgroundService for Heartbeat {
                 _ = tokio::time::sleep(wait) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::to_publish;
+
+    #[test]
+    fn unchanged_summaries_are_sent_as_a_marker_and_changed_ones_whole() {
+        let mut last = None;
+        assert_eq!(to_publish("{a}".into(), &mut last), "{a}");
+        assert_eq!(to_publish("{a}".into(), &mut last), "=");
+        assert_eq!(to_publish("{b}".into(), &mut last), "{b}");
+        assert_eq!(to_publish(String::new(), &mut last), "");
+        assert_eq!(to_publish(String::new(), &mut last), "");
+        assert_eq!(to_publish("{b}".into(), &mut last), "{b}");
     }
 }

@@ -231,6 +231,10 @@ key = ["header:x-tenant-id"]
         ada(&fleet["minute"]) == Some(5)
     });
     assert_eq!(fleet["instances"], 2, "{fleet}");
+    // Heartbeats that follow send "unchanged" (a byte): the summaries stay in the view.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let again = json(&a, "/limited").1["fleet"].clone();
+    assert_eq!(ada(&again["minute"]), Some(5), "{again}");
     assert_eq!(fleet["merged"].as_array().unwrap().len(), 2, "{fleet}");
     assert_eq!(fleet["minute"]["refusals"], 6, "{fleet}");
     assert_eq!(ada(&fleet["hour"]), Some(5), "{fleet}");
