@@ -153,6 +153,9 @@ fn the_fleet_view_merges_what_every_instance_refused_and_keyed_values_show_hashe
 kind = "redis"
 url = "{url}"
 heartbeat_interval = "100ms"
+# A busy machine (tests run in parallel) must not turn a slow decision into the default
+# failure mode, fail_open, which would admit past the limit.
+timeout = "5s"
 
 [upstreams.orders]
 servers = ["{addr}"]
