@@ -17,18 +17,9 @@ DURATION=${DURATION:-5}
 CONNS=${CONNS:-50}
 THREADS=${THREADS:-1}
 POLL_S=${POLL_S:-2}
-for tool in nginx wrk curl python3 redis-server; do
-  command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
-done
-# BIN=path: measure that binary instead of building this tree.
-[ -n "${BIN:-}" ] || cargo build --release --bins --quiet
-BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/turnstile}
-WORK=$(mktemp -d /tmp/turnstile-console.XXXXXX)
-pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT INT TERM
 # shellcheck source=benches/load/lib.sh
 . benches/load/lib.sh
+bench_start console nginx wrk curl python3 redis-server
 
 ORIGIN=$(port); REDIS=$(port)
 nginx -c "$(origin_conf "$WORK" "$ORIGIN")" & pids+=($!)

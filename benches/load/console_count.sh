@@ -12,17 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${N:-2000}; TICKS=${TICKS:-10}; IDLE_S=${IDLE_S:-5}
-for tool in nginx h2load curl python3 redis-server valgrind callgrind_annotate callgrind_control; do
-  command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
-done
-[ -n "${BIN:-}" ] || cargo build --release --bins --quiet
-BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/turnstile}
-WORK=$(mktemp -d /tmp/turnstile-console-count.XXXXXX)
-pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT INT TERM
 # shellcheck source=benches/load/lib.sh
 . benches/load/lib.sh
+bench_start console-count nginx h2load curl python3 redis-server valgrind callgrind_annotate callgrind_control
 
 ORIGIN=$(port); REDIS=$(port); P=$(port); A=$(port)
 nginx -c "$(origin_conf "$WORK" "$ORIGIN")" & pids+=($!)

@@ -50,3 +50,21 @@ oha_ms() {
   awk -v p="$1" '$1 == p && $2 == "in" {
     v = $3; if ($4 == "secs") v *= 1000; else if ($4 != "ms") v /= 1000; printf "%.3f", v }'
 }
+
+# bench_start NAME TOOL...: what every load script begins with — exits naming a missing
+# tool; builds this tree's release binaries unless BIN names one (BIN is then the gateway's
+# path); makes WORK (a temporary folder) and `pids` (processes to stop), both cleaned up on
+# exit. Call it from the repository's root.
+bench_start() {
+  local name=$1 tool
+  shift
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
+  done
+  [ -n "${BIN:-}" ] || cargo build --release --bins --quiet
+  BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/turnstile}
+  WORK=$(mktemp -d "/tmp/turnstile-$name.XXXXXX")
+  pids=()
+  trap bench_cleanup EXIT INT TERM
+}
+bench_cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }

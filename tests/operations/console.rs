@@ -54,26 +54,38 @@ fn admin(
     )
 }
 
+/// A gateway whose clients live in a clients file in `dir` (so the console can write them),
+/// with the admin token `TOKEN` and `server` / `admin` lines added.
+fn start(up: &Upstream, dir: &tempfile::TempDir, server: &str, admin: &str) -> Gateway {
+    let clients = dir.path().join("clients.toml");
+    std::fs::write(&clients, "").unwrap();
+    Gateway::start_full(
+        &format!("clients_file = \"{}\"\n{server}", clients.display()),
+        &format!("tokens = {{ ops = \"{TOKEN}\" }}\n{admin}"),
+        &config(up),
+    )
+}
+
+/// Markup in a client's metadata: the console must show it as text, and run none of it.
+const HOSTILE: &str = "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>";
+
+/// Client "mallory" (plan small) with [`HOSTILE`] metadata.
+fn add_mallory(gw: &Gateway) {
+    let put = admin(
+        gw,
+        "PUT",
+        "/clients/mallory",
+        Some(json!({"plan": "small", "metadata": {"note": HOSTILE}})),
+    );
+    assert_eq!(put.status, 201, "{}", put.text());
+}
+
 #[test]
 fn an_operator_follows_a_client_from_its_first_key_to_its_429_in_the_console() {
     let up = Upstream::start("orders");
     let dir = tempfile::tempdir().unwrap();
-    let clients = dir.path().join("clients.toml");
-    std::fs::write(&clients, "").unwrap();
-    let gw = Gateway::start_full(
-        &format!("clients_file = \"{}\"", clients.display()),
-        &format!("tokens = {{ ops = \"{TOKEN}\" }}"),
-        &config(&up),
-    );
-    // A client whose metadata holds markup: the console must show it as text.
-    let hostile = "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>";
-    let put = admin(
-        &gw,
-        "PUT",
-        "/clients/mallory",
-        Some(json!({"plan": "small", "metadata": {"note": hostile}})),
-    );
-    assert_eq!(put.status, 201, "{}", put.text());
+    let gw = start(&up, &dir, "", "");
+    add_mallory(&gw);
 
     let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
@@ -199,12 +211,7 @@ fn an_operator_follows_a_client_from_its_first_key_to_its_429_in_the_console() {
 fn the_console_is_served_with_a_strict_policy_and_nothing_else_without_the_token() {
     let up = Upstream::start("orders");
     let dir = tempfile::tempdir().unwrap();
-    let clients = dir.path().join("clients.toml");
-    let gw = Gateway::start_full(
-        &format!("clients_file = \"{}\"", clients.display()),
-        &format!("tokens = {{ ops = \"{TOKEN}\" }}"),
-        &config(&up),
-    );
+    let gw = start(&up, &dir, "", "");
     let page = gw.admin("/ui/");
     assert_eq!(page.status, 200);
     let csp = page.header("content-security-policy").unwrap();
@@ -233,16 +240,12 @@ fn the_console_works_by_keyboard_on_a_phone_in_dark_mode_with_a_read_only_token(
     const READER: &str = "support-reader-token-0123456789";
     let up = Upstream::start("orders");
     let dir = tempfile::tempdir().unwrap();
-    let clients = dir.path().join("clients.toml");
-    std::fs::write(&clients, "").unwrap();
-    let gw = Gateway::start_full(
-        // The reload below is the operator's, not the file watcher's.
-        &format!(
-            "clients_file = \"{}\"\nwatch_config = false",
-            clients.display()
-        ),
-        &format!("tokens = {{ ops = \"{TOKEN}\" }}\nread_tokens = {{ support = \"{READER}\" }}"),
-        &config(&up),
+    // The reload below is the operator's, not the file watcher's.
+    let gw = start(
+        &up,
+        &dir,
+        "watch_config = false",
+        &format!("read_tokens = {{ support = \"{READER}\" }}"),
     );
     let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
@@ -353,21 +356,8 @@ fn the_console_works_by_keyboard_on_a_phone_in_dark_mode_with_a_read_only_token(
 fn the_console_works_in_firefox_without_errors() {
     let up = Upstream::start("orders");
     let dir = tempfile::tempdir().unwrap();
-    let clients = dir.path().join("clients.toml");
-    std::fs::write(&clients, "").unwrap();
-    let gw = Gateway::start_full(
-        &format!("clients_file = \"{}\"", clients.display()),
-        &format!("tokens = {{ ops = \"{TOKEN}\" }}"),
-        &config(&up),
-    );
-    let hostile = "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>";
-    let put = admin(
-        &gw,
-        "PUT",
-        "/clients/mallory",
-        Some(json!({"plan": "small", "metadata": {"note": hostile}})),
-    );
-    assert_eq!(put.status, 201, "{}", put.text());
+    let gw = start(&up, &dir, "", "");
+    add_mallory(&gw);
     let issued = admin(&gw, "POST", "/clients/mallory/keys", None).json();
     let key = issued["key"].as_str().expect("a key").to_owned();
     let with_key = || gw.get_with("/orders", &[("X-Api-Key", &key)]);
