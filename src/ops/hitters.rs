@@ -108,37 +108,33 @@ impl Summary {
 /// have been seen there up to its floor, so the floor is added to the key's count and to its
 /// error. Then `count - error <= truth <= count` for every key listed, and every key not
 /// listed was seen at most the merged `floor` (the sum of floors) times.
+///
+/// One pass over the entries: a key's count is the sum of every floor, plus, where it is
+/// listed, how far its count there stands above that summary's floor (likewise its error).
 pub fn merge(summaries: &[Summary], n: usize) -> Summary {
-    let mut merged: Vec<Hitter> = Vec::new();
+    let floor: u64 = summaries.iter().map(|s| s.floor).sum();
+    // Key → (count − floor, error − floor) summed over the summaries listing it.
+    let mut above: std::collections::HashMap<&str, (i128, i128)> = Default::default();
     for s in summaries {
         for h in &s.top {
-            if !merged.iter().any(|m| m.key == h.key) {
-                merged.push(Hitter {
-                    key: h.key.clone(),
-                    count: 0,
-                    error: 0,
-                });
-            }
+            let entry = above.entry(h.key.as_str()).or_default();
+            entry.0 += i128::from(h.count) - i128::from(s.floor);
+            entry.1 += i128::from(h.error) - i128::from(s.floor);
         }
     }
-    for m in &mut merged {
-        for s in summaries {
-            match s.top.iter().find(|h| h.key == m.key) {
-                Some(h) => {
-                    m.count += h.count;
-                    m.error += h.error;
-                }
-                None => {
-                    m.count += s.floor;
-                    m.error += s.floor;
-                }
-            }
-        }
-    }
+    let at_least_zero = |v: i128| u64::try_from(v.max(0)).unwrap_or(u64::MAX);
+    let top = above
+        .into_iter()
+        .map(|(key, (count, error))| Hitter {
+            key: key.to_owned(),
+            count: at_least_zero(i128::from(floor) + count),
+            error: at_least_zero(i128::from(floor) + error),
+        })
+        .collect();
     Summary {
         total: summaries.iter().map(|s| s.total).sum(),
-        floor: summaries.iter().map(|s| s.floor).sum(),
-        top: merged,
+        floor,
+        top,
     }
     .truncated(n)
 }
