@@ -229,9 +229,11 @@ key = ["header:x-tenant-id"]
     assert_eq!(ada(&own["minute"]), Some(refused[0] as u64), "{own}");
     // The fleet's, once B's heartbeat published its part: both, added.
     let mut fleet = serde_json::Value::Null;
+    // (B publishes with each heartbeat: its plan refusals and its keyed one may reach the
+    // view a heartbeat apart.)
     common::wait_until("B's refusals in A's fleet view", || {
         fleet = json(&a, "/limited").1["fleet"].clone();
-        ada(&fleet["minute"]) == Some(5)
+        ada(&fleet["minute"]) == Some(5) && fleet["minute"]["refusals"] == 6
     });
     assert_eq!(fleet["instances"], 2, "{fleet}");
     // Heartbeats that follow send "unchanged" (a byte): the summaries stay in the view.
