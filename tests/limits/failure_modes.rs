@@ -200,6 +200,64 @@ fn a_frozen_redis_costs_at_most_the_timeout_and_then_nothing() {
     assert_no_panic(&gw);
 }
 
+/// The breaker counts calls to Redis, and a batch is one call: a burst of concurrent
+/// decisions behind a frozen Redis — two sent at once (`batch_in_flight`), the rest queued and
+/// sent as one batch — counts about three timeouts, not one per decision, so a breaker that
+/// opens after six stays closed through a burst of twelve; it still opens once calls (not
+/// decisions) have failed six times in a row.
+#[test]
+fn a_frozen_batch_counts_once_toward_the_breaker() {
+    let redis = RedisServer::start();
+    let up = Upstream::start("a");
+    let gw = Gateway::start(
+        &config(
+            &up,
+            &redis.url(),
+            "breaker_failures = 6\nbreaker_cooldown = \"1h\"",
+        )
+        .replace("timeout = \"200ms\"", "timeout = \"1s\""),
+    );
+    let port = gw.port;
+    let burst = || {
+        let threads: Vec<_> = (0..12)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    let key = [ADA, BOB, CAROL][i % 3];
+                    http::get_with(port, "/echo/open", &[("X-Api-Key", key)]).status
+                })
+            })
+            .collect();
+        let statuses: Vec<u16> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(statuses, [200; 12], "fail_open answers every decision");
+    };
+    let open = || gw.metric("turnstile_circuit_breaker_state", &[("state", "open")]);
+    assert_eq!(get(&gw, "/echo/open", ADA).status, 200);
+    redis.freeze();
+    burst();
+    assert_eq!(store_failures(&gw), 12.0, "every decision failed");
+    assert!(
+        gw.metric("turnstile_store_batched_decisions_total", &[]) >= 2.0,
+        "the queued decisions went as a batch"
+    );
+    assert_eq!(
+        open(),
+        0.0,
+        "twelve failed decisions in a few calls opened the breaker"
+    );
+    let mut bursts = 1;
+    while open() == 0.0 && bursts < 6 {
+        burst();
+        bursts += 1;
+    }
+    assert_eq!(
+        open(),
+        1.0,
+        "{bursts} bursts of failed calls never opened the breaker"
+    );
+    redis.thaw();
+    assert_no_panic(&gw);
+}
+
 /// Decisions queued behind a frozen Redis (batched with others while a call is in flight)
 /// each end by their own route's failure mode: under concurrent traffic on a fail-open and a
 /// fail-closed route at once, every open answer is 200 and every closed one 503 — none waits

@@ -1,5 +1,5 @@
 //! Every store call through the circuit breaker: timed, counted by result, its health
-//! recorded, the breaker told; and the breaker's transitions logged once and exported. A
+//! recorded, the breaker told (`shared_breaker.rs` logs and exports its state changes). A
 //! connection repaired in the background (`redis/repair.rs`) closes an open breaker.
 
 use super::breaker::{Attempt, BreakerState, Transition};
@@ -7,6 +7,7 @@ use super::{Backend, Store, StoreError, StoreHealth};
 use crate::clock::Clock;
 use futures::future::{self, Either, FutureExt};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 impl<C: Clock + Clone> Store<C> {
@@ -15,19 +16,25 @@ impl<C: Clock + Clone> Store<C> {
     /// A plain function returning a combinator, not an `async fn`: an `async fn` keeps the
     /// future it is given twice in its own state (as the argument and as what it awaits), and
     /// every decision passes through here, nested in the request's future.
+    ///
+    /// `queued`: set by a decision that queued for a batch (`redis/batch.rs`) — the call
+    /// carrying it reports to the breaker itself, once for the whole batch, so the
+    /// decision's own outcome (its batch's error, or its own timeout while it waited) is not
+    /// counted again.
     pub(super) fn guarded<'a, T: 'a>(
         &'a self,
         call: impl Future<Output = Result<T, StoreError>> + 'a,
+        queued: Option<&'a AtomicBool>,
     ) -> impl Future<Output = Result<T, StoreError>> + 'a {
         let (mut attempt, transition) = match self.node_breakers {
             // Each Cluster node's own breaker is asked inside the call.
             true => (Attempt::Call, None),
-            false => self.breaker.attempt(self.clock.now_ms()),
+            false => self.breaker.breaker().attempt(self.clock.now_ms()),
         };
         self.on_transition(transition);
         if attempt == Attempt::Reject && self.answers_again() {
             // The request connection was repaired since the breaker opened.
-            self.on_transition(self.breaker.close());
+            self.on_transition(self.breaker.breaker().close());
             attempt = Attempt::Call;
         }
         if attempt == Attempt::Reject {
@@ -37,12 +44,22 @@ impl<C: Clock + Clone> Store<C> {
         }
         let started = Instant::now();
         Either::Right(call.map(move |result| {
-            self.record(attempt, started, &result);
+            // A probe is always its own (the breaker waits for its answer).
+            let batched =
+                attempt == Attempt::Call && queued.is_some_and(|q| q.load(Ordering::Relaxed));
+            self.record(attempt, started, &result, batched);
             result
         }))
     }
-    /// Counts, times and reports one finished call to the breaker and the health cell.
-    fn record<T>(&self, attempt: Attempt, started: Instant, result: &Result<T, StoreError>) {
+    /// Counts, times and reports one finished call to the breaker (unless a batch reported
+    /// it: `batched`) and the health cell.
+    fn record<T>(
+        &self,
+        attempt: Attempt,
+        started: Instant,
+        result: &Result<T, StoreError>,
+        batched: bool,
+    ) {
         if let Err(StoreError::CircuitOpen) = result {
             // A Cluster node's open breaker: not called.
             self.metrics.short_circuits.inc();
@@ -61,28 +78,24 @@ impl<C: Clock + Clone> Store<C> {
         };
         self.metrics.calls[slot].inc();
         self.health.record(result);
-        let transition = match result {
-            _ if self.node_breakers => None,
-            Err(e) if e.is_outage() => self.breaker.on_failure(attempt, self.clock.now_ms()),
-            _ => self.breaker.on_success(attempt),
-        };
-        self.on_transition(transition);
+        if self.node_breakers || batched {
+            return;
+        }
+        let outcome = result.as_ref().map(|_| ());
+        if self.breaker.ended(attempt, outcome, self.clock.now_ms()) {
+            self.connection_lost();
+        }
     }
     pub(super) fn on_transition(&self, transition: Option<Transition>) {
-        let Some(t) = transition else { return };
-        if let (BreakerState::Open, Backend::Redis(r)) = (t.to, &self.backend) {
-            // Repaired in the background: once Redis answers, the breaker closes.
-            r.connection_lost();
+        if self.breaker.announce(transition) {
+            self.connection_lost();
         }
-        self.metrics.breaker_changed(t.to);
-        match t.to {
-            BreakerState::Open => log::warn!(
-                "limiter store circuit breaker opened ({} -> open): routes use their failure mode for {:?}",
-                t.from.as_str(),
-                self.failure.breaker_cooldown
-            ),
-            BreakerState::HalfOpen => log::info!("limiter store circuit breaker half-open: probing the store"),
-            BreakerState::Closed => log::info!("limiter store circuit breaker closed: the store answers again"),
+    }
+    /// The breaker opened: the request connection is repaired in the background, and once
+    /// Redis answers the breaker closes.
+    fn connection_lost(&self) {
+        if let Backend::Redis(r) = &self.backend {
+            r.connection_lost();
         }
     }
     /// Whether the store's request connection has been repaired (Redis answered a ping)
@@ -96,7 +109,7 @@ impl<C: Clock + Clone> Store<C> {
     /// The store's breaker; on a Cluster, the worst of its nodes' (open, then half-open).
     pub fn breaker_state(&self) -> BreakerState {
         if !self.node_breakers {
-            return self.breaker.state();
+            return self.breaker.breaker().state();
         }
         let states: Vec<BreakerState> = self.nodes().iter().map(|n| n.breaker).collect();
         [BreakerState::Open, BreakerState::HalfOpen]

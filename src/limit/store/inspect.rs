@@ -17,7 +17,7 @@ impl<C: Clock + Clone> Store<C> {
         asks: &[(Arc<str>, Policy)],
     ) -> Result<Vec<crate::limit::Decision>, StoreError> {
         match &self.backend {
-            Backend::Redis(r) => self.guarded(r.usage(client, asks)).await,
+            Backend::Redis(r) => self.guarded(r.usage(client, asks), None).await,
             Backend::Memory(m) => Ok(asks
                 .iter()
                 .flat_map(|(route, policy)| {

@@ -9,7 +9,9 @@
 //!
 //! - `guard.rs`: every Redis call through the circuit breaker ([`breaker`]: after
 //!   consecutive outages it opens and calls fail at once with [`StoreError::CircuitOpen`]
-//!   until the store answers again), timed, counted, its health recorded;
+//!   until the store answers again), timed, counted, its health recorded; the breaker is
+//!   shared with the connection's batch sender ([`shared_breaker`]), which reports a batch
+//!   as one call;
 //! - `fallback.rs`: the **local fallback** ([`Store::check_fallback`]), which decides in
 //!   process with each limit divided by the number of live gateway instances, learned from
 //!   heartbeats in Redis ([`Store::heartbeat`]) while it was up, or `expected_instances`;
@@ -42,6 +44,7 @@ pub mod metrics;
 pub mod redis;
 pub mod request;
 mod settle;
+pub mod shared_breaker;
 mod together;
 
 pub use error::StoreError;
@@ -50,15 +53,16 @@ pub use health::StoreHealth;
 pub use metrics::StoreMetrics;
 pub use request::{CheckRequest, Counted};
 
-use self::breaker::{BreakerState, CircuitBreaker};
+use self::breaker::BreakerState;
 use self::failure::DegradedLog;
 use self::health::HealthCell;
 use self::lease::{LeaseTable, MAX_LEASES};
 use self::memory::MemoryStore;
 use self::redis::{RedisConfig, RedisStore, Topology};
+use self::shared_breaker::StoreBreaker;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Verdict;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 // One per process (behind an Arc), never moved: variant sizes do not matter.
@@ -72,7 +76,8 @@ pub struct Store<C: Clock + Clone = MonotonicClock> {
     clock: C,
     backend: Backend<C>,
     failure: FailureSettings,
-    breaker: CircuitBreaker,
+    /// Single node, Sentinel: shared with the connection, whose batches report to it.
+    breaker: Arc<StoreBreaker>,
     fallback: MemoryStore<C>,
     /// Quota leases held by this instance (Redis stores, plans with `lease`).
     leases: Arc<LeaseTable>,
@@ -99,10 +104,16 @@ impl Store {
         failure: FailureSettings,
         metrics: StoreMetrics,
     ) -> Result<Store, StoreError> {
+        let breaker = Arc::new(StoreBreaker::new(
+            failure.breaker_failures,
+            failure.breaker_cooldown,
+            metrics.clone(),
+        ));
+        let redis = RedisStore::with_breakers(config, &failure, Some(Arc::clone(&breaker)))?;
         Ok(Store::new(
             MonotonicClock,
-            Backend::Redis(Arc::new(RedisStore::with_breakers(config, &failure)?)),
-            failure,
+            Backend::Redis(Arc::new(redis)),
+            (failure, breaker),
             metrics,
         ))
     }
@@ -111,10 +122,16 @@ impl Store {
 impl<C: Clock + Clone> Store<C> {
     /// A memory store on `clock` (tests drive a manual one).
     pub fn memory_with_clock(clock: C, metrics: StoreMetrics) -> Store<C> {
+        let failure = failure::default_settings();
+        let breaker = StoreBreaker::new(
+            failure.breaker_failures,
+            failure.breaker_cooldown,
+            metrics.clone(),
+        );
         Store::new(
             clock.clone(),
             Backend::Memory(MemoryStore::new(clock)),
-            failure::default_settings(),
+            (failure, Arc::new(breaker)),
             metrics,
         )
     }
@@ -122,7 +139,7 @@ impl<C: Clock + Clone> Store<C> {
     fn new(
         clock: C,
         backend: Backend<C>,
-        failure: FailureSettings,
+        (failure, breaker): (FailureSettings, Arc<StoreBreaker>),
         metrics: StoreMetrics,
     ) -> Store<C> {
         metrics.set_breaker_state(BreakerState::Closed);
@@ -132,10 +149,7 @@ impl<C: Clock + Clone> Store<C> {
             fallback: MemoryStore::new(clock.clone()),
             clock,
             backend,
-            breaker: CircuitBreaker::new(
-                failure.breaker_failures,
-                failure.breaker_cooldown.as_millis() as u64,
-            ),
+            breaker,
             failure,
             leases: Arc::new(LeaseTable::new(MAX_LEASES)),
             live_instances: AtomicU64::new(0),
@@ -165,7 +179,10 @@ impl<C: Clock + Clone> Store<C> {
         redis: &Arc<RedisStore>,
         req: &CheckRequest<'_>,
     ) -> Result<Verdict, StoreError> {
-        let result = self.guarded(redis.check(req)).await;
+        let queued = AtomicBool::new(false);
+        let result = self
+            .guarded(redis.decide(req, &queued), Some(&queued))
+            .await;
         if let Err(e) = &result {
             if !req.slot_id.is_empty() && !matches!(e, StoreError::CircuitOpen) {
                 self.release_unanswered(redis, req);

@@ -54,7 +54,7 @@ impl<C: Clock + Clone> Store<C> {
                         at: req.at,
                     };
                     let timeout = redis.config().timeout;
-                    return match self.guarded(renewal.send(timeout)).await {
+                    return match self.guarded(renewal.send(timeout), None).await {
                         Ok((ask, grant)) => Ok(self.leases.settle(
                             &key,
                             req.policies,

@@ -12,7 +12,9 @@
 //! time. A decision whose
 //! request gave up while it waited is not sent. Each member keeps its own `store.timeout`
 //! (its caller bounds the wait) and its own route's failure mode; a batch call is bounded
-//! by `store.timeout` too, so a frozen Redis never holds a queue longer than that.
+//! by `store.timeout` too, so a frozen Redis never holds a queue longer than that. The
+//! sender reports each call it makes to the circuit breaker once (`SendBatch`), and members
+//! that queued are not counted again by the store.
 //!
 //! A batch Redis refused as a whole (nothing in it was decided: a `MOVED`/`ASK`/`TRYAGAIN`
 //! while a Cluster slot moves, a Redis too old for the script's flags) sends its members
@@ -85,6 +87,41 @@ pub enum Enter<S: SendBatch> {
     Idle(Cmd, Turn<S>),
     /// Queued: the answer comes here.
     Queued(oneshot::Receiver<Answer>),
+}
+
+impl<S: SendBatch> Enter<S> {
+    /// This decision's reply. `send` makes a call of its own: on a free place, or after its
+    /// batch was refused as a whole. `queued` is set while the decision waits for, or rides
+    /// in, a call made for the queue — a call the sender reports to the breaker itself.
+    pub async fn answer<F>(
+        self,
+        queued: &AtomicBool,
+        send: impl Fn(Cmd) -> F,
+    ) -> Result<Value, StoreError>
+    where
+        F: Future<Output = Result<Value, StoreError>>,
+    {
+        let answer = match self {
+            Enter::Idle(cmd, turn) => {
+                let result = send(cmd).await;
+                drop(turn);
+                return result;
+            }
+            Enter::Queued(answer) => answer,
+        };
+        queued.store(true, Ordering::Relaxed);
+        match answer.await {
+            Ok(Answer::Decided(value)) => Ok(value),
+            Ok(Answer::Alone(cmd)) => {
+                queued.store(false, Ordering::Relaxed);
+                send(cmd).await
+            }
+            Ok(Answer::Failed(e)) => Err(e),
+            Err(_) => Err(StoreError::Unavailable(
+                "the batch carrying this decision was dropped".into(),
+            )),
+        }
+    }
 }
 
 /// How a batch is sent: `(cmd, is_batch)` → what Redis said. Cloned into the driver.

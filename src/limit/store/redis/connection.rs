@@ -5,8 +5,10 @@
 //! unless the URL says `protocol=resp2`, so that a dropped connection reports itself. A
 //! Cluster is handed to `cluster/`, node by node.
 
+use crate::clock::{Clock, MonotonicClock};
+use crate::limit::store::breaker::Attempt;
 use crate::limit::store::error::StoreError;
-use crate::limit::store::redis::batch::{Answer, BatchCounts, Batcher, Enter, SendBatch, Sent};
+use crate::limit::store::redis::batch::{BatchCounts, Batcher, SendBatch, Sent};
 use crate::limit::store::redis::cluster::node::NodeStatus;
 use crate::limit::store::redis::cluster::ClusterLink;
 use crate::limit::store::redis::config::{RedisConfig, Topology};
@@ -15,6 +17,7 @@ use crate::limit::store::redis::scripts::{Call, Scripts};
 use crate::limit::store::redis::wire::{
     load, lost_connection, names_protocol, run, tls_certificates, with_auth, Lane, LATE_REPLY,
 };
+use crate::limit::store::shared_breaker::StoreBreaker;
 use redis::aio::MultiplexedConnection;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
@@ -22,6 +25,7 @@ use redis::{
     AsyncConnectionConfig, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo, RedisError,
 };
 use std::borrow::Cow;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::OnceCell;
@@ -92,17 +96,21 @@ pub struct Link {
     /// The request lane's decisions (single node, Sentinel; a Cluster's are node by node).
     batcher: Arc<Batcher>,
     counts: Arc<BatchCounts>,
+    /// The store's breaker (single node, Sentinel): each batch call reports to it once.
+    breaker: Option<Arc<StoreBreaker>>,
     me: Weak<Link>,
 }
 
 impl Link {
     /// Parses the addresses and reads the TLS files; does not connect (the first call does).
+    /// `breakers`: a Cluster node's breaker settings; the store's breaker, to which a single
+    /// node's or Sentinel primary's batches report.
     pub fn new(
         config: &RedisConfig,
-        connect_timeout: Duration,
         scripts: Arc<Scripts>,
-        breaker: (u32, Duration),
+        (breaker, shared): ((u32, Duration), Option<Arc<StoreBreaker>>),
     ) -> Result<Arc<Link>, StoreError> {
+        let connect_timeout = config.timeout;
         let counts = Arc::new(BatchCounts::default());
         let batching = (
             (config.batch_max, config.batch_in_flight),
@@ -172,6 +180,7 @@ impl Link {
             resp3,
             batcher,
             counts,
+            breaker: shared,
             me: me.clone(),
         }))
     }
@@ -233,10 +242,16 @@ impl Link {
 
     /// Decides with a `check.lua` call naming `keys` keys: batched with the decisions that
     /// arrive while another call is in flight on the request lane (`batch.rs`). Not bounded
-    /// in time: callers bound it.
-    pub async fn decide(&self, call: Call<'_>, keys: usize) -> Result<redis::Value, StoreError> {
+    /// in time: callers bound it. `queued` is set while the decision waits for, or rides in,
+    /// a call made for the queue (which reports to the store's breaker itself).
+    pub async fn decide(
+        &self,
+        call: Call<'_>,
+        keys: usize,
+        queued: &AtomicBool,
+    ) -> Result<redis::Value, StoreError> {
         if let Nodes::Cluster(cluster) = &self.nodes {
-            return cluster.decide(call, keys).await;
+            return cluster.decide(call, keys, queued).await;
         }
         let sender = LinkSender {
             link: self.me.clone(),
@@ -247,21 +262,12 @@ impl Link {
             script,
             cmd: Cow::Owned(cmd),
         };
-        match self.batcher.enter(call.cmd.into_owned(), keys, &sender) {
-            Enter::Idle(cmd, turn) => {
-                let result = self.invoke(&alone(cmd), Lane::Requests).await;
-                drop(turn);
-                result
-            }
-            Enter::Queued(answer) => match answer.await {
-                Ok(Answer::Decided(value)) => Ok(value),
-                Ok(Answer::Alone(cmd)) => self.invoke(&alone(cmd), Lane::Requests).await,
-                Ok(Answer::Failed(e)) => Err(e),
-                Err(_) => Err(StoreError::Unavailable(
-                    "the batch carrying this decision was dropped".into(),
-                )),
-            },
-        }
+        let entered = self.batcher.enter(call.cmd.into_owned(), keys, &sender);
+        entered
+            .answer(queued, |cmd| async move {
+                self.invoke(&alone(cmd), Lane::Requests).await
+            })
+            .await
     }
 
     /// Batches sent, decisions in them, decisions sent alone after a batch was refused.
@@ -493,16 +499,26 @@ impl SendBatch for LinkSender {
             };
             let sent =
                 tokio::time::timeout(timeout, link.invoke::<redis::Value>(&call, Lane::Requests));
-            match sent.await {
-                Ok(Ok(value)) => Sent::Replied(value),
-                Ok(Err(StoreError::Refused(message))) if batch => {
-                    Sent::NotDecided(crate::limit::store::redis::batch::unsupported(&message))
-                }
-                Ok(Err(e)) => Sent::Failed(e),
+            let result = match sent.await {
+                Ok(result) => result,
                 Err(_) => {
                     link.timed_out();
-                    Sent::Failed(StoreError::Timeout(timeout))
+                    Err(StoreError::Timeout(timeout))
                 }
+            };
+            // One call for the breaker, however many decisions it carried.
+            if let Some(breaker) = &link.breaker {
+                let now = MonotonicClock.now_ms();
+                if breaker.ended(Attempt::Call, result.as_ref().map(|_| ()), now) {
+                    link.lost();
+                }
+            }
+            match result {
+                Ok(value) => Sent::Replied(value),
+                Err(StoreError::Refused(message)) if batch => {
+                    Sent::NotDecided(crate::limit::store::redis::batch::unsupported(&message))
+                }
+                Err(e) => Sent::Failed(e),
             }
         }
     }

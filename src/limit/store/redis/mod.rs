@@ -11,14 +11,17 @@
 //! - [`keys`]: key names, the client id as the Cluster hash tag.
 //! - [`scripts`]: which Lua files make each script, the arguments of each call.
 //! - `reply.rs`: the typed reading of each reply.
+//! - `across.rs`, `groups.rs`: a request whose limits fall in several Cluster hash slots.
 //!
 //! Every call here is bounded by `store.timeout` (a renewal of a quota lease is bounded by
 //! its caller, which may wait longer: see `lease/renewal.rs`).
 
+mod across;
 mod batch;
 pub mod cluster;
 pub mod config;
 pub mod connection;
+mod groups;
 pub mod keys;
 mod repair;
 mod reply;
@@ -33,84 +36,23 @@ pub use scripts::LeaseCall;
 pub use wire::LATE_REPLY;
 
 use self::connection::Link;
+use self::groups::HashSlotGroups;
 use self::reply::{parse_grant, parse_reply};
 use self::scripts::Scripts;
 use self::wire::Lane;
 use crate::limit::store::error::StoreError;
 use crate::limit::store::held::Due;
 use crate::limit::store::lease::Grant;
-use crate::limit::store::request::{CheckRequest, Partition};
+use crate::limit::store::request::CheckRequest;
+use crate::limit::store::shared_breaker::StoreBreaker;
 use crate::limit::{Policy, Verdict};
 use futures::FutureExt;
 use redis::Value;
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A request's policies grouped by partition (one Cluster hash slot each), with their indexes in
-/// the request.
-struct HashSlotGroups;
-
-struct HashSlotGroup {
-    indexes: Vec<usize>,
-    policies: Vec<Policy>,
-    shadow: Vec<bool>,
-    partitions: Vec<Partition>,
-    waits: Vec<u64>,
-    /// Each policy's cost, when the request's differ by policy (else empty).
-    costs: Vec<u64>,
-}
-
-impl HashSlotGroup {
-    /// The part of `req` that falls in this hash slot.
-    fn request<'a>(&'a self, req: &CheckRequest<'a>) -> CheckRequest<'a> {
-        CheckRequest {
-            policies: &self.policies,
-            shadow: &self.shadow,
-            partitions: &self.partitions,
-            waits: &self.waits,
-            costs: &self.costs,
-            ..*req
-        }
-    }
-}
-
-impl HashSlotGroups {
-    fn of(req: &CheckRequest<'_>) -> Vec<HashSlotGroup> {
-        let mut groups: Vec<(Arc<str>, HashSlotGroup)> = Vec::new();
-        for (i, policy) in req.policies.iter().enumerate() {
-            let owner = req.partition_of(i);
-            let at = match groups.iter().position(|(o, _)| o == owner) {
-                Some(at) => at,
-                None => {
-                    groups.push((
-                        Arc::clone(owner),
-                        HashSlotGroup {
-                            indexes: Vec::new(),
-                            policies: Vec::new(),
-                            shadow: Vec::new(),
-                            partitions: Vec::new(),
-                            waits: Vec::new(),
-                            costs: Vec::new(),
-                        },
-                    ));
-                    groups.len() - 1
-                }
-            };
-            let g = &mut groups[at].1;
-            g.indexes.push(i);
-            g.policies.push(policy.clone());
-            g.shadow.push(req.shadow.get(i).copied().unwrap_or(false));
-            g.partitions
-                .push(req.partitions.get(i).cloned().unwrap_or(Partition::Client));
-            g.waits.push(req.waits.get(i).copied().unwrap_or(0));
-            if !req.costs.is_empty() {
-                g.costs.push(req.cost_of(i));
-            }
-        }
-        groups.into_iter().map(|(_, g)| g).collect()
-    }
-}
 
 /// The most concurrency slots one renewal call carries.
 pub const RENEW_BATCH: usize = 512;
@@ -126,18 +68,21 @@ impl RedisStore {
     /// node's circuit breaker opens after the default number of outages.
     pub fn new(config: RedisConfig) -> Result<RedisStore, StoreError> {
         let defaults = crate::limit::store::failure::default_settings();
-        RedisStore::with_breakers(config, &defaults)
+        RedisStore::with_breakers(config, &defaults, None)
     }
 
-    /// As [`new`](Self::new), each Cluster node's breaker set as `failure` says.
+    /// As [`new`](Self::new), each Cluster node's breaker set as `failure` says; a single
+    /// node's or Sentinel primary's batches report to `shared` (the store's breaker).
     pub fn with_breakers(
         config: RedisConfig,
         failure: &crate::limit::store::failure::FailureSettings,
+        shared: Option<Arc<StoreBreaker>>,
     ) -> Result<RedisStore, StoreError> {
         let scripts = Arc::new(Scripts::new());
         let breaker = (failure.breaker_failures, failure.breaker_cooldown);
+        let link = Link::new(&config, Arc::clone(&scripts), (breaker, shared))?;
         Ok(RedisStore {
-            link: Link::new(&config, config.timeout, Arc::clone(&scripts), breaker)?,
+            link,
             config,
             scripts,
         })
@@ -194,21 +139,40 @@ impl RedisStore {
     /// several partitions (a plan's keys are tagged by the client, a keyed limit's by its key)
     /// touches several hash slots: see [`check_across_hash_slots`](Self::check_across_hash_slots).
     pub async fn check(&self, req: &CheckRequest<'_>) -> Result<Verdict, StoreError> {
+        self.decide(req, &AtomicBool::new(false)).await
+    }
+
+    /// As [`check`](Self::check); `queued` is set while the decision waits for, or rides
+    /// in, a batch (`batch.rs`) — a call whose outcome the batch reports to the store's
+    /// breaker, so the store does not count it again.
+    pub async fn decide(
+        &self,
+        req: &CheckRequest<'_>,
+        queued: &AtomicBool,
+    ) -> Result<Verdict, StoreError> {
         let several_hash_slots = matches!(self.config.topology, Topology::Cluster(_))
             && (1..req.policies.len()).any(|i| req.partition_of(i) != req.partition_of(0));
         if several_hash_slots {
-            // Boxed: this rare path's state would otherwise widen every request's future.
-            return self
-                .bounded(Box::pin(self.check_across_hash_slots(req)))
-                .await;
+            // Boxed: this rare path's state would otherwise widen every request's future; and
+            // its type erased, so proving a decision `Send` need not walk every node's
+            // connection machinery (deeper than the compiler's default recursion limit).
+            let across: Pin<Box<dyn Future<Output = _> + Send + '_>> =
+                Box::pin(self.check_across_hash_slots(req));
+            return self.bounded(across).await;
         }
-        self.bounded(self.check_one_hash_slot(req)).await
+        self.bounded(self.check_one_hash_slot(req, queued)).await
     }
 
-    async fn check_one_hash_slot(&self, req: &CheckRequest<'_>) -> Result<Verdict, StoreError> {
+    async fn check_one_hash_slot(
+        &self,
+        req: &CheckRequest<'_>,
+        queued: &AtomicBool,
+    ) -> Result<Verdict, StoreError> {
         let invocation = self.scripts.check_call(&self.config.prefix, req);
         let reply = if req.slot_id.is_empty() {
-            self.link.decide(invocation, req.policies.len()).await?
+            self.link
+                .decide(invocation, req.policies.len(), queued)
+                .await?
         } else {
             // A request taking concurrency slots is never batched: if it gave up while its
             // check waited in a queue, its release (sent at once) could reach Redis before the
@@ -222,72 +186,6 @@ impl RedisStore {
             )));
         };
         parse_reply(&reply, req.policies)
-    }
-
-    /// A request over several Cluster hash slots: one check per hash slot, sent together
-    /// (pipelined to their nodes). Admitted only if every one admits; when one rejects (or
-    /// fails), those that admitted give their units back (`lua/refund.lua`) before the answer.
-    /// Between the two, another request can see those units taken and be refused for them —
-    /// never admitted beyond a limit — for one round trip.
-    async fn check_across_hash_slots(&self, req: &CheckRequest<'_>) -> Result<Verdict, StoreError> {
-        let groups = HashSlotGroups::of(req);
-        let calls = groups
-            .iter()
-            .map(|g| async move { self.check_one_hash_slot(&g.request(req)).await });
-        let results = futures::future::join_all(calls).await;
-        let all_admitted = results.iter().all(|r| r.as_ref().is_ok_and(|v| v.admitted));
-        let mut refunded = vec![false; groups.len()];
-        if !all_admitted {
-            for (i, (g, result)) in groups.iter().zip(&results).enumerate() {
-                let Ok(verdict) = result else { continue };
-                if !verdict.admitted {
-                    continue;
-                }
-                let waits: Vec<u64> = (0..g.policies.len())
-                    .map(|i| verdict.wait_of(&g.policies, i))
-                    .collect();
-                let sub = CheckRequest {
-                    waits: &waits,
-                    ..g.request(req)
-                };
-                let committed = |i: usize| verdict.decisions[i].allowed;
-                let Some(invocation) =
-                    self.scripts
-                        .refund_call(&self.config.prefix, &sub, committed, verdict.at_ms)
-                else {
-                    continue;
-                };
-                let back: Result<u64, StoreError> =
-                    self.link.invoke(&invocation, Lane::Requests).await;
-                match back {
-                    Ok(_) => refunded[i] = true,
-                    Err(e) => log::debug!("giving back units of a rejected request failed: {e}"),
-                }
-            }
-        }
-        let mut decisions = vec![None; req.policies.len()];
-        let mut now = 0;
-        for ((g, result), refunded) in groups.iter().zip(results).zip(refunded) {
-            let verdict = result?;
-            now = now.max(verdict.at_ms);
-            for (&i, mut d) in g.indexes.iter().zip(verdict.decisions) {
-                if refunded && d.allowed {
-                    // Reported as the state stays: the units are back.
-                    d.remaining = (d.remaining + req.cost_of(i)).min(d.limit);
-                }
-                decisions[i] = Some(d);
-            }
-        }
-        let decisions = decisions
-            .into_iter()
-            .map(|d| d.ok_or_else(|| StoreError::Protocol("a policy without a decision".into())))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Verdict {
-            admitted: all_admitted,
-            decisions,
-            at_ms: now,
-            from_lease: false,
-        })
     }
 
     /// What `client` has left of each `(route, policy)`, read in one `usage.lua` call that

@@ -19,7 +19,7 @@ pub mod slots;
 use self::node::{Failure, Node, NodeStatus};
 use self::slots::{key_slot, parse_slots, SlotRange, SlotTable};
 use crate::limit::store::error::StoreError;
-use crate::limit::store::redis::batch::{Answer, BatchCounts, Enter};
+use crate::limit::store::redis::batch::BatchCounts;
 use crate::limit::store::redis::config::RedisAuth;
 use crate::limit::store::redis::scripts::{Call, Scripts};
 use crate::limit::store::redis::wire::{with_auth, Lane};
@@ -165,7 +165,13 @@ impl ClusterLink {
     /// Decides with a `check.lua` call naming `keys` keys, batched on the node serving them
     /// with the decisions that arrive while another call is in flight there (`batch.rs`); a
     /// batch refused for a slot on the move sends its members the ordinary way, one by one.
-    pub async fn decide(&self, call: Call<'_>, keys: usize) -> Result<redis::Value, StoreError> {
+    /// (`queued` is set as on a single node; the node's breaker counts calls itself.)
+    pub async fn decide(
+        &self,
+        call: Call<'_>,
+        keys: usize,
+        queued: &AtomicBool,
+    ) -> Result<redis::Value, StoreError> {
         let slot = call_slot(&call);
         let node = match self.table.load().as_ref() {
             Some(table) => Arc::clone(table.node(slot)),
@@ -177,21 +183,12 @@ impl ClusterLink {
             script,
             cmd: std::borrow::Cow::Owned(cmd),
         };
-        match node.batcher.enter(call.cmd.into_owned(), keys, &sender) {
-            Enter::Idle(cmd, turn) => {
-                let result = self.invoke(&alone(cmd), Lane::Requests).await;
-                drop(turn);
-                result
-            }
-            Enter::Queued(answer) => match answer.await {
-                Ok(Answer::Decided(value)) => Ok(value),
-                Ok(Answer::Alone(cmd)) => self.invoke(&alone(cmd), Lane::Requests).await,
-                Ok(Answer::Failed(e)) => Err(e),
-                Err(_) => Err(StoreError::Unavailable(
-                    "the batch carrying this decision was dropped".into(),
-                )),
-            },
-        }
+        let entered = node.batcher.enter(call.cmd.into_owned(), keys, &sender);
+        entered
+            .answer(queued, |cmd| async move {
+                self.invoke(&alone(cmd), Lane::Requests).await
+            })
+            .await
     }
 
     /// The call in hand sent where a `MOVED` or `ASK` said, once.
