@@ -1,6 +1,7 @@
 //! Batched decisions (`lua/batch.lua`, `src/limit/store/redis/batch.rs`) decide exactly as
 //! one call per request does: held to the Rust reference on random sequences cut at random
-//! batch boundaries, and a member Redis cannot decide never changes another's decision.
+//! batch boundaries, with give-backs and charges between them, and a member Redis cannot
+//! decide never changes another's decision.
 
 use crate::common;
 use crate::lua_agrees::{random_policy, Rng};
@@ -12,7 +13,7 @@ use turnstile::limit::store::memory::MemoryStore;
 use turnstile::limit::store::redis::scripts::{BATCH_SOURCE, CHECK_SOURCE};
 use turnstile::limit::store::redis::{RedisConfig, RedisStore, Topology};
 use turnstile::limit::store::request::{CheckRequest, DecideAt};
-use turnstile::limit::Policy;
+use turnstile::limit::{Algorithm, Policy};
 
 fn store(server: &RedisServer, prefix: &str) -> RedisStore {
     store_batching(server, prefix, 64)
@@ -37,12 +38,13 @@ fn store_batching(server: &RedisServer, prefix: &str, batch_max: usize) -> Redis
 /// finds the connection idle and goes alone, the others arrive while it is in flight and go
 /// as batches, in arrival order. The Rust reference decides the same requests one after
 /// another in that order, each at the time its call reported; every verdict must be equal.
-/// Now and then admitted requests are given back between groups.
+/// Now and then admitted requests are given back, or charged from their responses, between
+/// groups.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_decisions_agree_with_rust_on_random_sequences_cut_into_random_batches() {
     let server = RedisServer::start();
     let redis = store(&server, "batch");
-    let mut compared = 0;
+    let (mut compared, mut charges) = (0, 0);
     for seed in 1..=25u64 {
         let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1);
         let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
@@ -97,9 +99,32 @@ async fn batched_decisions_agree_with_rust_on_random_sequences_cut_into_random_b
                 }
             }
             // Between groups (Redis decided the whole group before any of this), now and
-            // then an admitted request is given back.
+            // then an admitted request is given back, or charged what its response said it
+            // cost (its fixed and sliding windows: more or less than it was counted for).
             for (request, verdict) in admitted {
-                if rng.below(6) == 0 {
+                let roll = rng.below(6);
+                if roll == 1 {
+                    let deltas: Vec<(usize, i64)> = (0..n)
+                        .filter(|&p| {
+                            matches!(
+                                policies[p].algorithm,
+                                Algorithm::FixedWindow | Algorithm::SlidingWindow
+                            )
+                        })
+                        .map(|p| (p, rng.below(9) as i64 - 3))
+                        .collect();
+                    let charged = CheckRequest {
+                        at: DecideAt::Fixed(verdict.at_ms),
+                        ..*request
+                    };
+                    redis
+                        .charge(&charged, verdict.at_ms, &deltas)
+                        .await
+                        .unwrap();
+                    memory.charge(&charged, verdict.at_ms, &deltas);
+                    charges += deltas.iter().filter(|(_, d)| *d != 0).count();
+                }
+                if roll == 0 {
                     let now = verdict.at_ms;
                     let waits: Vec<u64> = (0..n).map(|p| verdict.wait_of(&policies, p)).collect();
                     let given = CheckRequest {
@@ -114,8 +139,9 @@ async fn batched_decisions_agree_with_rust_on_random_sequences_cut_into_random_b
         }
     }
     let (batches, batched, alone) = redis.batches();
-    println!("{compared} decisions compared, {batched} of them in {batches} batches");
+    println!("{compared} decisions compared, {batched} of them in {batches} batches, {charges} charges between them");
     assert!(compared > 25 * 30);
+    assert!(charges > 50, "only {charges} limits were charged");
     assert!(
         batches > 100 && batched >= 2 * batches,
         "groups of 3 or more requests sent at once form batches: {batches} batches, {batched} decisions"
