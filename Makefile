@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping bench-resilience bench-redis-core bench-modes bench-console bench-console-count fuzz clean
+.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping bench-resilience bench-redis-core bench-modes bench-console bench-console-count bench-count fuzz clean
 
 all: build
 
@@ -58,6 +58,12 @@ bench-floor: deps
 # one / four Redis limits, plan + keyed), next to pass-through; THREADS=2 for two workers.
 bench-modes: deps
 	benches/load/modes.sh
+
+# The request path counted in instructions (callgrind): pass-through, one Redis limit, plan +
+# keyed; BEFORE=<older binary> alternates it with this tree's, the way to show a change costs
+# nothing on a noisy machine.
+bench-count: deps
+	benches/load/count.sh
 
 # What the operator console costs the request path: the same gateway with nobody looking and
 # with the console's calls every 2 s, alternated in one run.

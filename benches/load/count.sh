@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The request path's cost, counted (`make bench-count`): instructions the gateway process
+# executes per request under callgrind — deterministic where wall-clock rounds on a shared
+# VM are not — in three modes on one gateway (1 worker thread and h2load --h1 -c1 unless
+# THREADS and CONNS say otherwise, $N requests per mode after 300 to warm up, each mode
+# dumped apart):
+#   pass     a route with nothing configured
+#   redis1   an API key and one plan limit on Redis (far above the load: all admitted)
+#   keyed    the same plus one header-keyed limit
+# BEFORE=/path/to/an/older/turnstile: that binary too, the two alternated over $ROUNDS rounds
+# (the way to show a change to the request path costs nothing). THREADS=2 CONNS=4: two
+# worker threads and four connections — instructions the second thread adds (callgrind runs
+# one thread at a time, so this counts work, not contention). The kernel's share of each
+# request is not in these counts.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+N=${N:-2000}; ROUNDS=${ROUNDS:-2}; THREADS=${THREADS:-1}; CONNS=${CONNS:-1}
+# shellcheck source=benches/load/lib.sh
+. benches/load/lib.sh
+bench_start count nginx h2load curl python3 redis-server valgrind callgrind_control
+
+ORIGIN=$(port); REDIS=$(port)
+nginx -c "$(origin_conf "$WORK" "$ORIGIN")" & pids+=($!)
+redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" > "$WORK/redis.log" 2>&1 & pids+=($!)
+wait_port "$ORIGIN"; wait_port "$REDIS"
+KEY="X-Api-Key: bench-api-key-0123456789"
+
+# count NAME BINARY: one gateway under callgrind; prints "NAME pass redis1 keyed" (per request).
+count() {
+  local name=$1 bin=$2 p dir vg mode path
+  p=$(port); dir="$WORK/$name.$RANDOM"; mkdir -p "$dir"
+  cat > "$dir/gw.toml" <<TOML
+[server]
+listen = "127.0.0.1:$p"
+threads = $THREADS
+key_hash_secret = "bench-key-hash-secret-0123456789"
+pid_file = "$dir/gw.pid"
+upgrade_sock = "$dir/gw.sock"
+[store]
+kind = "redis"
+url = "redis://127.0.0.1:$REDIS"
+timeout = "2s"
+[upstreams.o]
+servers = ["127.0.0.1:$ORIGIN"]
+[plans.p]
+limits = [{ name = "per-s", algorithm = "token_bucket", limit = 1000000, window = "1s" }]
+[[clients]]
+id = "bench"
+plan = "p"
+api_keys = ["bench-api-key-0123456789"]
+[[routes]]
+name = "pass"
+path_prefix = "/pass"
+upstream = "o"
+[[routes]]
+name = "redis1"
+path_prefix = "/redis1"
+upstream = "o"
+auth = "api_key"
+[[routes]]
+name = "keyed"
+path_prefix = "/keyed"
+upstream = "o"
+auth = "api_key"
+[[routes.limits]]
+name = "per-tenant"
+key = ["header:x-tenant"]
+algorithm = "token_bucket"
+limit = 1000000
+window = "1s"
+TOML
+  RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" "$bin" --config "$dir/gw.toml" > "$dir/gw.log" 2>&1 &
+  vg=$!; pids+=("$vg")
+  for _ in $(seq 240); do
+    curl -s -o /dev/null "http://127.0.0.1:$p/pass" && break
+    kill -0 "$vg" 2>/dev/null || { echo "$name did not start:" >&2; tail -20 "$dir/gw.log" >&2; exit 1; }
+    sleep 0.5
+  done
+  for mode in pass redis1 keyed; do
+    h2load --h1 -c"$CONNS" -n300 -H "$KEY" -H "X-Tenant: t1" "http://127.0.0.1:$p/$mode" > /dev/null
+  done
+  printf '%s' "$name"
+  for mode in pass redis1 keyed; do
+    callgrind_control -z "$vg" > /dev/null 2>&1
+    h2load --h1 -c"$CONNS" -n"$N" -H "$KEY" -H "X-Tenant: t1" "http://127.0.0.1:$p/$mode" | grep -q "$N 2xx" \
+      || { echo "$name $mode: not all 2xx; the gateway said:" >&2; tail -20 "$dir/gw.log" >&2; exit 1; }
+    callgrind_control -d "$mode" "$vg" > /dev/null 2>&1
+    path=$(ls -t "$dir"/cg.out.* | head -1)
+    printf ' %s' $(( $(awk '/^totals:/ {print $2}' "$path") / N ))
+  done
+  echo
+  kill "$vg"; wait "$vg" 2>/dev/null || true
+}
+
+echo "valgrind --tool=callgrind, $THREADS worker thread(s), h2load --h1 -c$CONNS, $N requests per mode after 300 to warm up;"
+echo "instructions of the whole gateway process per request"
+echo
+echo "| binary | pass | redis1 | keyed |"
+echo "| --- | --- | --- | --- |"
+for _ in $(seq "$ROUNDS"); do
+  [ -z "${BEFORE:-}" ] || count before "$BEFORE" | awk '{printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4}'
+  count turnstile "$BIN" | awk '{printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4}'
+done
