@@ -47,18 +47,28 @@ pub async fn run<T: redis::FromRedisValue, C: redis::aio::ConnectionLike>(
 /// in the order it was sent. A script loaded only on its first `NOSCRIPT` would be sent again
 /// after that reply: behind calls sent meanwhile (a release queued after a stalled check must
 /// run after it, and before the next check).
+///
+/// All in one round trip (a pipeline): a new connection's first decisions wait for this, and
+/// on a busy machine each round trip is a wake-up or two — ten of them in a row could outlast
+/// `store.timeout` and leave a freshly started gateway's first decisions to the failure mode.
 pub async fn load<C: redis::aio::ConnectionLike>(
     scripts: &Scripts,
     conn: &mut C,
 ) -> Result<(), RedisError> {
-    for script in scripts.all() {
-        script.prepare_invoke().load_async(conn).await?;
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for source in scripts.sources() {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(source);
     }
+    pipe.cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(super::scripts::BATCH_SOURCE);
+    let mut loaded: Vec<redis::RedisResult<String>> = pipe.query_async(conn).await?;
     // Batching only: where Redis refuses it (older than 7), every decision is its own call.
-    if let Err(e) = scripts.batch.prepare_invoke().load_async(conn).await {
+    if let Some(Err(e)) = loaded.pop() {
         log::debug!("Redis did not load the batch script: {e}");
     }
-    Ok(())
+    loaded.into_iter().try_for_each(|sha| sha.map(drop))
 }
 
 /// The connection is gone (not merely an error Redis answered with).
