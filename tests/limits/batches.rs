@@ -9,6 +9,7 @@ use crate::lua_agrees::{random_policy, Rng};
 use common::redis::RedisServer;
 use std::sync::Arc;
 use turnstile::clock::ManualClock;
+use turnstile::limit::calendar::{Calendar, Unit};
 use turnstile::limit::store::memory::MemoryStore;
 use turnstile::limit::store::redis::scripts::{BATCH_SOURCE, CHECK_SOURCE};
 use turnstile::limit::store::redis::{RedisConfig, RedisStore, Topology};
@@ -44,12 +45,25 @@ fn store_batching(server: &RedisServer, prefix: &str, batch_max: usize) -> Redis
 async fn batched_decisions_agree_with_rust_on_random_sequences_cut_into_random_batches() {
     let server = RedisServer::start();
     let redis = store(&server, "batch");
-    let (mut compared, mut charges) = (0, 0);
+    let (mut compared, mut charges, mut calendars) = (0, 0, 0);
     for seed in 1..=25u64 {
         let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1);
         let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
         let n = 1 + rng.below(3) as usize;
-        let policies: Vec<Policy> = (0..n).map(|i| random_policy(&mut rng, i)).collect();
+        // Every algorithm a batch decides (concurrency limits never ride in one): the five
+        // of the random plans, and now and then a calendar day (Kolkata: a half-hour zone).
+        let policies: Vec<Policy> = (0..n)
+            .map(|i| match rng.below(6) {
+                0 => Policy::calendar_window(
+                    &format!("p{i}"),
+                    1 + rng.below(12),
+                    Calendar::new(Unit::Day, "Asia/Kolkata").unwrap(),
+                )
+                .unwrap(),
+                _ => random_policy(&mut rng, i),
+            })
+            .collect();
+        calendars += policies.iter().filter(|p| p.calendar().is_some()).count();
         let shadow: Vec<bool> = (0..n).map(|_| rng.below(4) == 0).collect();
         let max_cost = policies.iter().map(Policy::capacity).min().unwrap().min(3);
         let clients: Vec<Arc<str>> = (0..3).map(|c| format!("s{seed}-c{c}").into()).collect();
@@ -139,9 +153,10 @@ async fn batched_decisions_agree_with_rust_on_random_sequences_cut_into_random_b
         }
     }
     let (batches, batched, alone) = redis.batches();
-    println!("{compared} decisions compared, {batched} of them in {batches} batches, {charges} charges between them");
+    println!("{compared} decisions compared, {batched} of them in {batches} batches, {charges} charges between them, {calendars} calendar windows");
     assert!(compared > 25 * 30);
     assert!(charges > 50, "only {charges} limits were charged");
+    assert!(calendars > 0, "no plan had a calendar window");
     assert!(
         batches > 100 && batched >= 2 * batches,
         "groups of 3 or more requests sent at once form batches: {batches} batches, {batched} decisions"
