@@ -13,7 +13,7 @@ use turnstile::limit::calendar::{Calendar, Unit};
 use turnstile::limit::store::memory::MemoryStore;
 use turnstile::limit::store::redis::scripts::{BATCH_SOURCE, CHECK_SOURCE};
 use turnstile::limit::store::redis::{RedisConfig, RedisStore, Topology};
-use turnstile::limit::store::request::{CheckRequest, DecideAt};
+use turnstile::limit::store::request::{CheckRequest, Counted, DecideAt};
 use turnstile::limit::{Algorithm, Policy};
 
 fn store(server: &RedisServer, prefix: &str) -> RedisStore {
@@ -114,40 +114,32 @@ async fn batched_decisions_agree_with_rust_on_random_sequences_cut_into_random_b
             }
             // Between groups (Redis decided the whole group before any of this), now and
             // then an admitted request is given back, or charged what its response said it
-            // cost (its fixed and sliding windows: more or less than it was counted for).
+            // cost (its fixed and sliding windows: more or less than it was counted for) —
+            // as the gateway does both: only what the request counted (`Counted`: not a
+            // shadow limit that would have refused it, which wrote nothing).
             for (request, verdict) in admitted {
                 let roll = rng.below(6);
+                let Some(taken) = Counted::of(request, &policies, &verdict, false) else {
+                    continue;
+                };
+                let counted = taken.request();
                 if roll == 1 {
-                    let deltas: Vec<(usize, i64)> = (0..n)
+                    let deltas: Vec<(usize, i64)> = (0..taken.policies.len())
                         .filter(|&p| {
                             matches!(
-                                policies[p].algorithm,
+                                taken.policies[p].algorithm,
                                 Algorithm::FixedWindow | Algorithm::SlidingWindow
                             )
                         })
                         .map(|p| (p, rng.below(9) as i64 - 3))
                         .collect();
-                    let charged = CheckRequest {
-                        at: DecideAt::Fixed(verdict.at_ms),
-                        ..*request
-                    };
-                    redis
-                        .charge(&charged, verdict.at_ms, &deltas)
-                        .await
-                        .unwrap();
-                    memory.charge(&charged, verdict.at_ms, &deltas);
+                    redis.charge(&counted, taken.at_ms, &deltas).await.unwrap();
+                    memory.charge(&counted, taken.at_ms, &deltas);
                     charges += deltas.iter().filter(|(_, d)| *d != 0).count();
                 }
                 if roll == 0 {
-                    let now = verdict.at_ms;
-                    let waits: Vec<u64> = (0..n).map(|p| verdict.wait_of(&policies, p)).collect();
-                    let given = CheckRequest {
-                        waits: &waits,
-                        at: DecideAt::Fixed(now),
-                        ..*request
-                    };
-                    redis.refund(&given, now).await.unwrap();
-                    memory.refund(&given, now);
+                    redis.refund(&counted, taken.at_ms).await.unwrap();
+                    memory.refund(&counted, taken.at_ms);
                 }
             }
         }
