@@ -22,4 +22,5 @@ mod plan_limits;
 mod redis_store;
 mod redis_transport;
 mod shedding;
+mod slow_connect;
 mod stalls;

@@ -12,6 +12,7 @@ use crate::limit::store::redis::batch::{BatchCounts, Batcher, SendBatch, Sent};
 use crate::limit::store::redis::cluster::node::NodeStatus;
 use crate::limit::store::redis::cluster::ClusterLink;
 use crate::limit::store::redis::config::{RedisConfig, Topology};
+use crate::limit::store::redis::making::{connect_bound, connection_timeout, Making};
 use crate::limit::store::redis::repair::{repair_loop, LaneWatch, OnDisconnect, Ping};
 use crate::limit::store::redis::scripts::{Call, Scripts};
 use crate::limit::store::redis::wire::{
@@ -86,8 +87,11 @@ impl<C> Lanes<C> {
 /// The connections of one Redis store.
 pub struct Link {
     nodes: Nodes,
-    /// Bound on making a connection.
+    /// The store timeout: a batch call's bound (and, through `making.rs`, what bounds making
+    /// a connection).
     connect_timeout: Duration,
+    /// Each lane's connection being made in a task of its own (single node, Sentinel).
+    making: [Making; 2],
     scripts: Arc<Scripts>,
     /// Whether the request lane's connection is known lost (and being repaired).
     watch: Arc<LaneWatch>,
@@ -178,6 +182,7 @@ impl Link {
             scripts,
             watch: Arc::new(LaneWatch::default()),
             resp3,
+            making: Default::default(),
             batcher,
             counts,
             breaker: shared,
@@ -287,8 +292,8 @@ impl Link {
         lane: Lane,
     ) -> Result<T, RedisError> {
         Ok(match &self.nodes {
-            Nodes::Single { client, lanes } => {
-                let conn = self.single(client, lanes, lane).await?;
+            Nodes::Single { lanes, .. } => {
+                let conn = self.single(lanes, lane).await?;
                 run(call, &mut conn.clone()).await?
             }
             // Sent by `invoke`, node by node.
@@ -298,13 +303,9 @@ impl Link {
                     "a Cluster call goes through its node",
                 )))
             }
-            Nodes::Sentinel { client, lanes } => {
+            Nodes::Sentinel { lanes, .. } => {
                 let slot = lanes.pick(lane);
-                let conn = match slot.load_full() {
-                    Some(conn) => conn,
-                    // Boxed, as in `first_or`.
-                    None => Box::pin(self.sentinel_connect(client, slot, lane)).await?,
-                };
+                let conn = self.sentinel(lanes, lane).await?;
                 let result = run(call, &mut (*conn).clone()).await;
                 if let Err(e) = &result {
                     if lost_the_primary(e) {
@@ -320,27 +321,100 @@ impl Link {
     /// The single node's connection for `lane`, made (with every script loaded) if needed.
     async fn single<'a>(
         &self,
-        client: &redis::Client,
         lanes: &'a Lanes<ConnectionManager>,
         lane: Lane,
     ) -> Result<&'a ConnectionManager, RedisError> {
-        first_or(lanes.pick(lane), || async {
-            let mut config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(self.connect_timeout))
-                .set_response_timeout(Some(LATE_REPLY))
-                // One attempt per (re)connection: a retry after a backoff would outlast the
-                // call's timeout and turn a fast, telling failure (refused, wrong password)
-                // into a timeout. The next call connects again.
-                .set_number_of_retries(0)
-                .set_max_delay(Duration::from_secs(1));
-            if self.resp3 && matches!(lane, Lane::Requests) {
-                config = config.set_push_sender(OnDisconnect(self.me.clone()));
+        if let Some(conn) = lanes.pick(lane).get() {
+            return Ok(conn);
+        }
+        // Boxed: rare, and its state would widen every call's future.
+        Box::pin(self.made(lane)).await;
+        lanes.pick(lane).get().ok_or_else(|| self.unmade(lane))
+    }
+
+    /// The Sentinel primary's connection for `lane`, made (with every script loaded) if
+    /// needed.
+    async fn sentinel(
+        &self,
+        lanes: &SentinelLanes,
+        lane: Lane,
+    ) -> Result<Arc<MultiplexedConnection>, RedisError> {
+        if let Some(conn) = lanes.pick(lane).load_full() {
+            return Ok(conn);
+        }
+        Box::pin(self.made(lane)).await;
+        lanes
+            .pick(lane)
+            .load_full()
+            .ok_or_else(|| self.unmade(lane))
+    }
+
+    /// Waits for `lane`'s connection to be made by a task of its own (`making.rs`), starting
+    /// one if none is under way.
+    async fn made(&self, lane: Lane) {
+        let ready = || match &self.nodes {
+            Nodes::Single { lanes, .. } => lanes.pick(lane).get().is_some(),
+            Nodes::Sentinel { lanes, .. } => lanes.pick(lane).load().is_some(),
+            Nodes::Cluster(_) => true,
+        };
+        let start = || {
+            let Some(me) = self.me.upgrade() else {
+                let replaced = (redis::ErrorKind::Io, "the store was replaced");
+                self.making[lane as usize].ended(Some(replaced.into()));
+                return;
+            };
+            tokio::spawn(async move {
+                let bound = connect_bound(me.connect_timeout);
+                let error = match tokio::time::timeout(bound, me.connect(lane)).await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(e),
+                    Err(_) => Some(RedisError::from((
+                        redis::ErrorKind::Io,
+                        "cannot connect to Redis",
+                        format!("no connection within {bound:?}"),
+                    ))),
+                };
+                me.making[lane as usize].ended(error);
+            });
+        };
+        self.making[lane as usize].wait(ready, start).await;
+    }
+
+    /// Makes `lane`'s connection and loads every script (in the task `made` starts).
+    async fn connect(&self, lane: Lane) -> Result<(), RedisError> {
+        match &self.nodes {
+            Nodes::Single { client, lanes } => {
+                let make = || async {
+                    let mut config = ConnectionManagerConfig::new()
+                        .set_connection_timeout(Some(connection_timeout(self.connect_timeout)))
+                        .set_response_timeout(Some(LATE_REPLY))
+                        // One attempt per (re)connection: a retry after a backoff would
+                        // turn a fast, telling failure (refused, wrong password) into a
+                        // timeout. The next call connects again.
+                        .set_number_of_retries(0)
+                        .set_max_delay(Duration::from_secs(1));
+                    if self.resp3 && matches!(lane, Lane::Requests) {
+                        config = config.set_push_sender(OnDisconnect(self.me.clone()));
+                    }
+                    let mut conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
+                    load(&self.scripts, &mut conn).await?;
+                    Ok::<_, RedisError>(conn)
+                };
+                lanes.pick(lane).get_or_try_init(make).await.map(drop)
             }
-            let mut conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
-            load(&self.scripts, &mut conn).await?;
-            Ok(conn)
-        })
-        .await
+            Nodes::Sentinel { client, lanes } => self
+                .sentinel_connect(client, lanes.pick(lane), lane)
+                .await
+                .map(drop),
+            Nodes::Cluster(_) => Ok(()),
+        }
+    }
+
+    /// Why `lane` has no connection after an attempt ended: the attempt's own error.
+    fn unmade(&self, lane: Lane) -> RedisError {
+        self.making[lane as usize]
+            .last_error()
+            .unwrap_or_else(|| (redis::ErrorKind::Io, "cannot connect to Redis").into())
     }
 
     /// Asks the sentinels for the primary and connects to it (one caller at a time; the
@@ -356,7 +430,7 @@ impl Link {
             return Ok(conn);
         }
         let mut config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
+            .set_connection_timeout(Some(connection_timeout(self.connect_timeout)))
             .set_response_timeout(Some(LATE_REPLY));
         if matches!(lane, Lane::Requests) {
             config = config.set_push_sender(OnDisconnect(self.me.clone()));
@@ -369,31 +443,19 @@ impl Link {
     }
 }
 
-/// The connection in `cell`, made by `connect` when there is none yet. Making one is boxed:
-/// its state (connecting, loading every script) would otherwise be part of every call's
-/// future, which is part of every request's.
-async fn first_or<C, F>(cell: &OnceCell<C>, connect: impl FnOnce() -> F) -> Result<&C, RedisError>
-where
-    F: std::future::Future<Output = Result<C, RedisError>>,
-{
-    match cell.get() {
-        Some(conn) => Ok(conn),
-        None => Box::pin(cell.get_or_try_init(connect)).await,
-    }
-}
-
 impl Ping for Link {
     fn watch(&self) -> &LaneWatch {
         &self.watch
     }
 
     /// One PING through the request lane's connection (made anew if the old one is gone;
-    /// on Sentinel, to the primary the sentinels name now), bounded by the connect timeout.
+    /// on Sentinel, to the primary the sentinels name now), bounded by the time making a
+    /// connection may take plus a call's.
     async fn ping(&self) -> bool {
         let ping = async {
             match &self.nodes {
-                Nodes::Single { client, lanes } => {
-                    let conn = self.single(client, lanes, Lane::Requests).await?;
+                Nodes::Single { lanes, .. } => {
+                    let conn = self.single(lanes, Lane::Requests).await?;
                     let pong = redis::cmd("PING")
                         .query_async::<()>(&mut conn.clone())
                         .await;
@@ -415,12 +477,9 @@ impl Ping for Link {
                         "no node of the cluster answered",
                     ))),
                 },
-                Nodes::Sentinel { client, lanes } => {
+                Nodes::Sentinel { lanes, .. } => {
                     let slot = &lanes.requests;
-                    let conn = match slot.load_full() {
-                        Some(conn) => conn,
-                        None => self.sentinel_connect(client, slot, Lane::Requests).await?,
-                    };
+                    let conn = self.sentinel(lanes, Lane::Requests).await?;
                     let pong = redis::cmd("PING")
                         .query_async::<()>(&mut (*conn).clone())
                         .await;
@@ -432,7 +491,12 @@ impl Ping for Link {
             }
         };
         matches!(
-            tokio::time::timeout(self.connect_timeout.max(Duration::from_millis(100)), ping).await,
+            tokio::time::timeout(
+                connect_bound(self.connect_timeout)
+                    + self.connect_timeout.max(Duration::from_millis(100)),
+                ping
+            )
+            .await,
             Ok(Ok(()))
         )
     }

@@ -8,6 +8,8 @@
 //! - [`cluster`]: Redis Cluster node by node — the slot map, each node's connections and
 //!   circuit breaker, redirects followed.
 //! - `repair.rs`: the request connection made again as soon as it is known lost.
+//! - `making.rs`: connections made in a task of their own, never cancelled by a request
+//!   giving up at its timeout.
 //! - [`keys`]: key names, the client id as the Cluster hash tag.
 //! - [`scripts`]: which Lua files make each script, the arguments of each call.
 //! - `reply.rs`: the typed reading of each reply.
@@ -23,6 +25,7 @@ pub mod config;
 pub mod connection;
 mod groups;
 pub mod keys;
+mod making;
 mod repair;
 mod reply;
 pub mod scripts;

@@ -12,6 +12,7 @@ use crate::limit::store::breaker::{Attempt, BreakerState, CircuitBreaker, Transi
 use crate::limit::store::error::StoreError;
 use crate::limit::store::health::{HealthCell, StoreHealth};
 use crate::limit::store::redis::batch::{unsupported, BatchCounts, Batcher, SendBatch, Sent};
+use crate::limit::store::redis::making::{connect_bound, connection_timeout};
 use crate::limit::store::redis::scripts::{Call, Scripts};
 use crate::limit::store::redis::wire::{load, lost_connection, run, Lane, LATE_REPLY};
 use arc_swap::ArcSwapOption;
@@ -21,11 +22,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
-
-/// The longest a connection (with its scripts loaded) may take to be made, whatever the
-/// store timeout: it is made in the background, for the requests after.
-const CONNECT_AT_MOST: Duration = Duration::from_secs(2);
-const CONNECT_AT_LEAST: Duration = Duration::from_millis(500);
 
 /// How a call to a node ended, when it did not answer.
 pub enum Failure {
@@ -250,9 +246,8 @@ impl Node {
         if !slot.connecting.swap(true, Ordering::AcqRel) {
             let node = Arc::clone(self);
             tokio::spawn(async move {
-                let bound = node
-                    .connect_timeout
-                    .clamp(CONNECT_AT_LEAST, CONNECT_AT_MOST);
+                // Made in the background, for the requests after (`making.rs`).
+                let bound = connect_bound(node.connect_timeout);
                 let made = tokio::time::timeout(bound, node.make()).await;
                 let slot = &node.lanes[lane as usize];
                 match made {
@@ -276,7 +271,7 @@ impl Node {
 
     async fn make(&self) -> Result<MultiplexedConnection, RedisError> {
         let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout.max(CONNECT_AT_LEAST)))
+            .set_connection_timeout(Some(connection_timeout(self.connect_timeout)))
             .set_response_timeout(Some(LATE_REPLY));
         let client = match &self.client {
             Ok(client) => client,
