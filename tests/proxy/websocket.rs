@@ -196,6 +196,10 @@ max_concurrent = 2
 kind = "redis"
 url = "{url}"
 concurrency_slot_ttl = "1s"
+# A fresh gateway's first decision also waits for its connection to be made (in a task of
+# its own); within the default 20 ms on a busy machine it can fall to `fail_open` and take no
+# slot (failed once in a fresh-clone run).
+timeout = "5s"
 "#,
         port = echo.port,
         url = redis.url()
