@@ -53,7 +53,7 @@ use futures::FutureExt;
 use redis::Value;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,6 +64,9 @@ pub struct RedisStore {
     config: RedisConfig,
     link: Arc<Link>,
     scripts: Arc<Scripts>,
+    /// Whether a decision has ended since the store was made: until one has, decisions also
+    /// wait for the first connection to be made ([`decision_bound`](Self::decision_bound)).
+    decided_once: AtomicBool,
 }
 
 impl RedisStore {
@@ -88,6 +91,7 @@ impl RedisStore {
             link,
             config,
             scripts,
+            decided_once: AtomicBool::new(false),
         })
     }
 
@@ -161,9 +165,45 @@ impl RedisStore {
             // connection machinery (deeper than the compiler's default recursion limit).
             let across: Pin<Box<dyn Future<Output = _> + Send + '_>> =
                 Box::pin(self.check_across_hash_slots(req));
-            return self.bounded(across).await;
+            return self.first_or_bounded(across).await;
         }
-        self.bounded(self.check_one_hash_slot(req, queued)).await
+        self.first_or_bounded(self.check_one_hash_slot(req, queued))
+            .await
+    }
+
+    /// A decision within [`decision_bound`](Self::decision_bound); the first to end (with
+    /// any outcome) ends the longer wait of the store's first decisions. A combinator, as
+    /// [`bounded`](Self::bounded) is.
+    fn first_or_bounded<'a>(
+        &'a self,
+        call: impl Future<Output = Result<Verdict, StoreError>> + 'a,
+    ) -> impl Future<Output = Result<Verdict, StoreError>> + 'a {
+        let (bound, first) = self.decision_bound();
+        self.within(bound, call).map(move |result| {
+            if first {
+                self.decided_once.store(true, Ordering::Relaxed);
+            }
+            result
+        })
+    }
+
+    /// How long a decision may take, and whether it is among the store's first. Until a
+    /// decision has ended, the connection it needs is most likely still being made (at
+    /// most `connect_bound`: `making.rs`; on a Cluster the slot map's connection, then the
+    /// node's), so the first decisions of a freshly started gateway wait for it before
+    /// their own `store.timeout` — instead of falling to their routes' failure mode (past
+    /// the limit on `fail_open`, refused on `fail_closed`) while Redis is fine. Once one has
+    /// ended, decided or not, every decision is bounded by `store.timeout` alone.
+    fn decision_bound(&self) -> (Duration, bool) {
+        let timeout = self.config.timeout;
+        if self.decided_once.load(Ordering::Relaxed) {
+            return (timeout, false);
+        }
+        let connections = match self.config.topology {
+            Topology::Cluster(_) => 2,
+            _ => 1,
+        };
+        (timeout + making::connect_bound(timeout) * connections, true)
     }
 
     async fn check_one_hash_slot(
@@ -470,7 +510,15 @@ impl RedisStore {
         &'a self,
         call: impl Future<Output = Result<T, StoreError>> + 'a,
     ) -> impl Future<Output = Result<T, StoreError>> + 'a {
-        let timeout = self.config.timeout;
+        self.within(self.config.timeout, call)
+    }
+
+    /// `call` within `timeout`; at the timeout, the link is told (see `Link::timed_out`).
+    fn within<'a, T: 'a>(
+        &'a self,
+        timeout: Duration,
+        call: impl Future<Output = Result<T, StoreError>> + 'a,
+    ) -> impl Future<Output = Result<T, StoreError>> + 'a {
         let link = &self.link;
         tokio::time::timeout(timeout, call).map(move |result| {
             result.unwrap_or_else(|_| {
