@@ -89,7 +89,7 @@ pub struct Link {
     nodes: Nodes,
     /// The store timeout: a batch call's bound (and, through `making.rs`, what bounds making
     /// a connection).
-    connect_timeout: Duration,
+    store_timeout: Duration,
     /// Each lane's connection being made in a task of its own (single node, Sentinel).
     making: [Making; 2],
     scripts: Arc<Scripts>,
@@ -114,7 +114,7 @@ impl Link {
         scripts: Arc<Scripts>,
         (breaker, shared): ((u32, Duration), Option<Arc<StoreBreaker>>),
     ) -> Result<Arc<Link>, StoreError> {
-        let connect_timeout = config.timeout;
+        let store_timeout = config.timeout;
         let counts = Arc::new(BatchCounts::default());
         let batching = (
             (config.batch_max, config.batch_in_flight),
@@ -149,7 +149,7 @@ impl Link {
                 certs,
                 Arc::clone(&scripts),
                 breaker,
-                connect_timeout,
+                store_timeout,
                 batching.clone(),
             )?),
             Topology::Sentinel { master, sentinels } => {
@@ -178,7 +178,7 @@ impl Link {
         ));
         Ok(Arc::new_cyclic(|me| Link {
             nodes,
-            connect_timeout,
+            store_timeout,
             scripts,
             watch: Arc::new(LaneWatch::default()),
             resp3,
@@ -260,7 +260,7 @@ impl Link {
         }
         let sender = LinkSender {
             link: self.me.clone(),
-            timeout: self.connect_timeout,
+            timeout: self.store_timeout,
         };
         let script = call.script;
         let alone = |cmd| Call {
@@ -364,7 +364,7 @@ impl Link {
                 return;
             };
             tokio::spawn(async move {
-                let bound = connect_bound(me.connect_timeout);
+                let bound = connect_bound(me.store_timeout);
                 let error = match tokio::time::timeout(bound, me.connect(lane)).await {
                     Ok(Ok(())) => None,
                     Ok(Err(e)) => Some(e),
@@ -386,7 +386,7 @@ impl Link {
             Nodes::Single { client, lanes } => {
                 let make = || async {
                     let mut config = ConnectionManagerConfig::new()
-                        .set_connection_timeout(Some(connection_timeout(self.connect_timeout)))
+                        .set_connection_timeout(Some(connection_timeout(self.store_timeout)))
                         .set_response_timeout(Some(LATE_REPLY))
                         // One attempt per (re)connection: a retry after a backoff would
                         // turn a fast, telling failure (refused, wrong password) into a
@@ -430,7 +430,7 @@ impl Link {
             return Ok(conn);
         }
         let mut config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(connection_timeout(self.connect_timeout)))
+            .set_connection_timeout(Some(connection_timeout(self.store_timeout)))
             .set_response_timeout(Some(LATE_REPLY));
         if matches!(lane, Lane::Requests) {
             config = config.set_push_sender(OnDisconnect(self.me.clone()));
@@ -492,8 +492,8 @@ impl Ping for Link {
         };
         matches!(
             tokio::time::timeout(
-                connect_bound(self.connect_timeout)
-                    + self.connect_timeout.max(Duration::from_millis(100)),
+                connect_bound(self.store_timeout)
+                    + self.store_timeout.max(Duration::from_millis(100)),
                 ping
             )
             .await,

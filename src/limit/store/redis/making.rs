@@ -75,50 +75,57 @@ impl Making {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
+
+    /// A lane whose attempts take 50 ms and succeed, counting how many were started.
+    #[derive(Clone, Default)]
+    struct Lane {
+        making: Arc<Making>,
+        made: Arc<AtomicBool>,
+        attempts: Arc<AtomicUsize>,
+    }
+
+    impl Lane {
+        async fn wait(&self) {
+            let ready = || self.made.load(Ordering::SeqCst);
+            let lane = self.clone();
+            let start = move || {
+                lane.attempts.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    lane.made.store(true, Ordering::SeqCst);
+                    lane.making.ended(None);
+                });
+            };
+            self.making.wait(ready, start).await;
+        }
+    }
 
     /// Many waiters, one attempt: it outlives a waiter that gave up, and the others wake when
     /// it ends.
     #[tokio::test]
     async fn one_attempt_serves_every_waiter_and_outlives_those_that_give_up() {
-        let making = Arc::new(Making::default());
-        let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let done = Arc::new(AtomicBool::new(false));
-        let start = |making: Arc<Making>, done: Arc<AtomicBool>, started: Arc<_>| {
-            move || {
-                let started: Arc<std::sync::atomic::AtomicUsize> = started;
-                started.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    done.store(true, Ordering::SeqCst);
-                    making.ended(None);
-                });
-            }
-        };
-        let ready = || done.load(Ordering::SeqCst);
-        // One waiter gives up after 5 ms; the attempt goes on.
-        let gave_up = tokio::time::timeout(
-            Duration::from_millis(5),
-            making.wait(ready, start(making.clone(), done.clone(), started.clone())),
-        )
-        .await;
-        assert!(gave_up.is_err());
-        let waiters = (0..3).map(|_| {
-            let (making, done, started) = (making.clone(), done.clone(), started.clone());
-            async move {
-                let ready = || done.load(Ordering::SeqCst);
-                making
-                    .wait(ready, start(making.clone(), done.clone(), started))
-                    .await;
-                done.load(Ordering::SeqCst)
-            }
-        });
-        assert!(futures::future::join_all(waiters)
-            .await
-            .into_iter()
-            .all(|d| d));
-        assert_eq!(started.load(Ordering::SeqCst), 1, "one attempt for all");
-        assert!(making.last_error().is_none());
+        let lane = Lane::default();
+        let gave_up = tokio::time::timeout(Duration::from_millis(5), lane.wait()).await;
+        assert!(
+            gave_up.is_err(),
+            "the first waiter gives up before the attempt ends"
+        );
+        futures::future::join_all((0..3).map(|_| lane.wait())).await;
+        assert!(lane.made.load(Ordering::SeqCst));
+        assert_eq!(
+            lane.attempts.load(Ordering::SeqCst),
+            1,
+            "one attempt for all"
+        );
+        assert!(lane.making.last_error().is_none());
+        lane.wait().await;
+        assert_eq!(
+            lane.attempts.load(Ordering::SeqCst),
+            1,
+            "made: no attempt more"
+        );
         assert_eq!(connect_bound(Duration::from_millis(20)), CONNECT_AT_LEAST);
         assert_eq!(connect_bound(Duration::from_secs(5)), CONNECT_AT_MOST);
     }

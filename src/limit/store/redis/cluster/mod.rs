@@ -63,7 +63,7 @@ pub struct ClusterLink {
     started: AtomicBool,
     scripts: Arc<Scripts>,
     breaker: (u32, Duration),
-    connect_timeout: Duration,
+    store_timeout: Duration,
     /// Each node's batches: their size cap, and the counts every node adds to.
     batching: ((usize, usize), Arc<BatchCounts>),
     pub redirects: Redirects,
@@ -78,7 +78,7 @@ impl ClusterLink {
         certs: Option<TlsCertificates>,
         scripts: Arc<Scripts>,
         breaker: (u32, Duration),
-        connect_timeout: Duration,
+        store_timeout: Duration,
         batching: ((usize, usize), Arc<BatchCounts>),
     ) -> Result<Arc<ClusterLink>, StoreError> {
         let unusable = |e: redis::RedisError| StoreError::Unavailable(e.to_string());
@@ -112,7 +112,7 @@ impl ClusterLink {
             started: AtomicBool::new(false),
             scripts,
             breaker,
-            connect_timeout,
+            store_timeout,
             batching,
             redirects: Redirects::default(),
             me: me.clone(),
@@ -177,7 +177,7 @@ impl ClusterLink {
             Some(table) => Arc::clone(table.node(slot)),
             None => Box::pin(self.first_table()).await?.node(slot).clone(),
         };
-        let sender = node.sender(self.connect_timeout);
+        let sender = node.sender(self.store_timeout);
         let script = call.script;
         let alone = |cmd| Call {
             script,
@@ -229,7 +229,7 @@ impl ClusterLink {
             self.client_for(addr),
             Arc::clone(&self.scripts),
             self.breaker,
-            self.connect_timeout,
+            self.store_timeout,
             Arc::clone(&self.wanted),
             (self.batching.0, Arc::clone(&self.batching.1)),
         ));
@@ -291,7 +291,7 @@ impl ClusterLink {
             }
         }
         let bound = self
-            .connect_timeout
+            .store_timeout
             .clamp(Duration::from_millis(100), Duration::from_secs(1));
         let asks = askable.iter().map(|addr| {
             let node = self.node(addr);

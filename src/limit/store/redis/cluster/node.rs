@@ -51,7 +51,7 @@ pub struct Node {
     breaker: CircuitBreaker,
     health: HealthCell,
     scripts: Arc<Scripts>,
-    connect_timeout: Duration,
+    store_timeout: Duration,
     /// Told when this node stalls or fails: the slot map may have changed (a failover).
     trouble: Arc<Notify>,
     /// This node's decisions, batched while a call is in flight (`batch.rs`).
@@ -82,7 +82,7 @@ impl Node {
         client: Result<redis::Client, redis::RedisError>,
         scripts: Arc<Scripts>,
         breaker: (u32, Duration),
-        connect_timeout: Duration,
+        store_timeout: Duration,
         trouble: Arc<Notify>,
         (batching, counts): ((usize, usize), Arc<BatchCounts>),
     ) -> Node {
@@ -95,7 +95,7 @@ impl Node {
             breaker: CircuitBreaker::new(breaker.0, breaker.1.as_millis() as u64),
             health: HealthCell::default(),
             scripts,
-            connect_timeout,
+            store_timeout,
             trouble,
         }
     }
@@ -247,7 +247,7 @@ impl Node {
             let node = Arc::clone(self);
             tokio::spawn(async move {
                 // Made in the background, for the requests after (`making.rs`).
-                let bound = connect_bound(node.connect_timeout);
+                let bound = connect_bound(node.store_timeout);
                 let made = tokio::time::timeout(bound, node.make()).await;
                 let slot = &node.lanes[lane as usize];
                 match made {
@@ -271,7 +271,7 @@ impl Node {
 
     async fn make(&self) -> Result<MultiplexedConnection, RedisError> {
         let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(connection_timeout(self.connect_timeout)))
+            .set_connection_timeout(Some(connection_timeout(self.store_timeout)))
             .set_response_timeout(Some(LATE_REPLY));
         let client = match &self.client {
             Ok(client) => client,
