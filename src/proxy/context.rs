@@ -33,8 +33,9 @@ pub struct RequestCtx {
     pub caller: Option<String>,
     /// What the limits decided (header parts, dry runs, held slots, the outcome).
     pub admission: Admission,
-    /// The request's trace, when tracing is on.
-    pub trace: Option<RequestTrace>,
+    /// The request's trace, when tracing is on (boxed: with tracing off, every request's
+    /// context — copied as Pingora moves its futures — stays 248 bytes smaller).
+    pub trace: Option<Box<RequestTrace>>,
     /// The request's place in its upstream pool, when the pool sheds load: held until the
     /// upstream's response has ended.
     pub permit: Option<Permit>,
@@ -117,7 +118,7 @@ impl RequestCtx {
 
     /// The trace, if this request is sampled (its steps are timed).
     pub fn sampled_trace(&mut self) -> Option<&mut RequestTrace> {
-        self.trace.as_mut().filter(|t| t.sampled)
+        self.trace.as_deref_mut().filter(|t| t.sampled)
     }
 
     pub fn route(&self) -> Option<&Route> {

@@ -100,7 +100,9 @@ impl ProxyHttp for Gateway {
                 .client_addr()
                 .and_then(|a| a.as_inet())
                 .is_some_and(|a| trusted.contains(a.ip()));
-            ctx.trace = Some(tracer.begin(&session.req_header().headers, trusted_peer));
+            ctx.trace = Some(Box::new(
+                tracer.begin(&session.req_header().headers, trusted_peer),
+            ));
         }
         if quota::is_quota(session, ctx) {
             let ip = request::client_key(session, ctx);
