@@ -21,6 +21,20 @@ local function decide_request(kb, n, ab, argc, clock)
   local now = clock(ARGV[ab + 1])
   local cost = tonumber(ARGV[ab + 2])
   local slot_id = ARGV[ab + 3]
+  if n == 1 then
+    -- One limit (the commonest plan), the same decision without the tables and closures
+    -- several limits need: Redis CPU per decision is what sizes a store.
+    local o = ab + 3
+    local c = costs and tonumber(ARGV[o + PER + 1]) or cost
+    local d, commit = decide_limit(KEYS[kb + 1], o, now, c, slot_id)
+    local admitted, rejected = '1', ''
+    if d[1] == 1 then
+      commit()
+    elseif ARGV[o + 6] ~= '1' then
+      admitted, rejected = '0', ARGV[o + 1]
+    end
+    return string.format('%s %d %d %d %d %d %s', admitted, now, d[1], d[2], d[3], d[4], rejected)
+  end
   local function decide(i, c)
     return decide_limit(KEYS[kb + i], ab + 3 + PER * (i - 1), now, c, slot_id)
   end

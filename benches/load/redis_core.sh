@@ -7,6 +7,9 @@
 # system, from /proc: the script's work plus reading the call and writing the reply).
 #
 #   benches/load/redis_core.sh            ROUNDS=5 CALLS=200000 to change the defaults
+#   BEFORE_LUA=<dir>: also the one-limit rows (b, k) with check.lua and batch.lua made from
+#   that directory's files (an older lua/), alternated with today's in every round — the way
+#   to show what a change to the scripts does to Redis's cost.
 #
 # Rows alternate within each round; the medians are printed as a Markdown table.
 set -euo pipefail
@@ -25,15 +28,17 @@ wait_port "$rport"
 rpid=$(cat "$work/redis.pid")
 cli() { redis-cli -p "$rport" "$@"; }
 
-# The source of one script: its files (a `NAME_FILES` list of sources.rs), concatenated.
+# The source of one script: its files (a `NAME_FILES` list of sources.rs), concatenated, from
+# lua/ or the directory $2.
 source_of() {
   sed -n "/[^A-Z_]$1 = \[/,/\]/p" src/limit/store/redis/sources.rs | grep -o '"[a-z_]*\.lua"' |
-    tr -d '"' | while read -r f; do cat "lua/$f"; echo; done
+    tr -d '"' | while read -r f; do cat "${2:-lua}/$f"; echo; done
 }
 check=$(cli SCRIPT LOAD "$(source_of CHECK_FILES)")
 # batch.lua's first line names its flags (sources.rs: BATCH_HEADER).
 batch=$(cli SCRIPT LOAD "$(printf '#!lua flags=allow-cross-slot-keys\n'; source_of BATCH_FILES)")
 lease=$(cli SCRIPT LOAD "$(source_of LEASE_FILES)")
+usage=$(cli SCRIPT LOAD "$(source_of USAGE_FILES)")
 time_only=$(cli SCRIPT LOAD "return redis.call('TIME')[1]")
 # The least any exact decision on Redis's clock asks of Redis, with no decision in it: the
 # clock, one read and one write with a TTL per key (state packed in one string). The ratios
@@ -58,6 +63,17 @@ declare -A rows=(
   ["h. plan + keyed (sw + sw)"]="EVALSHA $check 2 $(k a) t:{c__rand_int__}:ROW:k:b @ 1 @ a sw $BIG 60000 0 0 b sw $BIG 900000 0 0"
   ["i. leased: one lease.lua call per 100 decisions (fw)"]="EVALSHA $lease 1 $(k a) @ 100 100 a fw $BIG 60000 0 0"
 )
+# A quota question (GET /quota: usage.lua, reads only) about one client whose limits hold
+# state: the row's decision for that client is made once first (prefill), then every call
+# reads the same keys. Compare with the decision rows of the same limits (b, g).
+q1="t:{q1}:ROW:a"; q4="$q1 t:{q1}:ROW:b t:{q1}:ROW:c t:{q1}:ROW:d"
+a1="@ 1 @ a tb $BIG 1000 $BIG 0"
+a4="$a1 b sw $BIG 60000 0 0 c sw $BIG 3600000 0 0 d fw $BIG 86400000 0 0"
+declare -A prefill
+rows["n. quota question, 1 limit (tb): usage.lua"]="EVALSHA $usage 1 $q1 $a1"
+prefill["n. quota question, 1 limit (tb): usage.lua"]="EVALSHA $check 1 $q1 $a1"
+rows["o. quota question, 4 limits (tb, sw, sw, fw): usage.lua"]="EVALSHA $usage 4 $q4 $a4"
+prefill["o. quota question, 4 limits (tb, sw, sw, fw): usage.lua"]="EVALSHA $check 4 $q4 $a4"
 # Batched (batch.lua): B members per call, each a different client, as a loaded gateway sends
 # them (src/limit/store/redis/batch.rs). Decisions per row = calls × B.
 declare -A per_call
@@ -81,6 +97,14 @@ batch_row "j. 1 limit: token bucket, batches of 16" 16 1 @ 1 @ a tb $BIG 1000 $B
 batch_row "k. 1 limit: token bucket, batches of 64" 64 1 @ 1 @ a tb $BIG 1000 $BIG 0
 batch_row "l. 4 limits (tb, sw, sw, fw), batches of 16" 16 4 @ 1 @ a tb $BIG 1000 $BIG 0 b sw $BIG 60000 0 0 c sw $BIG 3600000 0 0 d fw $BIG 86400000 0 0
 batch_row "m. plan + keyed (sw + sw), batches of 32" 32 2 @ 1 @ a sw $BIG 60000 0 0 b sw $BIG 900000 0 0
+if [[ -n ${BEFORE_LUA:-} ]]; then
+  old_check=$(cli SCRIPT LOAD "$(source_of CHECK_FILES "$BEFORE_LUA")")
+  rows["b0. before: 1 limit: token bucket"]="EVALSHA $old_check 1 $(k a) @ 1 @ a tb $BIG 1000 $BIG 0"
+  now_batch=$batch
+  batch=$(cli SCRIPT LOAD "$(printf '#!lua flags=allow-cross-slot-keys\n'; source_of BATCH_FILES "$BEFORE_LUA")")
+  batch_row "k0. before: 1 limit: token bucket, batches of 64" 64 1 @ 1 @ a tb $BIG 1000 $BIG 0
+  batch=$now_batch
+fi
 
 declare -A usec per_core
 for label in "${!rows[@]}"; do usec[$label]=""; per_core[$label]=""; done
@@ -92,6 +116,11 @@ for round in $(seq "$ROUNDS"); do
     read -r -a args <<<"${row//ROW/${label%%.*}}"
     for i in "${!args[@]}"; do [[ ${args[$i]} == @ ]] && args[$i]=""; done
     cli FLUSHALL >/dev/null
+    if [[ -n ${prefill[$label]:-} ]]; then
+      read -r -a first <<<"${prefill[$label]//ROW/${label%%.*}}"
+      for i in "${!first[@]}"; do [[ ${first[$i]} == @ ]] && first[$i]=""; done
+      cli "${first[@]}" >/dev/null
+    fi
     cli CONFIG RESETSTAT >/dev/null
     before=$(cpu_ticks "$rpid")
     calls=$((CALLS / ${per_call[$label]:-1}))
