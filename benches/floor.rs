@@ -111,7 +111,12 @@ fn main() {
     };
     let threads: usize = threads.parse().expect("threads: a number");
     let origin = HttpPeer::new(origin.as_str(), false, String::new());
-    let mut server = Server::new(None).expect("pingora server");
+    // Stopped by the bench script with SIGTERM: exit at once rather than after Pingora's
+    // graceful-shutdown wait (minutes by default), which held `make bench-floor` open.
+    let mut conf = pingora::server::configuration::ServerConf::new().expect("pingora defaults");
+    conf.grace_period_seconds = Some(0);
+    conf.graceful_shutdown_timeout_seconds = Some(1);
+    let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
     match mode.as_str() {
         "core" => {
