@@ -196,9 +196,9 @@ max_concurrent = 2
 kind = "redis"
 url = "{url}"
 concurrency_slot_ttl = "1s"
-# A fresh gateway's first decision also waits for its connection to be made (in a task of
-# its own); within the default 20 ms on a busy machine it can fall to `fail_open` and take no
-# slot (failed once in a fresh-clone run).
+# Any decision slower than the default 20 ms on a busy machine would fall to `fail_open` and
+# take no slot (it happened once in a fresh-clone run, to the first decision, before the
+# store's first decisions waited for the connection being made); the test counts slots.
 timeout = "5s"
 "#,
         port = echo.port,
