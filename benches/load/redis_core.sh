@@ -84,7 +84,7 @@ batch_row() { # label B keys-per-member member-arguments...
     for i in $(seq "$n"); do keys+=" t:{c__rand_int__}:ROW:$j:$i"; done
     args+=" $n $# $*"
   done
-  rows[$label]="EVALSHA $batch $((b * n))$keys $b$args"
+  rows[$label]="EVALSHA ${BATCH_SHA:-$batch} $((b * n))$keys $b$args"
   per_call[$label]=$b
 }
 # The floor of any batched decision in Lua: per key one read and one write with a TTL.
@@ -100,26 +100,31 @@ batch_row "m. plan + keyed (sw + sw), batches of 32" 32 2 @ 1 @ a sw $BIG 60000 
 if [[ -n ${BEFORE_LUA:-} ]]; then
   old_check=$(cli SCRIPT LOAD "$(source_of CHECK_FILES "$BEFORE_LUA")")
   rows["b0. before: 1 limit: token bucket"]="EVALSHA $old_check 1 $(k a) @ 1 @ a tb $BIG 1000 $BIG 0"
-  now_batch=$batch
-  batch=$(cli SCRIPT LOAD "$(printf '#!lua flags=allow-cross-slot-keys\n'; source_of BATCH_FILES "$BEFORE_LUA")")
-  batch_row "k0. before: 1 limit: token bucket, batches of 64" 64 1 @ 1 @ a tb $BIG 1000 $BIG 0
-  batch=$now_batch
+  BATCH_SHA=$(cli SCRIPT LOAD "$(printf '#!lua flags=allow-cross-slot-keys\n'; source_of BATCH_FILES "$BEFORE_LUA")") \
+    batch_row "k0. before: 1 limit: token bucket, batches of 64" 64 1 @ 1 @ a tb $BIG 1000 $BIG 0
 fi
+
+# A row's command as the array ARGS: ROW becomes the row's letter (its keys meet no other
+# row's), "@" an empty argument (the server's clock; no slot id).
+row_args() { # label command
+  local i
+  read -r -a ARGS <<<"${2//ROW/${1%%.*}}"
+  for i in "${!ARGS[@]}"; do
+    if [[ ${ARGS[$i]} == @ ]]; then ARGS[$i]=""; fi
+  done
+}
 
 declare -A usec per_core
 for label in "${!rows[@]}"; do usec[$label]=""; per_core[$label]=""; done
 for round in $(seq "$ROUNDS"); do
   for label in $(printf '%s\n' "${!rows[@]}" | sort | tr ' ' '\001'); do
     label=${label//$'\001'/ }
-    # "@" stands for an empty argument (the server's clock; no slot id).
-    row=${rows[$label]}
-    read -r -a args <<<"${row//ROW/${label%%.*}}"
-    for i in "${!args[@]}"; do [[ ${args[$i]} == @ ]] && args[$i]=""; done
+    row_args "$label" "${rows[$label]}"
+    args=("${ARGS[@]}")
     cli FLUSHALL >/dev/null
     if [[ -n ${prefill[$label]:-} ]]; then
-      read -r -a first <<<"${prefill[$label]//ROW/${label%%.*}}"
-      for i in "${!first[@]}"; do [[ ${first[$i]} == @ ]] && first[$i]=""; done
-      cli "${first[@]}" >/dev/null
+      row_args "$label" "${prefill[$label]}"
+      cli "${ARGS[@]}" >/dev/null
     fi
     cli CONFIG RESETSTAT >/dev/null
     before=$(cpu_ticks "$rpid")
