@@ -237,7 +237,7 @@ fn main() {
             .flat_map(|c| stores.iter().map(move |s| (c, s)))
         {
             let before = evalsha_calls(&url);
-            let (batches_before, batched_before, _) = store.batches();
+            let was = store.batches();
             let start = Instant::now();
             let done = runtime.block_on(run(
                 Arc::clone(store),
@@ -248,8 +248,8 @@ fn main() {
             ));
             let rate = done as f64 / start.elapsed().as_secs_f64();
             let calls = evalsha_calls(&url) - before;
-            let (batches, batched, _) = store.batches();
-            let (batches, batched) = (batches - batches_before, batched - batched_before);
+            let now = store.batches();
+            let (batches, batched) = (now.batches - was.batches, now.decisions - was.decisions);
             let mean = if batches > 0 {
                 format!("{:.1}", batched as f64 / batches as f64)
             } else {

@@ -33,9 +33,9 @@ pub struct Metrics {
     node_slots: IntGaugeVec,
     /// Redis Cluster: `MOVED` and `ASK` redirects followed.
     redirects: IntCounterVec,
-    /// Batched decisions (`batch.lua`): calls, decisions in them, decisions sent alone after
-    /// a batch was refused whole (set at scrape).
-    batches: [IntCounter; 3],
+    /// Batches (`batch.lua`): calls, decisions in them, charges and refunds in them, members
+    /// sent alone after a batch was refused whole (set at scrape).
+    batches: [IntCounter; 4],
     /// Whole requests (first byte in to response done) per route.
     request_duration: HistogramVec,
     /// How long leaky buckets held requests before forwarding them, per route.
@@ -248,7 +248,8 @@ impl Metrics {
             batches: [
                 counter(r, "turnstile_store_batches_total", "Redis: batch calls sent (several decisions that arrived while another call was in flight, decided in one call)"),
                 counter(r, "turnstile_store_batched_decisions_total", "Redis: decisions sent in batch calls"),
-                counter(r, "turnstile_store_batch_fallbacks_total", "Redis: decisions sent one by one after their batch was refused whole (a Cluster slot on the move, a Redis older than 7)"),
+                counter(r, "turnstile_store_batched_settlements_total", "Redis: charges (costs responses reported) and refunds (shed requests) sent in batch calls with the decisions"),
+                counter(r, "turnstile_store_batch_fallbacks_total", "Redis: decisions, charges and refunds sent one by one after their batch was refused whole (a Cluster slot on the move, a Redis older than 7)"),
             ],
             upstream: UpstreamMetrics::new(r),
             reloads: counter_vec(r, "turnstile_config_reloads_total", "Configuration reloads by result", &["result"]),
@@ -340,9 +341,10 @@ impl Metrics {
         }
     }
 
-    /// Batched decisions so far: batches, decisions in them, decisions sent alone (at scrape).
-    pub fn set_store_batches(&self, totals: (u64, u64, u64)) {
-        for (counter, total) in self.batches.iter().zip([totals.0, totals.1, totals.2]) {
+    /// What the store's batches carried so far (at scrape).
+    pub fn set_store_batches(&self, t: crate::limit::store::redis::BatchTotals) {
+        let totals = [t.batches, t.decisions, t.settlements, t.alone];
+        for (counter, total) in self.batches.iter().zip(totals) {
             counter.inc_by(total.saturating_sub(counter.get()));
         }
     }

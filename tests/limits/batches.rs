@@ -34,18 +34,26 @@ fn store_batching(server: &RedisServer, prefix: &str, batch_max: usize) -> Redis
     .unwrap()
 }
 
+/// A call of the random sequence: a request's decision, or a charge or refund of a request
+/// an earlier group admitted.
+enum Op {
+    Check(usize),
+    Charge(usize, Vec<(usize, i64)>),
+    Refund(usize),
+}
+
 /// Groups of 1 to 12 requests from three clients (one plan of up to three limits, every
-/// algorithm, shadow limits, per-limit costs) are sent at once through one store: the first
-/// finds the connection idle and goes alone, the others arrive while it is in flight and go
-/// as batches, in arrival order. The Rust reference decides the same requests one after
-/// another in that order, each at the time its call reported; every verdict must be equal.
-/// Now and then admitted requests are given back, or charged from their responses, between
-/// groups.
+/// algorithm, shadow limits, per-limit costs) are sent at once through one store, with the
+/// charges and refunds of requests earlier groups admitted mixed in among them: the first two
+/// calls find the connection's places free and go alone, the others arrive while they are in
+/// flight and go as batches, in arrival order. The Rust reference runs the same calls one
+/// after another in that order, each decision at the time its call reported; every verdict
+/// must be equal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_decisions_agree_with_rust_on_random_sequences_cut_into_random_batches() {
     let server = RedisServer::start();
     let redis = store(&server, "batch");
-    let (mut compared, mut charges, mut calendars) = (0, 0, 0);
+    let (mut compared, mut charges, mut refunds, mut calendars) = (0, 0, 0, 0);
     for seed in 1..=25u64 {
         let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1);
         let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
@@ -69,6 +77,9 @@ async fn batched_decisions_agree_with_rust_on_random_sequences_cut_into_random_b
         let clients: Vec<Arc<str>> = (0..3).map(|c| format!("s{seed}-c{c}").into()).collect();
         let route: Arc<str> = "route".into();
         let mut offset = 0u64;
+        // Requests admitted by the last group: what they counted (`Counted`: not a shadow
+        // limit that would have refused, which wrote nothing), to charge or give back.
+        let mut taken: Vec<Counted> = Vec::new();
         for group in 0..30 {
             offset += rng.pick(&[0, 0, 1, 5, 40, 400, 1500]);
             let size = 1 + rng.below(12) as usize;
@@ -93,10 +104,64 @@ async fn batched_decisions_agree_with_rust_on_random_sequences_cut_into_random_b
                     ..CheckRequest::new(&clients[*client], &route, &policies, *cost)
                 })
                 .collect();
-            let verdicts = futures::future::join_all(requests.iter().map(|r| redis.check(r))).await;
+            // Now and then an admitted request of the last group is given back, or charged
+            // what its response said it cost (its fixed and sliding windows: more or less
+            // than it was counted for) — as the gateway does both — at a random place among
+            // this group's decisions.
+            let mut ops: Vec<Op> = (0..size).map(Op::Check).collect();
+            for (t, counted) in taken.iter().enumerate() {
+                let op = match rng.below(6) {
+                    0 => Op::Refund(t),
+                    1 => Op::Charge(
+                        t,
+                        (0..counted.policies.len())
+                            .filter(|&p| {
+                                matches!(
+                                    counted.policies[p].algorithm,
+                                    Algorithm::FixedWindow | Algorithm::SlidingWindow
+                                )
+                            })
+                            .map(|p| (p, rng.below(9) as i64 - 3))
+                            .collect(),
+                    ),
+                    _ => continue,
+                };
+                let at = rng.below(ops.len() as u64 + 1) as usize;
+                ops.insert(at, op);
+            }
+            let calls = ops.iter().map(|op| async {
+                match op {
+                    Op::Check(i) => Some(redis.check(&requests[*i]).await.unwrap()),
+                    Op::Charge(t, deltas) => {
+                        let c = &taken[*t];
+                        redis.charge(&c.request(), c.at_ms, deltas).await.unwrap();
+                        None
+                    }
+                    Op::Refund(t) => {
+                        let c = &taken[*t];
+                        redis.refund(&c.request(), c.at_ms).await.unwrap();
+                        None
+                    }
+                }
+            });
+            let outcomes = futures::future::join_all(calls).await;
             let mut admitted = Vec::new();
-            for (i, (request, actual)) in requests.iter().zip(verdicts).enumerate() {
-                let actual = actual.unwrap();
+            for (op, outcome) in ops.iter().zip(outcomes) {
+                let i = match op {
+                    Op::Check(i) => *i,
+                    Op::Charge(t, deltas) => {
+                        let c = &taken[*t];
+                        memory.charge(&c.request(), c.at_ms, deltas);
+                        charges += deltas.iter().filter(|(_, d)| *d != 0).count();
+                        continue;
+                    }
+                    Op::Refund(t) => {
+                        memory.refund(&taken[*t].request(), taken[*t].at_ms);
+                        refunds += 1;
+                        continue;
+                    }
+                };
+                let (request, actual) = (&requests[i], outcome.unwrap());
                 let now = actual.at_ms;
                 let expected = memory.check(&CheckRequest {
                     at: DecideAt::Fixed(now),
@@ -109,51 +174,27 @@ async fn batched_decisions_agree_with_rust_on_random_sequences_cut_into_random_b
                 );
                 compared += 1;
                 if actual.admitted {
-                    admitted.push((request, actual));
+                    admitted.extend(Counted::of(request, &policies, &actual, false));
                 }
             }
-            // Between groups (Redis decided the whole group before any of this), now and
-            // then an admitted request is given back, or charged what its response said it
-            // cost (its fixed and sliding windows: more or less than it was counted for) —
-            // as the gateway does both: only what the request counted (`Counted`: not a
-            // shadow limit that would have refused it, which wrote nothing).
-            for (request, verdict) in admitted {
-                let roll = rng.below(6);
-                let Some(taken) = Counted::of(request, &policies, &verdict, false) else {
-                    continue;
-                };
-                let counted = taken.request();
-                if roll == 1 {
-                    let deltas: Vec<(usize, i64)> = (0..taken.policies.len())
-                        .filter(|&p| {
-                            matches!(
-                                taken.policies[p].algorithm,
-                                Algorithm::FixedWindow | Algorithm::SlidingWindow
-                            )
-                        })
-                        .map(|p| (p, rng.below(9) as i64 - 3))
-                        .collect();
-                    redis.charge(&counted, taken.at_ms, &deltas).await.unwrap();
-                    memory.charge(&counted, taken.at_ms, &deltas);
-                    charges += deltas.iter().filter(|(_, d)| *d != 0).count();
-                }
-                if roll == 0 {
-                    redis.refund(&counted, taken.at_ms).await.unwrap();
-                    memory.refund(&counted, taken.at_ms);
-                }
-            }
+            taken = admitted;
         }
     }
-    let (batches, batched, alone) = redis.batches();
-    println!("{compared} decisions compared, {batched} of them in {batches} batches, {charges} charges between them, {calendars} calendar windows");
+    let totals = redis.batches();
+    println!("{compared} decisions compared, {charges} limits charged and {refunds} requests given back among them; batches: {totals:?}; {calendars} calendar windows");
     assert!(compared > 25 * 30);
     assert!(charges > 50, "only {charges} limits were charged");
+    assert!(refunds > 50, "only {refunds} requests were given back");
     assert!(calendars > 0, "no plan had a calendar window");
     assert!(
-        batches > 100 && batched >= 2 * batches,
-        "groups of 3 or more requests sent at once form batches: {batches} batches, {batched} decisions"
+        totals.batches > 100 && totals.decisions >= 2 * totals.batches,
+        "groups of 3 or more requests sent at once form batches: {totals:?}"
     );
-    assert_eq!(alone, 0, "no batch was refused whole");
+    assert!(
+        totals.settlements > 50,
+        "charges and refunds sent among decisions ride in their batches: {totals:?}"
+    );
+    assert_eq!(totals.alone, 0, "no batch was refused whole");
 }
 
 /// One `batch.lua` call of three members, the middle one naming an algorithm that does not
@@ -182,7 +223,7 @@ fn a_member_redis_cannot_decide_fails_alone() {
         for k in keys {
             batch.key(k);
         }
-        batch.arg(keys.len()).arg(args.len());
+        batch.arg("d").arg(keys.len()).arg(args.len());
         for a in args {
             batch.arg(a);
         }
@@ -212,6 +253,56 @@ fn a_member_redis_cannot_decide_fails_alone() {
     assert_eq!(exists, 0);
 }
 
+/// A batch mixing kinds: a decision, a charge naming an algorithm that cannot be charged
+/// (a token bucket, after a fixed window it would otherwise have charged first), a refund of
+/// an unknown algorithm, and a good charge. The two broken members answer their errors and
+/// write nothing — not even the charge's first key — while the decision and the good charge
+/// run as their own scripts would.
+#[test]
+fn a_charge_or_refund_redis_cannot_run_fails_alone_in_a_batch() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let decision = ["", "1", "", "a", "fw", "5", "60000", "5", "0"];
+    let members: [(&str, &[&str], &[&str]); 4] = [
+        ("d", &["fw:{x}"], &decision),
+        (
+            "c",
+            &["bad-fw:{x}", "bad-tb:{x}"],
+            &["", "0", "fw", "5", "60000", "2", "tb", "5", "1000", "2"],
+        ),
+        ("r", &["fw:{x}"], &["0", "", "zz", "1", "5", "60000", "5"]),
+        ("c", &["fw:{x}"], &["", "0", "fw", "5", "60000", "2"]),
+    ];
+    let script = redis::Script::new(BATCH_SOURCE);
+    let mut batch = script.prepare_invoke();
+    batch.arg(members.len());
+    for (kind, keys, args) in members {
+        keys.iter().for_each(|k| {
+            batch.key(*k);
+        });
+        batch.arg(kind).arg(keys.len()).arg(args.len());
+        args.iter().for_each(|a| {
+            batch.arg(*a);
+        });
+    }
+    let replies: Vec<String> = batch.invoke(&mut conn).unwrap();
+    assert!(replies[0].starts_with("1 "), "{replies:?}");
+    assert!(
+        replies[1].starts_with("E ") && replies[1].contains("cannot charge tb"),
+        "{replies:?}"
+    );
+    assert!(
+        replies[2].starts_with("E ") && replies[2].contains("unknown algorithm zz"),
+        "{replies:?}"
+    );
+    assert_eq!(replies[3], "1", "the good charge changed its one key");
+    let exists: u64 = server.cmd(&["EXISTS", "bad-fw:{x}", "bad-tb:{x}"]);
+    assert_eq!(exists, 0, "the broken charge wrote nothing");
+    // The decision counted 1 and the charge 2 more: 3 of 5 in the window.
+    let count: String = server.cmd(&["HGET", "fw:{x}", "c"]);
+    assert_eq!(count, "3");
+}
+
 /// `store.batch_max = 1`: requests sent at once are each their own `check.lua` call, and
 /// together still admit exactly the limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,7 +328,7 @@ async fn batch_max_one_sends_every_decision_alone() {
         .filter(|v| v.as_ref().unwrap().admitted)
         .count();
     assert_eq!(admitted, 5);
-    assert_eq!(redis.batches(), (0, 0, 0));
+    assert_eq!(redis.batches(), Default::default());
     assert_eq!(
         server.command_calls("evalsha") - before,
         12,

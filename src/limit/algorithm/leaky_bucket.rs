@@ -263,7 +263,7 @@ mod tests {
 
     #[test]
     fn refund_lua_remembers_as_many_holes() {
-        let lua = include_str!("../../../lua/refund.lua");
+        let lua = include_str!("../../../lua/refunding.lua");
         assert!(lua.contains(&format!("local HOLES = {HOLES}\n")));
     }
 

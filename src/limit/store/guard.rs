@@ -126,11 +126,11 @@ impl<C: Clock + Clone> Store<C> {
         }
     }
 
-    /// Redis: batch calls, decisions in them, decisions sent alone after a refused batch.
-    pub fn batches(&self) -> (u64, u64, u64) {
+    /// Redis: what the batch calls carried, and the members sent alone after a refused batch.
+    pub fn batches(&self) -> super::redis::BatchTotals {
         match &self.backend {
             Backend::Redis(r) => r.batches(),
-            Backend::Memory(_) => (0, 0, 0),
+            Backend::Memory(_) => Default::default(),
         }
     }
 

@@ -3,7 +3,8 @@
 //! returns, all of them (up to `store.batch_max`) go as one `batch.lua` call that decides
 //! each in arrival order, on one `TIME`. A connection with fewer calls in flight sends a
 //! decision at once, as its own `check.lua` call, so batching adds no wait: batches only
-//! form under load, and grow with it.
+//! form under load, and grow with it. The charges of responses that reported their cost and
+//! the refunds of shed requests ([`Kind`]) take the same way, so a batch carries them too.
 //!
 //! The request whose call finds a free place sends it itself ([`Batcher::enter`] →
 //! [`Enter::Idle`]), keeping its place until its reply; decisions arriving while every place
@@ -48,18 +49,67 @@ pub enum Answer {
     Failed(StoreError),
 }
 
-/// Batches sent, decisions in them, decisions sent back to go alone (every batcher of a
-/// store shares one).
+/// Batches sent, what rode in them, members sent back to go alone (every batcher of a store
+/// shares one).
 #[derive(Default)]
 pub struct BatchCounts {
-    pub batches: AtomicU64,
-    pub decisions: AtomicU64,
-    pub alone: AtomicU64,
+    batches: AtomicU64,
+    decisions: AtomicU64,
+    settlements: AtomicU64,
+    alone: AtomicU64,
+}
+
+/// What a store's batches carried so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchTotals {
+    /// `batch.lua` calls sent.
+    pub batches: u64,
+    /// Decisions in them.
+    pub decisions: u64,
+    /// Charges and refunds in them.
+    pub settlements: u64,
+    /// Members sent one call each after their batch was refused whole.
+    pub alone: u64,
+}
+
+impl BatchCounts {
+    pub fn totals(&self) -> BatchTotals {
+        BatchTotals {
+            batches: self.batches.load(Ordering::Relaxed),
+            decisions: self.decisions.load(Ordering::Relaxed),
+            settlements: self.settlements.load(Ordering::Relaxed),
+            alone: self.alone.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What a queued call is: the script its own call runs, and the member kind `batch.lua`
+/// runs it as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `check.lua`: a request's decision.
+    Decide,
+    /// `charge.lua`: what a request turned out to cost.
+    Charge,
+    /// `refund.lua`: what a request counted, given back.
+    Refund,
+}
+
+impl Kind {
+    /// The member's kind as `batch.lua` reads it.
+    fn code(self) -> &'static str {
+        match self {
+            Kind::Decide => "d",
+            Kind::Charge => "c",
+            Kind::Refund => "r",
+        }
+    }
 }
 
 struct Member {
     cmd: Cmd,
     keys: usize,
+    kind: Kind,
     reply: oneshot::Sender<Answer>,
 }
 
@@ -150,8 +200,13 @@ impl Batcher {
     }
 
     /// Takes `cmd`'s way to Redis: at once when a place is free, else the queue.
-    /// `keys`: how many keys `cmd` (a `check.lua` call) names.
-    pub fn enter<S: SendBatch>(self: &Arc<Self>, cmd: Cmd, keys: usize, sender: &S) -> Enter<S> {
+    /// `keys`: how many keys `cmd` (a call of `kind`'s script) names.
+    pub fn enter<S: SendBatch>(
+        self: &Arc<Self>,
+        cmd: Cmd,
+        (keys, kind): (usize, Kind),
+        sender: &S,
+    ) -> Enter<S> {
         if self.off.load(Ordering::Relaxed) {
             let turn = Turn {
                 batcher: Arc::clone(self),
@@ -172,7 +227,12 @@ impl Batcher {
             );
         }
         let (reply, answer) = oneshot::channel();
-        queue.waiting.push(Member { cmd, keys, reply });
+        queue.waiting.push(Member {
+            cmd,
+            keys,
+            kind,
+            reply,
+        });
         Enter::Queued(answer)
     }
 
@@ -229,10 +289,15 @@ impl Batcher {
             return;
         }
         let cmd = batch_cmd(&self.sha, &members);
-        self.counts.batches.fetch_add(1, Ordering::Relaxed);
-        self.counts
+        let decisions = members.iter().filter(|m| m.kind == Kind::Decide).count();
+        let counts = &self.counts;
+        counts.batches.fetch_add(1, Ordering::Relaxed);
+        counts
             .decisions
-            .fetch_add(members.len() as u64, Ordering::Relaxed);
+            .fetch_add(decisions as u64, Ordering::Relaxed);
+        counts
+            .settlements
+            .fetch_add((members.len() - decisions) as u64, Ordering::Relaxed);
         match sender.send(&cmd, true).await {
             Sent::Replied(Value::Array(replies)) if replies.len() == members.len() => {
                 for (m, value) in members.into_iter().zip(replies) {
@@ -296,8 +361,8 @@ fn member_answer(value: Value) -> Answer {
     }
 }
 
-/// `EVALSHA <batch> <all keys> <keys…> <m> (<n> <a> <args…>)…` from the members' own
-/// `EVALSHA <check> <n> <keys…> <args…>` commands.
+/// `EVALSHA <batch> <all keys> <keys…> <m> (<kind> <n> <a> <args…>)…` from the members' own
+/// `EVALSHA <script> <n> <keys…> <args…>` commands.
 fn batch_cmd(sha: &str, members: &[Member]) -> Cmd {
     let keys: usize = members.iter().map(|m| m.keys).sum();
     let args: usize = members.iter().map(|m| m.cmd.args_iter().count()).sum();
@@ -306,7 +371,7 @@ fn batch_cmd(sha: &str, members: &[Member]) -> Cmd {
         .flat_map(|m| parts(&m.cmd))
         .map(|p| p.len() + 4)
         .sum();
-    let mut cmd = Cmd::with_capacity(args + members.len() * 2 + 4, bytes + 64);
+    let mut cmd = Cmd::with_capacity(args + members.len() * 3 + 4, bytes + 64);
     cmd.arg("EVALSHA").arg(sha).arg(keys);
     for m in members {
         for arg in parts(&m.cmd).skip(3).take(m.keys) {
@@ -316,7 +381,7 @@ fn batch_cmd(sha: &str, members: &[Member]) -> Cmd {
     cmd.arg(members.len());
     for m in members {
         let args = parts(&m.cmd).count().saturating_sub(3 + m.keys);
-        cmd.arg(m.keys).arg(args);
+        cmd.arg(m.kind.code()).arg(m.keys).arg(args);
         for arg in parts(&m.cmd).skip(3 + m.keys) {
             cmd.arg(arg);
         }
@@ -352,18 +417,20 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_lists_every_members_keys_then_each_members_counts_and_arguments() {
+    fn a_batch_lists_every_members_keys_then_each_members_kind_counts_and_arguments() {
         let (tx, _rx) = oneshot::channel();
         let (tx2, _rx2) = oneshot::channel();
         let members = vec![
             Member {
                 cmd: check(&["a1", "a2"], &["", "1", "s"]),
                 keys: 2,
+                kind: Kind::Decide,
                 reply: tx,
             },
             Member {
                 cmd: check(&["b1"], &["", "2", ""]),
                 keys: 1,
+                kind: Kind::Charge,
                 reply: tx2,
             },
         ];
@@ -372,8 +439,8 @@ mod tests {
             .map(|p| String::from_utf8_lossy(p).into_owned())
             .collect();
         let want = [
-            "EVALSHA", "bsha", "3", "a1", "a2", "b1", "2", "2", "3", "", "1", "s", "1", "3", "",
-            "2", "",
+            "EVALSHA", "bsha", "3", "a1", "a2", "b1", "2", "d", "2", "3", "", "1", "s", "c", "1",
+            "3", "", "2", "",
         ];
         assert_eq!(got, want);
     }
@@ -414,12 +481,14 @@ mod tests {
             let echo = Echo::default();
             let mut turns = Vec::new();
             for _ in 0..places {
-                match batcher.enter(check(&["k"], &["1"]), 1, &echo) {
+                match batcher.enter(check(&["k"], &["1"]), (1, Kind::Decide), &echo) {
                     Enter::Idle(_, turn) => turns.push(turn),
                     Enter::Queued(_) => panic!("{places} places: queued before they were taken"),
                 }
             }
-            let Enter::Queued(answer) = batcher.enter(check(&["k"], &["1"]), 1, &echo) else {
+            let Enter::Queued(answer) =
+                batcher.enter(check(&["k"], &["1"]), (1, Kind::Decide), &echo)
+            else {
                 panic!("{places} places: not queued once they were taken");
             };
             drop(turns.pop());
@@ -428,7 +497,7 @@ mod tests {
             drop(turns);
             // Every place given back: the next decision goes at once again, and holds one.
             assert_eq!(lock(&batcher.queue).in_flight, 0);
-            let again = batcher.enter(check(&["k"], &["1"]), 1, &echo);
+            let again = batcher.enter(check(&["k"], &["1"]), (1, Kind::Decide), &echo);
             assert!(matches!(again, Enter::Idle(..)));
             assert_eq!(lock(&batcher.queue).in_flight, 1);
         }

@@ -8,7 +8,7 @@
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::store::breaker::Attempt;
 use crate::limit::store::error::StoreError;
-use crate::limit::store::redis::batch::{BatchCounts, Batcher, SendBatch, Sent};
+use crate::limit::store::redis::batch::{BatchCounts, BatchTotals, Batcher, Kind, SendBatch, Sent};
 use crate::limit::store::redis::cluster::node::NodeStatus;
 use crate::limit::store::redis::cluster::ClusterLink;
 use crate::limit::store::redis::config::{RedisConfig, Topology};
@@ -245,18 +245,19 @@ impl Link {
         Ok(result?)
     }
 
-    /// Decides with a `check.lua` call naming `keys` keys: batched with the decisions that
-    /// arrive while another call is in flight on the request lane (`batch.rs`). Not bounded
-    /// in time: callers bound it. `queued` is set while the decision waits for, or rides in,
-    /// a call made for the queue (which reports to the store's breaker itself).
-    pub async fn decide(
+    /// Runs `call` — a `check.lua`, `charge.lua` or `refund.lua` call; `member`: the keys it
+    /// names and which of the three it is — batched with the calls that arrive while another
+    /// is in flight on the request lane (`batch.rs`). Not bounded in time: callers bound it. `queued` is set
+    /// while the call waits for, or rides in, a call made for the queue (which reports to
+    /// the store's breaker itself).
+    pub async fn batched(
         &self,
         call: Call<'_>,
-        keys: usize,
+        member: (usize, Kind),
         queued: &AtomicBool,
     ) -> Result<redis::Value, StoreError> {
         if let Nodes::Cluster(cluster) = &self.nodes {
-            return cluster.decide(call, keys, queued).await;
+            return cluster.batched(call, member, queued).await;
         }
         let sender = LinkSender {
             link: self.me.clone(),
@@ -267,7 +268,7 @@ impl Link {
             script,
             cmd: Cow::Owned(cmd),
         };
-        let entered = self.batcher.enter(call.cmd.into_owned(), keys, &sender);
+        let entered = self.batcher.enter(call.cmd.into_owned(), member, &sender);
         entered
             .answer(queued, |cmd| async move {
                 self.invoke(&alone(cmd), Lane::Requests).await
@@ -275,15 +276,9 @@ impl Link {
             .await
     }
 
-    /// Batches sent, decisions in them, decisions sent alone after a batch was refused.
-    pub fn batches(&self) -> (u64, u64, u64) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let c = &self.counts;
-        (
-            c.batches.load(Relaxed),
-            c.decisions.load(Relaxed),
-            c.alone.load(Relaxed),
-        )
+    /// What the batches carried so far.
+    pub fn batches(&self) -> BatchTotals {
+        self.counts.totals()
     }
 
     async fn invoke_now<T: redis::FromRedisValue>(

@@ -32,12 +32,14 @@ pub mod scripts;
 mod sources;
 pub mod wire;
 
+pub use batch::BatchTotals;
 pub use cluster::node::NodeStatus;
 pub use config::{RedisAuth, RedisConfig, RedisTls, Topology};
 use scripts::Beat;
 pub use scripts::LeaseCall;
 pub use wire::LATE_REPLY;
 
+use self::batch::Kind;
 use self::connection::Link;
 use self::groups::HashSlotGroups;
 use self::reply::{parse_grant, parse_reply};
@@ -105,8 +107,9 @@ impl RedisStore {
         self.link.redirects()
     }
 
-    /// Batch calls sent, decisions in them, decisions sent alone after a refused batch.
-    pub fn batches(&self) -> (u64, u64, u64) {
+    /// What the batch calls carried so far (decisions, charges and refunds), and the members
+    /// sent alone after a refused batch.
+    pub fn batches(&self) -> BatchTotals {
         self.link.batches()
     }
 
@@ -213,9 +216,8 @@ impl RedisStore {
     ) -> Result<Verdict, StoreError> {
         let invocation = self.scripts.check_call(&self.config.prefix, req);
         let reply = if req.slot_id.is_empty() {
-            self.link
-                .decide(invocation, req.policies.len(), queued)
-                .await?
+            let member = (req.policies.len(), Kind::Decide);
+            self.link.batched(invocation, member, queued).await?
         } else {
             // A request taking concurrency slots is never batched: if it gave up while its
             // check waited in a queue, its release (sent at once) could reach Redis before the
@@ -273,7 +275,7 @@ impl RedisStore {
     }
 
     /// Gives back what `req` (every policy of it) counted at `at` (`lua/refund.lua`): per
-    /// slot on Redis Cluster.
+    /// slot on Redis Cluster, each call batched with the decisions on its connection.
     pub async fn refund(&self, req: &CheckRequest<'_>, at: u64) -> Result<(), StoreError> {
         let groups = match self.config.topology {
             Topology::Cluster(_) => HashSlotGroups::of(req),
@@ -286,17 +288,16 @@ impl RedisStore {
         };
         for sub in &subs {
             let prefix = &self.config.prefix;
-            let Some(invocation) = self.scripts.refund_call(prefix, sub, |_| true, at) else {
-                continue;
-            };
-            let call = self.link.invoke::<u64>(&invocation, Lane::Requests);
-            self.bounded(call).await?;
+            if let Some(call) = self.scripts.refund_call(prefix, sub, |_| true, at) {
+                self.settle(call, Kind::Refund).await?;
+            }
         }
         Ok(())
     }
 
     /// Charges `deltas` (policy index, units) of `req`, admitted at `at`: per Cluster slot,
-    /// one `charge.lua` call each, bounded by the store timeout.
+    /// one `charge.lua` call each, batched with the decisions on its connection, bounded by
+    /// the store timeout.
     pub async fn charge(
         &self,
         req: &CheckRequest<'_>,
@@ -312,8 +313,7 @@ impl RedisStore {
                 .scripts
                 .charge_call(&self.config.prefix, req, at, deltas)
             {
-                self.bounded(self.link.invoke::<u64>(&call, Lane::Background))
-                    .await?;
+                self.settle(call, Kind::Charge).await?;
             }
             return Ok(());
         }
@@ -333,11 +333,20 @@ impl RedisStore {
                 .scripts
                 .charge_call(&self.config.prefix, &sub, at, &mine)
             {
-                self.bounded(self.link.invoke::<u64>(&call, Lane::Background))
-                    .await?;
+                self.settle(call, Kind::Charge).await?;
             }
         }
         Ok(())
+    }
+
+    /// A charge or a refund: batched with the decisions on the request connection (`batch.rs`:
+    /// under load it rides in their batches rather than costing Redis a call of its own),
+    /// bounded by the store timeout. Its reply (a count of keys changed) is not needed.
+    async fn settle(&self, call: scripts::Call<'_>, kind: Kind) -> Result<(), StoreError> {
+        let member = (call.keys(), kind);
+        let queued = AtomicBool::new(false);
+        let ran = self.link.batched(call, member, &queued);
+        self.bounded(ran).await.map(drop)
     }
 
     /// Frees the concurrency slots `slot_id` holds, waiting up to `within` (a call given up

@@ -400,6 +400,17 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// How many keys the call names (its `numkeys`).
+    pub fn keys(&self) -> usize {
+        match self.cmd.args_iter().nth(2) {
+            Some(redis::Arg::Simple(n)) => std::str::from_utf8(n)
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
+            _ => 0,
+        }
+    }
+
     /// Appends a key or an argument.
     fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Call<'a> {
         self.cmd.to_mut().arg(arg);

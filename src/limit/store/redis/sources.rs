@@ -36,7 +36,8 @@ script!(
     ]
 );
 script!(
-    /// Decides many requests in one call, each as `check.lua` would (`lua/batch.lua`).
+    /// Decides many requests in one call, each as `check.lua` would, with the charges and
+    /// refunds that arrived with them (`lua/batch.lua`).
     BATCH_SOURCE,
     "#!lua flags=allow-cross-slot-keys\n",
     BATCH_FILES = [
@@ -49,6 +50,9 @@ script!(
         "concurrency.lua",
         "limits.lua",
         "decide.lua",
+        "return_units.lua",
+        "charging.lua",
+        "refunding.lua",
         "batch.lua",
     ]
 );
@@ -87,7 +91,7 @@ script!(
     /// Gives back what check.lua committed in one slot when another slot rejected the request
     /// (Redis Cluster; `lua/refund.lua`).
     REFUND_SOURCE,
-    REFUND_FILES = ["return_units.lua", "refund.lua"]
+    REFUND_FILES = ["return_units.lua", "refunding.lua", "refund.lua"]
 );
 script!(
     /// Frees a finished request's concurrency slots (`lua/release.lua`).
@@ -103,7 +107,12 @@ script!(
 script!(
     /// Counts what requests turned out to cost, once their responses told (`lua/charge.lua`).
     CHARGE_SOURCE,
-    CHARGE_FILES = ["lib.lua", "return_units.lua", "charge.lua"]
+    CHARGE_FILES = [
+        "lib.lua",
+        "return_units.lua",
+        "charging.lua",
+        "charge.lua",
+    ]
 );
 script!(
     /// The client registry: read, compare-and-set one client, restore (`lua/registry.lua`).

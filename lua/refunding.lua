@@ -1,0 +1,78 @@
+--[[ refunding.lua — what check.lua committed for a request, given back: the body of refund.lua,
+and of each refund member of batch.lua.
+
+Function  refund_request(kb, n, ab, argc) -> the number of keys given something back, or nil
+          and an error message
+  KEYS[kb + 1 .. kb + n]    the keys check.lua committed (one slot)
+  ARGV[ab + 1 .. ab + argc] refund.lua's arguments (see there): the time the request was
+                            decided at, its slot id, then five per key
+Effect    as refund.lua's (see there). Every algorithm is known before anything is written: a
+          refund is all or nothing.
+]]
+-- Turns given back a leaky bucket remembers (HOLES in src/limit/algorithm/leaky_bucket.rs).
+local HOLES = 4
+local REFUND_PER = 5
+local REFUNDABLE = { fw = true, sw = true, cw = true, lb = true, tb = true, sl = true, cc = true }
+
+-- A leaky bucket's units back: a request that passed at once leaves the backlog, a held one
+-- of cost 1 leaves a hole at its turn.
+local function refund_leaky(key, cost, window, wait, now)
+  local b = redis.call('HMGET', key, 'l', 'h')
+  if b[1] and wait == 0 then
+    redis.call('HSET', key, 'l', math.max(0, tonumber(b[1]) - cost * window))
+    return 1
+  elseif b[1] and cost == 1 then
+    -- A hole at its turn; with HOLES already, the soonest makes room.
+    local holes, soonest = {}, nil
+    for v in string.gmatch(b[2] or '', '%d+') do
+      holes[#holes + 1] = tonumber(v)
+      if soonest == nil or holes[#holes] < holes[soonest] then soonest = #holes end
+    end
+    if #holes < HOLES then soonest = #holes + 1 end
+    holes[soonest] = now + wait
+    redis.call('HSET', key, 'h', table.concat(holes, ' '))
+    return 1
+  end
+  return 0
+end
+
+local function refund_request(kb, n, ab, argc)
+  if argc ~= 2 + REFUND_PER * n then
+    return nil, 'expected 2 + 5 arguments per key, got ' .. argc .. ' for ' .. n .. ' keys'
+  end
+  for i = 1, n do
+    local algorithm = ARGV[ab + 2 + REFUND_PER * (i - 1) + 1]
+    if not REFUNDABLE[algorithm] then
+      return nil, 'unknown algorithm ' .. tostring(algorithm)
+    end
+  end
+  local now, slot_id = tonumber(ARGV[ab + 1]), ARGV[ab + 2]
+  local changed = 0
+  for i = 1, n do
+    local o = ab + 2 + REFUND_PER * (i - 1)
+    local key, algorithm, cost = KEYS[kb + i], ARGV[o + 1], tonumber(ARGV[o + 2])
+    local window, burst = tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5])
+    local back = 0
+    if algorithm == 'fw' or algorithm == 'sw' then
+      back = return_units(key, algorithm, now - now % window, window, cost)
+    elseif algorithm == 'cw' then
+      back = return_units(key, 'fw', window, 0, cost)
+    elseif algorithm == 'lb' then
+      -- The 5th argument is how long the request was held.
+      back = refund_leaky(key, cost, window, burst, now)
+    elseif algorithm == 'tb' then
+      local level = redis.call('HGET', key, 'l')
+      if level then
+        redis.call('HSET', key, 'l', math.min(burst * window, tonumber(level) + cost * window))
+        back = 1
+      end
+    elseif algorithm == 'sl' then
+      local entries = redis.call('ZRANGEBYSCORE', key, now, now, 'LIMIT', 0, cost)
+      if #entries > 0 then back = redis.call('ZREM', key, unpack(entries)) end
+    else
+      back = redis.call('ZREM', key, slot_id)
+    end
+    if back > 0 then changed = changed + 1 end
+  end
+  return changed
+end
