@@ -8,8 +8,12 @@
 #
 #   benches/load/redis_core.sh            ROUNDS=5 CALLS=200000 to change the defaults
 #   BEFORE_LUA=<dir>: also the one-limit rows (b, k) with check.lua and batch.lua made from
-#   that directory's files (an older lua/), alternated with today's in every round — the way
-#   to show what a change to the scripts does to Redis's cost.
+#   that directory's files (an older lua/; with its own sources.rs beside them when the file
+#   lists differ), alternated with today's in every round — the way to show what a change to
+#   the scripts does to Redis's cost. E.g. for commit C:
+#     mkdir /tmp/old && git archive C lua | tar -x -C /tmp/old &&
+#     git show C:src/limit/store/redis/sources.rs > /tmp/old/lua/sources.rs &&
+#     BEFORE_LUA=/tmp/old/lua benches/load/redis_core.sh
 #
 # Rows alternate within each round; the medians are printed as a Markdown table.
 set -euo pipefail
@@ -28,10 +32,12 @@ wait_port "$rport"
 rpid=$(cat "$work/redis.pid")
 cli() { redis-cli -p "$rport" "$@"; }
 
-# The source of one script: its files (a `NAME_FILES` list of sources.rs), concatenated, from
-# lua/ or the directory $2.
+# The source of one script: its files (a `NAME_FILES` list of sources.rs — the directory's own
+# when it holds one), concatenated, from lua/ or the directory $2.
 source_of() {
-  sed -n "/[^A-Z_]$1 = \[/,/\]/p" src/limit/store/redis/sources.rs | grep -o '"[a-z_]*\.lua"' |
+  local list=src/limit/store/redis/sources.rs
+  if [[ -f ${2:-lua}/sources.rs ]]; then list=${2:-lua}/sources.rs; fi
+  sed -n "/[^A-Z_]$1 = \[/,/\]/p" "$list" | grep -o '"[a-z_]*\.lua"' |
     tr -d '"' | while read -r f; do cat "${2:-lua}/$f"; echo; done
 }
 check=$(cli SCRIPT LOAD "$(source_of CHECK_FILES)")
@@ -75,14 +81,16 @@ prefill["n. quota question, 1 limit (tb): usage.lua"]="EVALSHA $check 1 $q1 $a1"
 rows["o. quota question, 4 limits (tb, sw, sw, fw): usage.lua"]="EVALSHA $usage 4 $q4 $a4"
 prefill["o. quota question, 4 limits (tb, sw, sw, fw): usage.lua"]="EVALSHA $check 4 $q4 $a4"
 # Batched (batch.lua): B members per call, each a different client, as a loaded gateway sends
-# them (src/limit/store/redis/batch.rs). Decisions per row = calls × B.
+# them (src/limit/store/redis/batch.rs). Decisions per row = calls × B. A member's kind (d: a
+# decision, c: a charge) opens its arguments; "-": none (a batch.lua older than member kinds).
 declare -A per_call
-batch_row() { # label B keys-per-member member-arguments...
-  local label=$1 b=$2 n=$3 keys="" args="" j
-  shift 3
+batch_row() { # label B keys-per-member kind member-arguments...
+  local label=$1 b=$2 n=$3 kind=$4 keys="" args="" j
+  shift 4
+  if [[ $kind == - ]]; then kind=""; else kind+=" "; fi
   for j in $(seq "$b"); do
     for i in $(seq "$n"); do keys+=" t:{c__rand_int__}:ROW:$j:$i"; done
-    args+=" $n $# $*"
+    args+=" $kind$n $# $*"
   done
   rows[$label]="EVALSHA ${BATCH_SHA:-$batch} $((b * n))$keys $b$args"
   per_call[$label]=$b
@@ -93,15 +101,23 @@ local t = redis.call('TIME'); for i = 1, #KEYS do redis.call('GET', KEYS[i]); re
 fk=""; for j in $(seq 64); do fk+=" t:{c__rand_int__}:ROW:$j"; done
 rows["a4. floor in batches of 64: TIME + 64 × (GET + SET PX), no decision"]="EVALSHA $floor_batch 64$fk"
 per_call["a4. floor in batches of 64: TIME + 64 × (GET + SET PX), no decision"]=64
-batch_row "j. 1 limit: token bucket, batches of 16" 16 1 @ 1 @ a tb $BIG 1000 $BIG 0
-batch_row "k. 1 limit: token bucket, batches of 64" 64 1 @ 1 @ a tb $BIG 1000 $BIG 0
-batch_row "l. 4 limits (tb, sw, sw, fw), batches of 16" 16 4 @ 1 @ a tb $BIG 1000 $BIG 0 b sw $BIG 60000 0 0 c sw $BIG 3600000 0 0 d fw $BIG 86400000 0 0
-batch_row "m. plan + keyed (sw + sw), batches of 32" 32 2 @ 1 @ a sw $BIG 60000 0 0 b sw $BIG 900000 0 0
+batch_row "j. 1 limit: token bucket, batches of 16" 16 1 d @ 1 @ a tb $BIG 1000 $BIG 0
+batch_row "k. 1 limit: token bucket, batches of 64" 64 1 d @ 1 @ a tb $BIG 1000 $BIG 0
+batch_row "l. 4 limits (tb, sw, sw, fw), batches of 16" 16 4 d @ 1 @ a tb $BIG 1000 $BIG 0 b sw $BIG 60000 0 0 c sw $BIG 3600000 0 0 d fw $BIG 86400000 0 0
+batch_row "m. plan + keyed (sw + sw), batches of 32" 32 2 d @ 1 @ a sw $BIG 60000 0 0 b sw $BIG 900000 0 0
+# A response's cost charged (charge.lua: one more unit on a fixed window; the time admitted
+# is not read for a charge of more), one call each and in batches (as charges arriving with
+# decisions ride in theirs). Charges per row = calls × B.
+charge=$(cli SCRIPT LOAD "$(source_of CHARGE_FILES)")
+rows["p. charge, 1 limit (fw): charge.lua"]="EVALSHA $charge 1 $(k a) @ 0 fw $BIG 60000 1"
+batch_row "q. charges, 1 limit (fw), batches of 64" 64 1 c @ 0 fw $BIG 60000 1
 if [[ -n ${BEFORE_LUA:-} ]]; then
   old_check=$(cli SCRIPT LOAD "$(source_of CHECK_FILES "$BEFORE_LUA")")
   rows["b0. before: 1 limit: token bucket"]="EVALSHA $old_check 1 $(k a) @ 1 @ a tb $BIG 1000 $BIG 0"
+  kind=d
+  if ! grep -q "its kind (d:" "$BEFORE_LUA/batch.lua"; then kind=-; fi
   BATCH_SHA=$(cli SCRIPT LOAD "$(printf '#!lua flags=allow-cross-slot-keys\n'; source_of BATCH_FILES "$BEFORE_LUA")") \
-    batch_row "k0. before: 1 limit: token bucket, batches of 64" 64 1 @ 1 @ a tb $BIG 1000 $BIG 0
+    batch_row "k0. before: 1 limit: token bucket, batches of 64" 64 1 $kind @ 1 @ a tb $BIG 1000 $BIG 0
 fi
 
 # A row's command as the array ARGS: ROW becomes the row's letter (its keys meet no other
