@@ -34,13 +34,8 @@ local m = tonumber(ARGV[1])
 if not m then
   return redis.error_reply('turnstile batch.lua: ARGV[1] must be the number of members')
 end
--- A member's work by its kind: its reply (a string or a count), or nil and an error message.
-local function run_member(kind, kb, n, ab, a)
-  if kind == 'd' then return decide_request(kb, n, ab, a, batch_clock) end
-  if kind == 'c' then return charge_request(kb, n, ab, a, batch_clock) end
-  if kind == 'r' then return refund_request(kb, n, ab, a) end
-  return nil, 'unknown member kind ' .. tostring(kind)
-end
+-- A member's work by its kind (refund_request takes no clock: the extra argument is ignored).
+local RUN = { d = decide_request, c = charge_request, r = refund_request }
 
 local replies, kb, p = {}, 0, 2
 for j = 1, m do
@@ -49,13 +44,21 @@ for j = 1, m do
     -- The layout itself is broken: nothing after this point can be read.
     return redis.error_reply('turnstile batch.lua: member ' .. j .. ' runs past the keys or arguments')
   end
-  local ok, reply, err = pcall(run_member, kind, kb, n, p + 2, a)
-  if not ok then
-    replies[j] = 'E ' .. tostring(reply)
-  elseif not reply then
-    replies[j] = 'E ' .. err
+  local run = RUN[kind]
+  if not run then
+    replies[j] = 'E unknown member kind ' .. kind
   else
-    replies[j] = tostring(reply)
+    local ok, reply, err = pcall(run, kb, n, p + 2, a, batch_clock)
+    if not ok then
+      replies[j] = 'E ' .. tostring(reply)
+    elseif not reply then
+      replies[j] = 'E ' .. err
+    elseif kind == 'd' then
+      replies[j] = reply
+    else
+      -- A charge's or refund's count, as a string: every reply of the array is one.
+      replies[j] = tostring(reply)
+    end
   end
   kb, p = kb + n, p + 3 + a
 end

@@ -255,15 +255,15 @@ fn a_member_redis_cannot_decide_fails_alone() {
 
 /// A batch mixing kinds: a decision, a charge naming an algorithm that cannot be charged
 /// (a token bucket, after a fixed window it would otherwise have charged first), a refund of
-/// an unknown algorithm, and a good charge. The two broken members answer their errors and
-/// write nothing — not even the charge's first key — while the decision and the good charge
-/// run as their own scripts would.
+/// an unknown algorithm, a good charge, and a member of no known kind. The three broken
+/// members answer their errors and write nothing — not even the charge's first key — while
+/// the decision and the good charge run as their own scripts would.
 #[test]
 fn a_charge_or_refund_redis_cannot_run_fails_alone_in_a_batch() {
     let server = RedisServer::start();
     let mut conn = server.conn();
     let decision = ["", "1", "", "a", "fw", "5", "60000", "5", "0"];
-    let members: [(&str, &[&str], &[&str]); 4] = [
+    let members: [(&str, &[&str], &[&str]); 5] = [
         ("d", &["fw:{x}"], &decision),
         (
             "c",
@@ -272,6 +272,7 @@ fn a_charge_or_refund_redis_cannot_run_fails_alone_in_a_batch() {
         ),
         ("r", &["fw:{x}"], &["0", "", "zz", "1", "5", "60000", "5"]),
         ("c", &["fw:{x}"], &["", "0", "fw", "5", "60000", "2"]),
+        ("x", &["fw:{x}"], &decision),
     ];
     let script = redis::Script::new(BATCH_SOURCE);
     let mut batch = script.prepare_invoke();
@@ -296,6 +297,7 @@ fn a_charge_or_refund_redis_cannot_run_fails_alone_in_a_batch() {
         "{replies:?}"
     );
     assert_eq!(replies[3], "1", "the good charge changed its one key");
+    assert_eq!(replies[4], "E unknown member kind x");
     let exists: u64 = server.cmd(&["EXISTS", "bad-fw:{x}", "bad-tb:{x}"]);
     assert_eq!(exists, 0, "the broken charge wrote nothing");
     // The decision counted 1 and the charge 2 more: 3 of 5 in the window.
