@@ -13,9 +13,11 @@ Redis refuses the whole call with MOVED or ASK, and the gateway sends its member
 
 KEYS      every member's keys, member after member
 ARGV[1]   the number of members, m
-ARGV[2..] per member: its kind (d: a decision, c: a charge, r: a refund), its key count n, its
-          argument count a, then its a arguments exactly as that script's ARGV (check.lua's,
-          charge.lua's, refund.lua's)
+ARGV[2..] per member: a decision's key count n, its argument count a, then its a arguments
+          exactly as check.lua's ARGV; a charge or a refund opens with its kind (c: a charge,
+          r: a refund), then n, a and its arguments as charge.lua's or refund.lua's ARGV.
+          (Decisions, the commonest members, carry no kind: one argument less per decision
+          for Redis to read.)
 Reply     an array of m strings, in member order: a decision's check.lua reply, a charge's or
           refund's count of keys changed (as a string), or "E <message>" for a member whose
           arguments or keys were wrong (that member wrote nothing; the others run as if it
@@ -34,33 +36,38 @@ local m = tonumber(ARGV[1])
 if not m then
   return redis.error_reply('turnstile batch.lua: ARGV[1] must be the number of members')
 end
--- A member's work by its kind (refund_request takes no clock: the extra argument is ignored).
-local RUN = { d = decide_request, c = charge_request, r = refund_request }
+-- A charge's or refund's script, by its kind (refund_request takes no clock: the extra
+-- argument is ignored).
+local RUN = { c = charge_request, r = refund_request }
 
 local replies, kb, p = {}, 0, 2
 for j = 1, m do
-  local kind, n, a = ARGV[p], tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2])
-  if not n or not a or kb + n > #KEYS or p + 2 + a > #ARGV then
+  -- A decision opens with its key count; any other member with its kind.
+  local kind, h = nil, p
+  if not tonumber(ARGV[p]) then kind, h = ARGV[p], p + 1 end
+  local n, a = tonumber(ARGV[h]), tonumber(ARGV[h + 1])
+  if not n or not a or kb + n > #KEYS or h + 1 + a > #ARGV then
     -- The layout itself is broken: nothing after this point can be read.
     return redis.error_reply('turnstile batch.lua: member ' .. j .. ' runs past the keys or arguments')
   end
-  local run = RUN[kind]
+  local run = decide_request
+  if kind then run = RUN[kind] end
   if not run then
     replies[j] = 'E unknown member kind ' .. kind
   else
-    local ok, reply, err = pcall(run, kb, n, p + 2, a, batch_clock)
+    local ok, reply, err = pcall(run, kb, n, h + 1, a, batch_clock)
     if not ok then
       replies[j] = 'E ' .. tostring(reply)
     elseif not reply then
       replies[j] = 'E ' .. err
-    elseif kind == 'd' then
-      replies[j] = reply
-    else
+    elseif kind then
       -- A charge's or refund's count, as a string: every reply of the array is one.
       replies[j] = tostring(reply)
+    else
+      replies[j] = reply
     end
   end
-  kb, p = kb + n, p + 3 + a
+  kb, p = kb + n, h + 2 + a
 end
 if kb ~= #KEYS or p ~= #ARGV + 1 then
   return redis.error_reply('turnstile batch.lua: ' .. (#KEYS - kb) .. ' keys and ' .. (#ARGV + 1 - p) .. ' arguments left over')

@@ -81,8 +81,8 @@ prefill["n. quota question, 1 limit (tb): usage.lua"]="EVALSHA $check 1 $q1 $a1"
 rows["o. quota question, 4 limits (tb, sw, sw, fw): usage.lua"]="EVALSHA $usage 4 $q4 $a4"
 prefill["o. quota question, 4 limits (tb, sw, sw, fw): usage.lua"]="EVALSHA $check 4 $q4 $a4"
 # Batched (batch.lua): B members per call, each a different client, as a loaded gateway sends
-# them (src/limit/store/redis/batch.rs). Decisions per row = calls × B. A member's kind (d: a
-# decision, c: a charge) opens its arguments; "-": none (a batch.lua older than member kinds).
+# them (src/limit/store/redis/batch.rs). Decisions per row = calls × B. A charge member opens
+# with its kind, c; a decision names none ("-").
 declare -A per_call
 batch_row() { # label B keys-per-member kind member-arguments...
   local label=$1 b=$2 n=$3 kind=$4 keys="" args="" j
@@ -101,10 +101,10 @@ local t = redis.call('TIME'); for i = 1, #KEYS do redis.call('GET', KEYS[i]); re
 fk=""; for j in $(seq 64); do fk+=" t:{c__rand_int__}:ROW:$j"; done
 rows["a4. floor in batches of 64: TIME + 64 × (GET + SET PX), no decision"]="EVALSHA $floor_batch 64$fk"
 per_call["a4. floor in batches of 64: TIME + 64 × (GET + SET PX), no decision"]=64
-batch_row "j. 1 limit: token bucket, batches of 16" 16 1 d @ 1 @ a tb $BIG 1000 $BIG 0
-batch_row "k. 1 limit: token bucket, batches of 64" 64 1 d @ 1 @ a tb $BIG 1000 $BIG 0
-batch_row "l. 4 limits (tb, sw, sw, fw), batches of 16" 16 4 d @ 1 @ a tb $BIG 1000 $BIG 0 b sw $BIG 60000 0 0 c sw $BIG 3600000 0 0 d fw $BIG 86400000 0 0
-batch_row "m. plan + keyed (sw + sw), batches of 32" 32 2 d @ 1 @ a sw $BIG 60000 0 0 b sw $BIG 900000 0 0
+batch_row "j. 1 limit: token bucket, batches of 16" 16 1 - @ 1 @ a tb $BIG 1000 $BIG 0
+batch_row "k. 1 limit: token bucket, batches of 64" 64 1 - @ 1 @ a tb $BIG 1000 $BIG 0
+batch_row "l. 4 limits (tb, sw, sw, fw), batches of 16" 16 4 - @ 1 @ a tb $BIG 1000 $BIG 0 b sw $BIG 60000 0 0 c sw $BIG 3600000 0 0 d fw $BIG 86400000 0 0
+batch_row "m. plan + keyed (sw + sw), batches of 32" 32 2 - @ 1 @ a sw $BIG 60000 0 0 b sw $BIG 900000 0 0
 # A response's cost charged (charge.lua: one more unit on a fixed window; the time admitted
 # is not read for a charge of more), one call each and in batches (as charges arriving with
 # decisions ride in theirs). Charges per row = calls × B.
@@ -114,10 +114,8 @@ batch_row "q. charges, 1 limit (fw), batches of 64" 64 1 c @ 0 fw $BIG 60000 1
 if [[ -n ${BEFORE_LUA:-} ]]; then
   old_check=$(cli SCRIPT LOAD "$(source_of CHECK_FILES "$BEFORE_LUA")")
   rows["b0. before: 1 limit: token bucket"]="EVALSHA $old_check 1 $(k a) @ 1 @ a tb $BIG 1000 $BIG 0"
-  kind=d
-  if ! grep -q "its kind (d:" "$BEFORE_LUA/batch.lua"; then kind=-; fi
   BATCH_SHA=$(cli SCRIPT LOAD "$(printf '#!lua flags=allow-cross-slot-keys\n'; source_of BATCH_FILES "$BEFORE_LUA")") \
-    batch_row "k0. before: 1 limit: token bucket, batches of 64" 64 1 $kind @ 1 @ a tb $BIG 1000 $BIG 0
+    batch_row "k0. before: 1 limit: token bucket, batches of 64" 64 1 - @ 1 @ a tb $BIG 1000 $BIG 0
 fi
 
 # A row's command as the array ARGS: ROW becomes the row's letter (its keys meet no other

@@ -40,9 +40,9 @@ pub enum Sent {
     Failed(StoreError),
 }
 
-/// A queued decision's outcome.
+/// A queued call's outcome.
 pub enum Answer {
-    /// `check.lua`'s reply for this member.
+    /// This member's reply, as its own script's call would have answered.
     Decided(Value),
     /// Send this call on its own (the ordinary path).
     Alone(Cmd),
@@ -96,12 +96,13 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The member's kind as `batch.lua` reads it.
-    fn code(self) -> &'static str {
+    /// The member's kind as `batch.lua` reads it: none for a decision (the commonest member,
+    /// kept one argument shorter), a letter for the others.
+    fn code(self) -> Option<&'static str> {
         match self {
-            Kind::Decide => "d",
-            Kind::Charge => "c",
-            Kind::Refund => "r",
+            Kind::Decide => None,
+            Kind::Charge => Some("c"),
+            Kind::Refund => Some("r"),
         }
     }
 }
@@ -131,7 +132,7 @@ pub struct Batcher {
     counts: Arc<BatchCounts>,
 }
 
-/// A decision's way to Redis.
+/// A call's way to Redis (a decision, a charge or a refund).
 pub enum Enter<S: SendBatch> {
     /// The connection is idle: send `cmd` now, holding the turn until the reply.
     Idle(Cmd, Turn<S>),
@@ -348,7 +349,8 @@ impl<S: SendBatch> Drop for Turn<S> {
     }
 }
 
-/// A member's reply in the batch's array: check.lua's string, or "E <message>".
+/// A member's reply in the batch's array: check.lua's string (a decision), a count as a
+/// string (a charge, a refund), or "E <message>".
 fn member_answer(value: Value) -> Answer {
     match value {
         Value::BulkString(bytes) if bytes.starts_with(b"E ") => Answer::Failed(
@@ -361,8 +363,8 @@ fn member_answer(value: Value) -> Answer {
     }
 }
 
-/// `EVALSHA <batch> <all keys> <keys…> <m> (<kind> <n> <a> <args…>)…` from the members' own
-/// `EVALSHA <script> <n> <keys…> <args…>` commands.
+/// `EVALSHA <batch> <all keys> <keys…> <m> ([<kind>] <n> <a> <args…>)…` from the members' own
+/// `EVALSHA <script> <n> <keys…> <args…>` commands (a decision names no kind).
 fn batch_cmd(sha: &str, members: &[Member]) -> Cmd {
     let keys: usize = members.iter().map(|m| m.keys).sum();
     let args: usize = members.iter().map(|m| m.cmd.args_iter().count()).sum();
@@ -381,7 +383,10 @@ fn batch_cmd(sha: &str, members: &[Member]) -> Cmd {
     cmd.arg(members.len());
     for m in members {
         let args = parts(&m.cmd).count().saturating_sub(3 + m.keys);
-        cmd.arg(m.kind.code()).arg(m.keys).arg(args);
+        if let Some(kind) = m.kind.code() {
+            cmd.arg(kind);
+        }
+        cmd.arg(m.keys).arg(args);
         for arg in parts(&m.cmd).skip(3 + m.keys) {
             cmd.arg(arg);
         }
@@ -439,8 +444,8 @@ mod tests {
             .map(|p| String::from_utf8_lossy(p).into_owned())
             .collect();
         let want = [
-            "EVALSHA", "bsha", "3", "a1", "a2", "b1", "2", "d", "2", "3", "", "1", "s", "c", "1",
-            "3", "", "2", "",
+            "EVALSHA", "bsha", "3", "a1", "a2", "b1", "2", "2", "3", "", "1", "s", "c", "1", "3",
+            "", "2", "",
         ];
         assert_eq!(got, want);
     }

@@ -247,9 +247,9 @@ impl Link {
 
     /// Runs `call` — a `check.lua`, `charge.lua` or `refund.lua` call; `member`: the keys it
     /// names and which of the three it is — batched with the calls that arrive while another
-    /// is in flight on the request lane (`batch.rs`). Not bounded in time: callers bound it. `queued` is set
-    /// while the call waits for, or rides in, a call made for the queue (which reports to
-    /// the store's breaker itself).
+    /// is in flight on the request lane (`batch.rs`). Not bounded in time: callers bound it.
+    /// `queued` is set while the call waits for, or rides in, a call made for the queue
+    /// (which reports to the store's breaker itself).
     pub async fn batched(
         &self,
         call: Call<'_>,

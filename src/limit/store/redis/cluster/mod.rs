@@ -163,10 +163,10 @@ impl ClusterLink {
     }
 
     /// Runs `call` (a `check.lua`, `charge.lua` or `refund.lua` call; `member`: the keys it
-    /// names and which of the three it is), batched on the node serving them with the calls that arrive while
-    /// another is in flight there (`batch.rs`); a batch refused for a slot on the move sends
-    /// its members the ordinary way, one by one. (`queued` is set as on a single node; the
-    /// node's breaker counts calls itself.)
+    /// names and which of the three it is), batched on the node serving them with the calls
+    /// that arrive while another is in flight there (`batch.rs`); a batch refused for a slot
+    /// on the move sends its members the ordinary way, one by one. (`queued` is set as on a
+    /// single node; the node's breaker counts calls itself.)
     pub async fn batched(
         &self,
         call: Call<'_>,
