@@ -43,9 +43,9 @@ local RUN = { c = charge_request, r = refund_request }
 local replies, kb, p = {}, 0, 2
 for j = 1, m do
   -- A decision opens with its key count; any other member with its kind.
-  local kind, h = nil, p
-  if not tonumber(ARGV[p]) then kind, h = ARGV[p], p + 1 end
-  local n, a = tonumber(ARGV[h]), tonumber(ARGV[h + 1])
+  local kind, h, n = nil, p, tonumber(ARGV[p])
+  if not n then kind, h = ARGV[p], p + 1; n = tonumber(ARGV[h]) end
+  local a = tonumber(ARGV[h + 1])
   if not n or not a or kb + n > #KEYS or h + 1 + a > #ARGV then
     -- The layout itself is broken: nothing after this point can be read.
     return redis.error_reply('turnstile batch.lua: member ' .. j .. ' runs past the keys or arguments')

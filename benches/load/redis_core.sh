@@ -15,7 +15,11 @@
 #     git show C:src/limit/store/redis/sources.rs > /tmp/old/lua/sources.rs &&
 #     BEFORE_LUA=/tmp/old/lua benches/load/redis_core.sh
 #
-# Rows alternate within each round; the medians are printed as a Markdown table.
+#   ROWS=<regex>: only the rows whose label matches (e.g. ROWS='^(b|b0|k|k0)\.').
+#
+# Rows alternate within each round, in the opposite order every other round (a row run just
+# after another was seen to read faster: the same script 4-13 % apart as b and b0); the
+# medians are printed as a Markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . benches/load/lib.sh
@@ -128,10 +132,17 @@ row_args() { # label command
   done
 }
 
+if [[ -n ${ROWS:-} ]]; then
+  for label in "${!rows[@]}"; do
+    if ! [[ $label =~ $ROWS ]]; then unset "rows[$label]"; fi
+  done
+fi
 declare -A usec per_core
 for label in "${!rows[@]}"; do usec[$label]=""; per_core[$label]=""; done
 for round in $(seq "$ROUNDS"); do
-  for label in $(printf '%s\n' "${!rows[@]}" | sort | tr ' ' '\001'); do
+  order=sort
+  if (( round % 2 == 0 )); then order="sort -r"; fi
+  for label in $(printf '%s\n' "${!rows[@]}" | $order | tr ' ' '\001'); do
     label=${label//$'\001'/ }
     row_args "$label" "${rows[$label]}"
     args=("${ARGS[@]}")
