@@ -1,5 +1,5 @@
 --[[ decide.lua — one request's limits, decided atomically: the body of check.lua, and of each
-member of batch.lua.
+decision member of batch.lua.
 
 Function  decide_request(kb, n, ab, argc, clock) -> reply (a string), or nil and an error message
   KEYS[kb + 1 .. kb + n]   one key per limit: <prefix>:{<client id>}:<route>:<limit name>@<definition>
