@@ -68,3 +68,13 @@ bench_start() {
   trap bench_cleanup EXIT INT TERM
 }
 bench_cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+
+# The source of one script: its files (a `NAME_FILES` list of sources.rs — the directory's own
+# when it holds one), concatenated, from lua/ or the directory $2.
+source_of() {
+  local list=src/limit/store/redis/sources.rs
+  if [[ -f ${2:-lua}/sources.rs ]]; then list=${2:-lua}/sources.rs; fi
+  # From the list's first line to its closing bracket (on that same line for a short list).
+  sed -n "/[^A-Z_]$1 = \[/{:a;/\]/!{N;ba};p}" "$list" | grep -o '"[a-z_]*\.lua"' |
+    tr -d '"' | while read -r f; do cat "${2:-lua}/$f"; echo; done
+}

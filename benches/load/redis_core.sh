@@ -36,14 +36,6 @@ wait_port "$rport"
 rpid=$(cat "$work/redis.pid")
 cli() { redis-cli -p "$rport" "$@"; }
 
-# The source of one script: its files (a `NAME_FILES` list of sources.rs — the directory's own
-# when it holds one), concatenated, from lua/ or the directory $2.
-source_of() {
-  local list=src/limit/store/redis/sources.rs
-  if [[ -f ${2:-lua}/sources.rs ]]; then list=${2:-lua}/sources.rs; fi
-  sed -n "/[^A-Z_]$1 = \[/,/\]/p" "$list" | grep -o '"[a-z_]*\.lua"' |
-    tr -d '"' | while read -r f; do cat "${2:-lua}/$f"; echo; done
-}
 check=$(cli SCRIPT LOAD "$(source_of CHECK_FILES)")
 # batch.lua's first line names its flags (sources.rs: BATCH_HEADER).
 batch=$(cli SCRIPT LOAD "$(printf '#!lua flags=allow-cross-slot-keys\n'; source_of BATCH_FILES)")
