@@ -2,7 +2,8 @@
 last past a third of a slot's time to live, keep them — every such slot of an instance in one
 call.
 
-The script sent to Redis is this file alone (src/limit/store/redis/sources.rs).
+The script sent to Redis is releasing.lua (the release itself, shared with batch.lua), then
+this file (src/limit/store/redis/sources.rs).
 
 Release   KEYS[i] the concurrency keys the request took a slot in (one client: one hash tag)
           ARGV[1] the request's slot id
@@ -20,13 +21,11 @@ if #KEYS == 0 then
 end
 local done = 0
 if ARGV[1] ~= 'renew' then
-  if #ARGV ~= 1 then
-    return redis.error_reply('turnstile release.lua: expected 1 argument to release, got ' .. #ARGV)
+  local released, err = release_request(0, #KEYS, 0, #ARGV)
+  if not released then
+    return redis.error_reply('turnstile release.lua: ' .. err)
   end
-  for i = 1, #KEYS do
-    done = done + redis.call('ZREM', KEYS[i], ARGV[1])
-  end
-  return done
+  return released
 end
 if #ARGV ~= 1 + 2 * #KEYS then
   return redis.error_reply('turnstile release.lua: expected 1 + 2 arguments per key to renew, got ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')

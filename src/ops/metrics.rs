@@ -248,7 +248,7 @@ impl Metrics {
             batches: [
                 counter(r, "turnstile_store_batches_total", "Redis: batch calls sent (several decisions that arrived while another call was in flight, decided in one call)"),
                 counter(r, "turnstile_store_batched_decisions_total", "Redis: decisions sent in batch calls"),
-                counter(r, "turnstile_store_batched_settlements_total", "Redis: charges (costs responses reported) and refunds (shed requests) sent in batch calls with the decisions"),
+                counter(r, "turnstile_store_batched_settlements_total", "Redis: charges (costs responses reported), refunds (shed requests) and releases (concurrency slots) sent in batch calls with the decisions"),
                 counter(r, "turnstile_store_batch_fallbacks_total", "Redis: decisions, charges and refunds sent one by one after their batch was refused whole (a Cluster slot on the move, a Redis older than 7)"),
             ],
             upstream: UpstreamMetrics::new(r),

@@ -1,7 +1,7 @@
 //! Batched decisions (`lua/batch.lua`, `src/limit/store/redis/batch.rs`) decide exactly as
 //! one call per request does: held to the Rust reference on random sequences cut at random
-//! batch boundaries, with give-backs and charges between them, and a member Redis cannot
-//! decide never changes another's decision.
+//! batch boundaries, with give-backs and charges between them (and concurrency checks with
+//! releases), and a member Redis cannot decide never changes another's decision.
 
 use crate::common;
 use crate::lua_agrees::{random_policy, Rng};
@@ -58,8 +58,8 @@ async fn batched_decisions_agree_with_rust_on_random_sequences_cut_into_random_b
         let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1);
         let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
         let n = 1 + rng.below(3) as usize;
-        // Every algorithm a batch decides (concurrency limits never ride in one): the five
-        // of the random plans, and now and then a calendar day (Kolkata: a half-hour zone).
+        // The five algorithms of the random plans, and now and then a calendar day (Kolkata:
+        // a half-hour zone); concurrency limits have a test of their own (below).
         let policies: Vec<Policy> = (0..n)
             .map(|i| match rng.below(6) {
                 0 => Policy::calendar_window(
@@ -195,6 +195,153 @@ async fn batched_decisions_agree_with_rust_on_random_sequences_cut_into_random_b
         "charges and refunds sent among decisions ride in their batches: {totals:?}"
     );
     assert_eq!(totals.alone, 0, "no batch was refused whole");
+}
+
+/// A call of the concurrency sequence: a request's check (taking a slot), or the release of
+/// a request an earlier group admitted.
+enum Slot {
+    Check(usize),
+    Release(usize),
+}
+
+/// Concurrency limits ride in batches too, their checks and the releases of the requests
+/// that ended: groups of 1 to 12 requests from three clients (a concurrency limit of 1 to 4,
+/// per route or per client, now and then with a rate limit beside it) are sent at once with
+/// the releases of some requests earlier groups admitted mixed in among them. The Rust
+/// reference runs the same calls in the same order; every verdict must be equal — a release
+/// that ran after the check behind it, or a check that lost its slot, would not be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_checks_and_releases_in_batches_agree_with_rust() {
+    use std::time::Duration;
+    use turnstile::limit::Scope;
+    let server = RedisServer::start();
+    let redis = store(&server, "slots");
+    let (mut compared, mut released, mut refused) = (0, 0, 0);
+    for seed in 1..=12u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
+        let scope = rng.pick(&[Scope::Route, Scope::Client]);
+        let mut policies =
+            vec![Policy::concurrency("cc", 1 + rng.below(4), 60_000, scope).unwrap()];
+        if rng.below(3) == 0 {
+            policies.push(Policy::new("rate", Algorithm::FixedWindow, 40, 60_000, 40));
+        }
+        let clients: Vec<Arc<str>> = (0..3).map(|c| format!("s{seed}-c{c}").into()).collect();
+        let route: Arc<str> = "route".into();
+        // Requests admitted and not yet released: (client, slot id).
+        let mut held: Vec<(usize, String)> = Vec::new();
+        for group in 0..25 {
+            let size = 1 + rng.below(12) as usize;
+            let asks: Vec<(usize, String)> = (0..size)
+                .map(|i| (rng.below(3) as usize, format!("g{group}-{i}")))
+                .collect();
+            let requests: Vec<CheckRequest<'_>> = asks
+                .iter()
+                .map(|(client, slot_id)| CheckRequest {
+                    slot_id,
+                    ..CheckRequest::new(&clients[*client], &route, &policies, 1)
+                })
+                .collect();
+            let mut ops: Vec<Slot> = (0..size).map(Slot::Check).collect();
+            let mut ending = Vec::new();
+            held.retain(|h| {
+                if rng.below(2) == 0 {
+                    ending.push(h.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+            for t in 0..ending.len() {
+                let at = rng.below(ops.len() as u64 + 1) as usize;
+                ops.insert(at, Slot::Release(t));
+            }
+            let calls = ops.iter().map(|op| async {
+                match op {
+                    Slot::Check(i) => Some(redis.check(&requests[*i]).await.unwrap()),
+                    Slot::Release(t) => {
+                        let (client, slot_id) = &ending[*t];
+                        let wait = Duration::from_secs(5);
+                        redis
+                            .release(&clients[*client], &route, &policies, slot_id, wait)
+                            .await
+                            .unwrap();
+                        None
+                    }
+                }
+            });
+            let outcomes = futures::future::join_all(calls).await;
+            for (op, outcome) in ops.iter().zip(outcomes) {
+                let i = match op {
+                    Slot::Check(i) => *i,
+                    Slot::Release(t) => {
+                        memory.release(&clients[ending[*t].0], &route, &policies);
+                        released += 1;
+                        continue;
+                    }
+                };
+                let actual = outcome.unwrap();
+                let expected = memory.check(&CheckRequest {
+                    at: DecideAt::Fixed(actual.at_ms),
+                    ..requests[i]
+                });
+                assert_eq!(
+                    actual, expected,
+                    "seed {seed}, group {group}, member {i} of {size}, asks {asks:?}, policies {policies:?}"
+                );
+                compared += 1;
+                if actual.admitted {
+                    held.push(asks[i].clone());
+                } else {
+                    refused += 1;
+                }
+            }
+        }
+    }
+    let totals = redis.batches();
+    println!("{compared} checks compared ({refused} refused), {released} releases among them; batches: {totals:?}");
+    assert!(
+        refused > 20,
+        "the limits were reached: only {refused} refused"
+    );
+    assert!(released > 50, "only {released} releases");
+    assert!(
+        totals.batches > 50 && totals.decisions >= 2 * totals.batches,
+        "checks taking slots ride in batches: {totals:?}"
+    );
+    assert!(
+        totals.settlements > 20,
+        "releases sent among the checks ride in their batches: {totals:?}"
+    );
+    assert_eq!(totals.alone, 0, "no batch was refused whole");
+}
+
+/// A release member of a batch frees its slot in every key it names, and one with a wrong
+/// argument count fails alone.
+#[test]
+fn a_release_in_a_batch_frees_its_slot_and_a_broken_one_fails_alone() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    for key in ["cc1:{x}", "cc2:{x}"] {
+        let _: u64 = server.cmd(&["ZADD", key, "99999999999999", "slot-a"]);
+        let _: u64 = server.cmd(&["ZADD", key, "99999999999999", "slot-b"]);
+    }
+    let script = redis::Script::new(BATCH_SOURCE);
+    let mut batch = script.prepare_invoke();
+    batch.key("cc1:{x}").key("cc2:{x}").key("cc1:{x}");
+    batch.arg(2);
+    batch.arg("l").arg(2).arg(1).arg("slot-a");
+    batch.arg("l").arg(1).arg(2).arg("slot-b").arg("extra");
+    let replies: Vec<String> = batch.invoke(&mut conn).unwrap();
+    assert_eq!(replies[0], "2", "{replies:?}");
+    assert!(
+        replies[1].starts_with("E ") && replies[1].contains("expected 1 argument to release"),
+        "{replies:?}"
+    );
+    for key in ["cc1:{x}", "cc2:{x}"] {
+        let left: Vec<String> = server.cmd(&["ZRANGE", key, "0", "-1"]);
+        assert_eq!(left, ["slot-b"], "{key}");
+    }
 }
 
 /// One `batch.lua` call of three members, the middle one naming an algorithm that does not

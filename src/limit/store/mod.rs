@@ -58,7 +58,7 @@ use self::failure::DegradedLog;
 use self::health::HealthCell;
 use self::lease::{LeaseTable, MAX_LEASES};
 use self::memory::MemoryStore;
-use self::redis::{RedisConfig, RedisStore, Topology};
+use self::redis::{landing, RedisConfig, RedisStore, Topology};
 use self::shared_breaker::StoreBreaker;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Verdict;
@@ -180,12 +180,21 @@ impl<C: Clock + Clone> Store<C> {
         req: &CheckRequest<'_>,
     ) -> Result<Verdict, StoreError> {
         let queued = AtomicBool::new(false);
+        // A check taking concurrency slots may ride in a batch: its release, should no answer
+        // come, waits for the call that carried it (`redis/batch.rs`).
+        let (landing, landed) = match req.slot_id.is_empty() {
+            true => (None, None),
+            false => {
+                let (landing, landed) = landing();
+                (Some(landing), Some(landed))
+            }
+        };
         let result = self
-            .guarded(redis.decide(req, &queued), Some(&queued))
+            .guarded(redis.decide(req, &queued, landing), Some(&queued))
             .await;
-        if let Err(e) = &result {
-            if !req.slot_id.is_empty() && !matches!(e, StoreError::CircuitOpen) {
-                self.release_unanswered(redis, req);
+        if let (Err(e), Some(landed)) = (&result, landed) {
+            if !matches!(e, StoreError::CircuitOpen) {
+                self.release_unanswered(redis, req, landed);
             }
         }
         result

@@ -9,7 +9,7 @@
 
 use super::failure::divide;
 use super::lease::LeaseKey;
-use super::redis::{RedisStore, LATE_REPLY};
+use super::redis::{Landed, RedisStore, LATE_REPLY};
 use super::request::DecideAt;
 use super::{Backend, CheckRequest, Counted, Store, StoreError};
 use crate::clock::Clock;
@@ -25,9 +25,15 @@ impl<C: Clock + Clone> Store<C> {
     /// A check that took concurrency slots got no usable answer: it may still run (the call
     /// timed out while Redis stalled) or have run (its reply was lost), taking slots that
     /// nothing would release before their lease ends. Release them now: on the same
-    /// connection, so Redis runs the release after the check (a release of slots never
-    /// taken removes nothing).
-    pub(super) fn release_unanswered(&self, redis: &Arc<RedisStore>, req: &CheckRequest<'_>) {
+    /// connection, once no call can carry the check any more (`landed`: at once unless it
+    /// queued for a batch), so Redis runs the release after the check (a release of slots
+    /// never taken removes nothing). Each of the two waits is bounded by [`RELEASE_WAIT`].
+    pub(super) fn release_unanswered(
+        &self,
+        redis: &Arc<RedisStore>,
+        req: &CheckRequest<'_>,
+        landed: Landed,
+    ) {
         let redis = Arc::clone(redis);
         let (client, route) = (Arc::clone(req.client), Arc::clone(req.route));
         let policies: Vec<Policy> = req
@@ -38,6 +44,9 @@ impl<C: Clock + Clone> Store<C> {
             .collect();
         let slot_id = req.slot_id.to_owned();
         tokio::spawn(async move {
+            // Past the bound the release goes anyway: its slots would otherwise stay taken
+            // until their lease ends.
+            let _ = tokio::time::timeout(RELEASE_WAIT, landed.wait()).await;
             let released = redis
                 .release(&client, &route, &policies, &slot_id, RELEASE_WAIT)
                 .await;

@@ -2,6 +2,7 @@
 //! limit's by its key): one check per hash slot, admitted only if all admit, units given
 //! back where one refused.
 
+use super::batch::Landing;
 use super::groups::HashSlotGroups;
 use super::wire::Lane;
 use super::RedisStore;
@@ -16,17 +17,21 @@ impl RedisStore {
     /// fails), those that admitted give their units back (`lua/refund.lua`) before the answer.
     /// Between the two, another request can see those units taken and be refused for them —
     /// never admitted beyond a limit — for one round trip.
+    /// (`landing`: as [`decide`](RedisStore::decide)'s, held by every hash slot's call.)
     pub(super) async fn check_across_hash_slots(
         &self,
         req: &CheckRequest<'_>,
+        landing: Option<Landing>,
     ) -> Result<Verdict, StoreError> {
         let groups = HashSlotGroups::of(req);
+        let landing = &landing;
         let calls = groups
             .iter()
             // A Cluster: each node's breaker sees its own calls (`queued` is not read).
             .map(|g| async move {
                 let queued = AtomicBool::new(false);
-                self.check_one_hash_slot(&g.request(req), &queued).await
+                self.check_one_hash_slot(&g.request(req), &queued, landing.clone())
+                    .await
             });
         let results = futures::future::join_all(calls).await;
         let all_admitted = results.iter().all(|r| r.as_ref().is_ok_and(|v| v.admitted));

@@ -3,8 +3,16 @@
 //! returns, all of them (up to `store.batch_max`) go as one `batch.lua` call that decides
 //! each in arrival order, on one `TIME`. A connection with fewer calls in flight sends a
 //! decision at once, as its own `check.lua` call, so batching adds no wait: batches only
-//! form under load, and grow with it. The charges of responses that reported their cost and
-//! the refunds of shed requests ([`Kind`]) take the same way, so a batch carries them too.
+//! form under load, and grow with it. The charges of responses that reported their cost,
+//! the refunds of shed requests and the releases of concurrency slots ([`Kind`]) take the
+//! same way, so a batch carries them too.
+//!
+//! A check taking concurrency slots whose request gave up (its `store.timeout`) has its
+//! slots released at once, in case the check ran (`store/settle.rs`). Had it queued, the
+//! release waits for its [`Landed`]: the end of the call that carried the check (or of the
+//! check, dropped unsent) — else the release could reach Redis first while the check's batch
+//! was being written, and the slot stay taken until its TTL. A check sent at once needs no
+//! wait: its release follows it on the connection.
 //!
 //! The request whose call finds a free place sends it itself ([`Batcher::enter`] →
 //! [`Enter::Idle`]), keeping its place until its reply; decisions arriving while every place
@@ -66,7 +74,7 @@ pub struct BatchTotals {
     pub batches: u64,
     /// Decisions in them.
     pub decisions: u64,
-    /// Charges and refunds in them.
+    /// Charges, refunds and releases in them.
     pub settlements: u64,
     /// Members sent one call each after their batch was refused whole.
     pub alone: u64,
@@ -93,6 +101,8 @@ pub enum Kind {
     Charge,
     /// `refund.lua`: what a request counted, given back.
     Refund,
+    /// `release.lua`: a finished request's concurrency slots, freed.
+    Release,
 }
 
 impl Kind {
@@ -103,6 +113,7 @@ impl Kind {
             Kind::Decide => None,
             Kind::Charge => Some("c"),
             Kind::Refund => Some("r"),
+            Kind::Release => Some("l"),
         }
     }
 }
@@ -112,6 +123,35 @@ struct Member {
     keys: usize,
     kind: Kind,
     reply: oneshot::Sender<Answer>,
+    /// Dropped with the member: once the call carrying it has ended, or unsent.
+    _landing: Option<Landing>,
+}
+
+/// Held by a queued check taking concurrency slots, for as long as a call may carry it (a
+/// check split across Cluster slots: one clone per call).
+#[derive(Clone)]
+pub struct Landing {
+    _ends_when_dropped: Arc<oneshot::Sender<()>>,
+}
+
+/// Ends once the check holding its [`Landing`] can no longer reach Redis after a call sent
+/// now on the same connection: every call carrying it ended, or it was dropped unsent.
+pub struct Landed(oneshot::Receiver<()>);
+
+/// A check's landing, and what waits for it.
+pub fn landing() -> (Landing, Landed) {
+    let (tx, rx) = oneshot::channel();
+    let landing = Landing {
+        _ends_when_dropped: Arc::new(tx),
+    };
+    (landing, Landed(rx))
+}
+
+impl Landed {
+    /// Waits for the landing's end (its sender is never used: it ends by being dropped).
+    pub async fn wait(self) {
+        let _ = self.0.await;
+    }
 }
 
 #[derive(Default)]
@@ -201,11 +241,14 @@ impl Batcher {
     }
 
     /// Takes `cmd`'s way to Redis: at once when a place is free, else the queue.
-    /// `keys`: how many keys `cmd` (a call of `kind`'s script) names.
+    /// `keys`: how many keys `cmd` (a call of `kind`'s script) names. `landing`: kept while
+    /// a call may carry a queued `cmd` (a call sent at once drops it: whatever is sent after
+    /// it on the connection reaches Redis after it).
     pub fn enter<S: SendBatch>(
         self: &Arc<Self>,
         cmd: Cmd,
         (keys, kind): (usize, Kind),
+        landing: Option<Landing>,
         sender: &S,
     ) -> Enter<S> {
         if self.off.load(Ordering::Relaxed) {
@@ -233,6 +276,7 @@ impl Batcher {
             keys,
             kind,
             reply,
+            _landing: landing,
         });
         Enter::Queued(answer)
     }
@@ -431,12 +475,14 @@ mod tests {
                 keys: 2,
                 kind: Kind::Decide,
                 reply: tx,
+                _landing: None,
             },
             Member {
                 cmd: check(&["b1"], &["", "2", ""]),
                 keys: 1,
                 kind: Kind::Charge,
                 reply: tx2,
+                _landing: None,
             },
         ];
         let cmd = batch_cmd("bsha", &members);
@@ -486,13 +532,13 @@ mod tests {
             let echo = Echo::default();
             let mut turns = Vec::new();
             for _ in 0..places {
-                match batcher.enter(check(&["k"], &["1"]), (1, Kind::Decide), &echo) {
+                match batcher.enter(check(&["k"], &["1"]), (1, Kind::Decide), None, &echo) {
                     Enter::Idle(_, turn) => turns.push(turn),
                     Enter::Queued(_) => panic!("{places} places: queued before they were taken"),
                 }
             }
             let Enter::Queued(answer) =
-                batcher.enter(check(&["k"], &["1"]), (1, Kind::Decide), &echo)
+                batcher.enter(check(&["k"], &["1"]), (1, Kind::Decide), None, &echo)
             else {
                 panic!("{places} places: not queued once they were taken");
             };
@@ -502,9 +548,106 @@ mod tests {
             drop(turns);
             // Every place given back: the next decision goes at once again, and holds one.
             assert_eq!(lock(&batcher.queue).in_flight, 0);
-            let again = batcher.enter(check(&["k"], &["1"]), (1, Kind::Decide), &echo);
+            let again = batcher.enter(check(&["k"], &["1"]), (1, Kind::Decide), None, &echo);
             assert!(matches!(again, Enter::Idle(..)));
             assert_eq!(lock(&batcher.queue).in_flight, 1);
         }
+    }
+
+    /// Holds every call until let go, then answers each member with "1".
+    #[derive(Clone)]
+    struct Gate {
+        open: Arc<tokio::sync::Semaphore>,
+        calls: Arc<Mutex<usize>>,
+    }
+
+    impl Default for Gate {
+        fn default() -> Gate {
+            Gate {
+                open: Arc::new(tokio::sync::Semaphore::new(0)),
+                calls: Arc::default(),
+            }
+        }
+    }
+
+    impl SendBatch for Gate {
+        async fn send(&self, cmd: &Cmd, batch: bool) -> Sent {
+            *self.calls.lock().unwrap() += 1;
+            let _ = self.open.acquire().await.map(|p| p.forget());
+            if !batch {
+                return Sent::Replied(Value::BulkString(b"1".to_vec()));
+            }
+            let members: usize = String::from_utf8_lossy(parts(cmd).nth(3 + keys(cmd)).unwrap())
+                .parse()
+                .unwrap();
+            Sent::Replied(Value::Array(vec![
+                Value::BulkString(b"1".to_vec());
+                members
+            ]))
+        }
+    }
+
+    fn keys(cmd: &Cmd) -> usize {
+        String::from_utf8_lossy(parts(cmd).nth(2).unwrap())
+            .parse()
+            .unwrap()
+    }
+
+    /// A queued check's landing ends only when no call can carry it any more: not while its
+    /// batch is in flight (even after its request gave up), but once that call ended; and at
+    /// once for a check whose request gave up before any call took it (dropped unsent).
+    #[tokio::test]
+    async fn a_queued_checks_landing_ends_with_the_call_that_carried_it() {
+        let batcher = Arc::new(Batcher::new("bsha", (64, 1), Arc::default()));
+        let gate = Gate::default();
+        let enter = |held| batcher.enter(check(&["k"], &["1"]), (1, Kind::Decide), held, &gate);
+        let Enter::Idle(_, first) = enter(None) else {
+            panic!("the first call finds the place free");
+        };
+        // Two checks queue behind it, each with its landing.
+        let (held, carried) = landing();
+        let Enter::Queued(answer) = enter(Some(held)) else {
+            panic!("queued while the place is taken");
+        };
+        let (held2, _) = landing();
+        let Enter::Queued(answer2) = enter(Some(held2)) else {
+            panic!("queued while the place is taken");
+        };
+        let mut carried = Box::pin(carried.wait());
+        // The place comes back: a task takes the queue and sends it as one batch, which the
+        // gate holds in flight.
+        drop(first);
+        while *gate.calls.lock().unwrap() == 0 {
+            tokio::task::yield_now().await;
+        }
+        // The request gives up; its batch is still in flight, so its landing has not ended.
+        drop(answer);
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(futures::poll!(carried.as_mut()).is_pending());
+        gate.open.add_permits(1);
+        carried.await;
+        assert!(matches!(answer2.await, Ok(Answer::Decided(_))));
+
+        // A check whose request gave up while it waited is dropped unsent: its landing ends
+        // when the queue moves on, without a call for it.
+        let Enter::Idle(_, first) = enter(None) else {
+            panic!("the place is free again");
+        };
+        let (held, unsent) = landing();
+        let Enter::Queued(answer) = enter(Some(held)) else {
+            panic!("queued while the place is taken");
+        };
+        drop(answer);
+        let mut unsent = Box::pin(unsent.wait());
+        assert!(futures::poll!(unsent.as_mut()).is_pending());
+        drop(first);
+        unsent.await;
+        assert_eq!(
+            *gate.calls.lock().unwrap(),
+            1,
+            "the dropped check was not sent"
+        );
     }
 }

@@ -8,7 +8,9 @@
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::store::breaker::Attempt;
 use crate::limit::store::error::StoreError;
-use crate::limit::store::redis::batch::{BatchCounts, BatchTotals, Batcher, Kind, SendBatch, Sent};
+use crate::limit::store::redis::batch::{
+    BatchCounts, BatchTotals, Batcher, Kind, Landing, SendBatch, Sent,
+};
 use crate::limit::store::redis::cluster::node::NodeStatus;
 use crate::limit::store::redis::cluster::ClusterLink;
 use crate::limit::store::redis::config::{RedisConfig, Topology};
@@ -245,19 +247,21 @@ impl Link {
         Ok(result?)
     }
 
-    /// Runs `call` — a `check.lua`, `charge.lua` or `refund.lua` call; `member`: the keys it
-    /// names and which of the three it is — batched with the calls that arrive while another
-    /// is in flight on the request lane (`batch.rs`). Not bounded in time: callers bound it.
-    /// `queued` is set while the call waits for, or rides in, a call made for the queue
-    /// (which reports to the store's breaker itself).
+    /// Runs `call` — a `check.lua`, `charge.lua`, `refund.lua` or `release.lua` call;
+    /// `member`: the keys it names and which of them it is — batched with the calls that
+    /// arrive while another is in flight on the request lane (`batch.rs`). Not bounded in
+    /// time: callers bound it. `landing`: a check taking concurrency slots holds it while a
+    /// call may carry it. `queued` is set while the call waits for, or rides in, a call made
+    /// for the queue (which reports to the store's breaker itself).
     pub async fn batched(
         &self,
         call: Call<'_>,
         member: (usize, Kind),
+        landing: Option<Landing>,
         queued: &AtomicBool,
     ) -> Result<redis::Value, StoreError> {
         if let Nodes::Cluster(cluster) = &self.nodes {
-            return cluster.batched(call, member, queued).await;
+            return cluster.batched(call, member, landing, queued).await;
         }
         let sender = LinkSender {
             link: self.me.clone(),
@@ -268,7 +272,9 @@ impl Link {
             script,
             cmd: Cow::Owned(cmd),
         };
-        let entered = self.batcher.enter(call.cmd.into_owned(), member, &sender);
+        let entered = self
+            .batcher
+            .enter(call.cmd.into_owned(), member, landing, &sender);
         entered
             .answer(queued, |cmd| async move {
                 self.invoke(&alone(cmd), Lane::Requests).await

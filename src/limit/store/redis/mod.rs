@@ -32,7 +32,7 @@ pub mod scripts;
 mod sources;
 pub mod wire;
 
-pub use batch::BatchTotals;
+pub use batch::{landing, BatchTotals, Landed, Landing};
 pub use cluster::node::NodeStatus;
 pub use config::{RedisAuth, RedisConfig, RedisTls, Topology};
 use scripts::Beat;
@@ -149,16 +149,19 @@ impl RedisStore {
     /// several partitions (a plan's keys are tagged by the client, a keyed limit's by its key)
     /// touches several hash slots: see [`check_across_hash_slots`](Self::check_across_hash_slots).
     pub async fn check(&self, req: &CheckRequest<'_>) -> Result<Verdict, StoreError> {
-        self.decide(req, &AtomicBool::new(false)).await
+        self.decide(req, &AtomicBool::new(false), None).await
     }
 
     /// As [`check`](Self::check); `queued` is set while the decision waits for, or rides
     /// in, a batch (`batch.rs`) — a call whose outcome the batch reports to the store's
-    /// breaker, so the store does not count it again.
+    /// breaker, so the store does not count it again. `landing`: held while a call may carry
+    /// a check taking concurrency slots (its release, should the request give up, waits for
+    /// it: `batch.rs`).
     pub async fn decide(
         &self,
         req: &CheckRequest<'_>,
         queued: &AtomicBool,
+        landing: Option<Landing>,
     ) -> Result<Verdict, StoreError> {
         let several_hash_slots = matches!(self.config.topology, Topology::Cluster(_))
             && (1..req.policies.len()).any(|i| req.partition_of(i) != req.partition_of(0));
@@ -167,10 +170,10 @@ impl RedisStore {
             // its type erased, so proving a decision `Send` need not walk every node's
             // connection machinery (deeper than the compiler's default recursion limit).
             let across: Pin<Box<dyn Future<Output = _> + Send + '_>> =
-                Box::pin(self.check_across_hash_slots(req));
+                Box::pin(self.check_across_hash_slots(req, landing));
             return self.first_or_bounded(across).await;
         }
-        self.first_or_bounded(self.check_one_hash_slot(req, queued))
+        self.first_or_bounded(self.check_one_hash_slot(req, queued, landing))
             .await
     }
 
@@ -213,18 +216,14 @@ impl RedisStore {
         &self,
         req: &CheckRequest<'_>,
         queued: &AtomicBool,
+        landing: Option<Landing>,
     ) -> Result<Verdict, StoreError> {
         let invocation = self.scripts.check_call(&self.config.prefix, req);
-        let reply = if req.slot_id.is_empty() {
-            let member = (req.policies.len(), Kind::Decide);
-            self.link.batched(invocation, member, queued).await?
-        } else {
-            // A request taking concurrency slots is never batched: if it gave up while its
-            // check waited in a queue, its release (sent at once) could reach Redis before the
-            // check and leave the slot taken until its TTL. Sent at once, a check is always
-            // ahead of its release on the connection.
-            self.link.invoke(&invocation, Lane::Requests).await?
-        };
+        let member = (req.policies.len(), Kind::Decide);
+        let reply = self
+            .link
+            .batched(invocation, member, landing, queued)
+            .await?;
         let Value::BulkString(reply) = reply else {
             return Err(StoreError::Protocol(format!(
                 "expected a string from check.lua, got {reply:?}"
@@ -345,13 +344,14 @@ impl RedisStore {
     async fn settle(&self, call: scripts::Call<'_>, kind: Kind) -> Result<(), StoreError> {
         let member = (call.keys(), kind);
         let queued = AtomicBool::new(false);
-        let ran = self.link.batched(call, member, &queued);
+        let ran = self.link.batched(call, member, None, &queued);
         self.bounded(ran).await.map(drop)
     }
 
     /// Frees the concurrency slots `slot_id` holds, waiting up to `within` (a call given up
     /// on before it reached the connection would not be sent at all, so releases, which run
-    /// as tasks of their own, may wait longer than decisions).
+    /// as tasks of their own, may wait longer than decisions): batched with the decisions on
+    /// the request connection, as charges and refunds are.
     pub async fn release(
         &self,
         client: &str,
@@ -367,9 +367,11 @@ impl RedisStore {
         else {
             return Ok(());
         };
-        let call = self.link.invoke::<u64>(&invocation, Lane::Requests);
+        let member = (invocation.keys(), Kind::Release);
+        let queued = AtomicBool::new(false);
+        let call = self.link.batched(invocation, member, None, &queued);
         match tokio::time::timeout(within, call).await {
-            Ok(result) => result.map(|_| ()),
+            Ok(result) => result.map(drop),
             Err(_) => Err(StoreError::Timeout(within)),
         }
     }

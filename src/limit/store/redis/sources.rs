@@ -36,8 +36,8 @@ script!(
     ]
 );
 script!(
-    /// Decides many requests in one call, each as `check.lua` would, with the charges and
-    /// refunds that arrived with them (`lua/batch.lua`).
+    /// Decides many requests in one call, each as `check.lua` would, with the charges,
+    /// refunds and releases that arrived with them (`lua/batch.lua`).
     BATCH_SOURCE,
     "#!lua flags=allow-cross-slot-keys\n",
     BATCH_FILES = [
@@ -53,6 +53,7 @@ script!(
         "return_units.lua",
         "charging.lua",
         "refunding.lua",
+        "releasing.lua",
         "batch.lua",
     ]
 );
@@ -96,7 +97,7 @@ script!(
 script!(
     /// Frees a finished request's concurrency slots (`lua/release.lua`).
     RELEASE_SOURCE,
-    RELEASE_FILES = ["release.lua"]
+    RELEASE_FILES = ["releasing.lua", "release.lua"]
 );
 script!(
     /// Gateway instances announce themselves (`lua/heartbeat.lua`).

@@ -19,7 +19,7 @@ pub mod slots;
 use self::node::{Failure, Node, NodeStatus};
 use self::slots::{key_slot, parse_slots, SlotRange, SlotTable};
 use crate::limit::store::error::StoreError;
-use crate::limit::store::redis::batch::{BatchCounts, Kind};
+use crate::limit::store::redis::batch::{BatchCounts, Kind, Landing};
 use crate::limit::store::redis::config::RedisAuth;
 use crate::limit::store::redis::scripts::{Call, Scripts};
 use crate::limit::store::redis::wire::{with_auth, Lane};
@@ -162,15 +162,16 @@ impl ClusterLink {
         }
     }
 
-    /// Runs `call` (a `check.lua`, `charge.lua` or `refund.lua` call; `member`: the keys it
-    /// names and which of the three it is), batched on the node serving them with the calls
-    /// that arrive while another is in flight there (`batch.rs`); a batch refused for a slot
-    /// on the move sends its members the ordinary way, one by one. (`queued` is set as on a
-    /// single node; the node's breaker counts calls itself.)
+    /// Runs `call` (a `check.lua`, `charge.lua`, `refund.lua` or `release.lua` call;
+    /// `member`: the keys it names and which of them it is), batched on the node serving them
+    /// with the calls that arrive while another is in flight there (`batch.rs`); a batch
+    /// refused for a slot on the move sends its members the ordinary way, one by one.
+    /// (`landing` and `queued` as on a single node; the node's breaker counts calls itself.)
     pub async fn batched(
         &self,
         call: Call<'_>,
         member: (usize, Kind),
+        landing: Option<Landing>,
         queued: &AtomicBool,
     ) -> Result<redis::Value, StoreError> {
         let slot = call_slot(&call);
@@ -184,7 +185,9 @@ impl ClusterLink {
             script,
             cmd: std::borrow::Cow::Owned(cmd),
         };
-        let entered = node.batcher.enter(call.cmd.into_owned(), member, &sender);
+        let entered = node
+            .batcher
+            .enter(call.cmd.into_owned(), member, landing, &sender);
         entered
             .answer(queued, |cmd| async move {
                 self.invoke(&alone(cmd), Lane::Requests).await
