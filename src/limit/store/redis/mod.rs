@@ -308,16 +308,11 @@ impl RedisStore {
             _ => Vec::new(),
         };
         if groups.is_empty() {
-            if let Some(call) = self
-                .scripts
-                .charge_call(&self.config.prefix, req, at, deltas)
-            {
-                self.settle(call, Kind::Charge).await?;
-            }
-            return Ok(());
+            return self.charge_one(req, at, deltas).await;
         }
         for group in &groups {
             let sub = group.request(req);
+            // This slot's deltas, by its policies' indices.
             let mine: Vec<(usize, i64)> = deltas
                 .iter()
                 .filter_map(|(i, d)| {
@@ -328,14 +323,25 @@ impl RedisStore {
                         .map(|j| (j, *d))
                 })
                 .collect();
-            if let Some(call) = self
-                .scripts
-                .charge_call(&self.config.prefix, &sub, at, &mine)
-            {
-                self.settle(call, Kind::Charge).await?;
-            }
+            self.charge_one(&sub, at, &mine).await?;
         }
         Ok(())
+    }
+
+    /// One `charge.lua` call of `req` (one slot), if any of `deltas` names a limit to charge.
+    async fn charge_one(
+        &self,
+        req: &CheckRequest<'_>,
+        at: u64,
+        deltas: &[(usize, i64)],
+    ) -> Result<(), StoreError> {
+        match self
+            .scripts
+            .charge_call(&self.config.prefix, req, at, deltas)
+        {
+            Some(call) => self.settle(call, Kind::Charge).await,
+            None => Ok(()),
+        }
     }
 
     /// A charge or a refund: batched with the decisions on the request connection (`batch.rs`:
