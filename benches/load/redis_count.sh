@@ -31,8 +31,9 @@ for _ in $(seq 600); do cli ping >/dev/null 2>&1 && break; sleep 0.1; done
 cli ping >/dev/null
 
 # One row's calls, one per line for redis-cli: SHA, members per call (0: a script's own call),
-# member kind ("" for a decision, c for a charge), the member's arguments; a new client per
-# member, the seed choosing them.
+# member kind ("" for a decision, c for a charge, l for a release), the member's arguments; a
+# new client per member, the seed choosing them (and naming them: no two rows share a key,
+# which one row's script could not read — a set of slots is not a hash).
 calls() { # sha members kind seed args...
   python3 - "$CALLS" "$@" <<'PY'
 import random, sys
@@ -41,9 +42,9 @@ args = " ".join('""' if a == "@" else a for a in sys.argv[6:])
 rng = random.Random(seed)
 for _ in range(calls):
     if members == 0:
-        print(f"EVALSHA {sha} 1 t:{{c{rng.randrange(10**9)}}}:a {args}")
+        print(f"EVALSHA {sha} 1 t:{{c{seed}-{rng.randrange(10**12)}}}:a {args}")
         continue
-    keys = " ".join(f"t:{{c{rng.randrange(10**9)}}}:a" for _ in range(members))
+    keys = " ".join(f"t:{{c{seed}-{rng.randrange(10**12)}}}:a" for _ in range(members))
     member = (kind + " " if kind else "") + f"1 {len(sys.argv) - 6} {args}"
     print(f"EVALSHA {sha} {members} {keys} {members} " + " ".join([member] * members))
 PY
@@ -52,22 +53,33 @@ PY
 BIG=1000000000
 TB="@ 1 @ a tb $BIG 1000 $BIG 0"
 FW_CHARGE="@ 0 fw $BIG 60000 1"
+# A concurrency check taking slot s1 (time, cost, slot id, then the limit); its release.
+CC="@ 1 s1 a cc $BIG 60000 $BIG 0"
+RELEASE="s1"
 declare -A row per
 add_row() { # label members-per-call script-and-arguments
   row[$1]=$3
   per[$1]=$2
 }
 add_rows() { # label-suffix label-prefix lua-dir
-  local check batch charge
+  local check batch charge release
   check=$(cli SCRIPT LOAD "$(source_of CHECK_FILES "$3")")
   batch=$(cli SCRIPT LOAD "$(printf '#!lua flags=allow-cross-slot-keys\n'; source_of BATCH_FILES "$3")")
   charge=$(cli SCRIPT LOAD "$(source_of CHARGE_FILES "$3")")
+  release=$(cli SCRIPT LOAD "$(source_of RELEASE_FILES "$3")")
   add_row "b$1. $2""1 limit: token bucket, one call each" 1 "$check 0 - $TB"
   add_row "k$1. $2""1 limit: token bucket, batches of 64" 64 "$batch 64 - $TB"
   add_row "p$1. $2""charge, 1 limit (fw), one call each" 1 "$charge 0 - $FW_CHARGE"
   # A batch.lua older than member kinds cannot carry charges.
   if grep -q charge_request "$3/batch.lua"; then
     add_row "q$1. $2""charges, 1 limit (fw), batches of 64" 64 "$batch 64 c $FW_CHARGE"
+  fi
+  add_row "s$1. $2""concurrency check (1 limit), one call each" 1 "$check 0 - $CC"
+  add_row "t$1. $2""concurrency checks (1 limit), batches of 64" 64 "$batch 64 - $CC"
+  # A release of a slot its (new) key does not hold: the call's own cost, ZREM of nothing.
+  add_row "u$1. $2""release (1 key), one call each" 1 "$release 0 - $RELEASE"
+  if grep -q release_request "$3/batch.lua"; then
+    add_row "v$1. $2""releases (1 key), batches of 64" 64 "$batch 64 l $RELEASE"
   fi
 }
 add_rows "" "" lua
