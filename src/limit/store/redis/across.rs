@@ -1,10 +1,9 @@
 //! A request over several Cluster hash slots (a plan's keys are tagged by the client, a keyed
 //! limit's by its key): one check per hash slot, admitted only if all admit, units given
-//! back where one refused.
+//! back where one refused (each check and refund batched on its slot's node).
 
-use super::batch::Landing;
+use super::batch::{Kind, Landing};
 use super::groups::HashSlotGroups;
-use super::wire::Lane;
 use super::RedisStore;
 use crate::limit::store::error::StoreError;
 use crate::limit::store::request::CheckRequest;
@@ -56,9 +55,8 @@ impl RedisStore {
                 else {
                     continue;
                 };
-                let back: Result<u64, StoreError> =
-                    self.link.invoke(&invocation, Lane::Requests).await;
-                match back {
+                // Batched on the slot's node like the checks were (a refund member).
+                match self.settle(invocation, Kind::Refund).await {
                     Ok(_) => refunded[i] = true,
                     Err(e) => log::debug!("giving back units of a rejected request failed: {e}"),
                 }

@@ -107,8 +107,8 @@ impl RedisStore {
         self.link.redirects()
     }
 
-    /// What the batch calls carried so far (decisions, charges and refunds), and the members
-    /// sent alone after a refused batch.
+    /// What the batch calls carried so far (decisions, charges, refunds and releases), and
+    /// the members sent alone after a refused batch.
     pub fn batches(&self) -> BatchTotals {
         self.link.batches()
     }
@@ -347,7 +347,11 @@ impl RedisStore {
     /// A charge or a refund: batched with the decisions on the request connection (`batch.rs`:
     /// under load it rides in their batches rather than costing Redis a call of its own),
     /// bounded by the store timeout. Its reply (a count of keys changed) is not needed.
-    async fn settle(&self, call: scripts::Call<'_>, kind: Kind) -> Result<(), StoreError> {
+    pub(super) async fn settle(
+        &self,
+        call: scripts::Call<'_>,
+        kind: Kind,
+    ) -> Result<(), StoreError> {
         let member = (call.keys(), kind);
         let queued = AtomicBool::new(false);
         let ran = self.link.batched(call, member, None, &queued);
