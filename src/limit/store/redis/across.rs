@@ -2,8 +2,9 @@
 //! limit's by its key): one check per hash slot, admitted only if all admit, units given
 //! back where one refused (each check and refund batched on its slot's node).
 
-use super::batch::{Kind, Landing};
+use super::batch::Kind;
 use super::groups::HashSlotGroups;
+use super::landing::Landing;
 use super::RedisStore;
 use crate::limit::store::error::StoreError;
 use crate::limit::store::request::CheckRequest;

@@ -9,8 +9,8 @@
 //!
 //! A check taking concurrency slots whose request gave up (its `store.timeout`) has its
 //! slots released at once, in case the check ran (`store/settle.rs`). Had it queued, the
-//! release waits for its [`Landed`]: the end of the call that carried the check (or of the
-//! check, dropped unsent) — else the release could reach Redis first while the check's batch
+//! release waits for its [`Landed`](super::landing::Landed): the end of the call that
+//! carried the check (or of the check, dropped unsent) — else the release could reach Redis first while the check's batch
 //! was being written, and the slot stay taken until its TTL. A check sent at once needs no
 //! wait: its release follows it on the connection.
 //!
@@ -30,6 +30,7 @@
 //! back to be sent one by one ([`Answer::Alone`]) by the ordinary path, which follows
 //! redirects; a member `batch.lua` could not decide fails alone.
 
+use super::landing::Landing;
 use crate::limit::store::error::StoreError;
 use redis::{Cmd, Value};
 use std::future::Future;
@@ -125,33 +126,6 @@ struct Member {
     reply: oneshot::Sender<Answer>,
     /// Dropped with the member: once the call carrying it has ended, or unsent.
     _landing: Option<Landing>,
-}
-
-/// Held by a queued check taking concurrency slots, for as long as a call may carry it (a
-/// check split across Cluster slots: one clone per call).
-#[derive(Clone)]
-pub struct Landing {
-    _ends_when_dropped: Arc<oneshot::Sender<()>>,
-}
-
-/// Ends once the check holding its [`Landing`] can no longer reach Redis after a call sent
-/// now on the same connection: every call carrying it ended, or it was dropped unsent.
-pub struct Landed(oneshot::Receiver<()>);
-
-/// A check's landing, and what waits for it.
-pub fn landing() -> (Landing, Landed) {
-    let (tx, rx) = oneshot::channel();
-    let landing = Landing {
-        _ends_when_dropped: Arc::new(tx),
-    };
-    (landing, Landed(rx))
-}
-
-impl Landed {
-    /// Waits for the landing's end (its sender is never used: it ends by being dropped).
-    pub async fn wait(self) {
-        let _ = self.0.await;
-    }
 }
 
 #[derive(Default)]
@@ -552,102 +526,5 @@ mod tests {
             assert!(matches!(again, Enter::Idle(..)));
             assert_eq!(lock(&batcher.queue).in_flight, 1);
         }
-    }
-
-    /// Holds every call until let go, then answers each member with "1".
-    #[derive(Clone)]
-    struct Gate {
-        open: Arc<tokio::sync::Semaphore>,
-        calls: Arc<Mutex<usize>>,
-    }
-
-    impl Default for Gate {
-        fn default() -> Gate {
-            Gate {
-                open: Arc::new(tokio::sync::Semaphore::new(0)),
-                calls: Arc::default(),
-            }
-        }
-    }
-
-    impl SendBatch for Gate {
-        async fn send(&self, cmd: &Cmd, batch: bool) -> Sent {
-            *self.calls.lock().unwrap() += 1;
-            let _ = self.open.acquire().await.map(|p| p.forget());
-            if !batch {
-                return Sent::Replied(Value::BulkString(b"1".to_vec()));
-            }
-            let members: usize = String::from_utf8_lossy(parts(cmd).nth(3 + keys(cmd)).unwrap())
-                .parse()
-                .unwrap();
-            Sent::Replied(Value::Array(vec![
-                Value::BulkString(b"1".to_vec());
-                members
-            ]))
-        }
-    }
-
-    fn keys(cmd: &Cmd) -> usize {
-        String::from_utf8_lossy(parts(cmd).nth(2).unwrap())
-            .parse()
-            .unwrap()
-    }
-
-    /// A queued check's landing ends only when no call can carry it any more: not while its
-    /// batch is in flight (even after its request gave up), but once that call ended; and at
-    /// once for a check whose request gave up before any call took it (dropped unsent).
-    #[tokio::test]
-    async fn a_queued_checks_landing_ends_with_the_call_that_carried_it() {
-        let batcher = Arc::new(Batcher::new("bsha", (64, 1), Arc::default()));
-        let gate = Gate::default();
-        let enter = |held| batcher.enter(check(&["k"], &["1"]), (1, Kind::Decide), held, &gate);
-        let Enter::Idle(_, first) = enter(None) else {
-            panic!("the first call finds the place free");
-        };
-        // Two checks queue behind it, each with its landing.
-        let (held, carried) = landing();
-        let Enter::Queued(answer) = enter(Some(held)) else {
-            panic!("queued while the place is taken");
-        };
-        let (held2, _) = landing();
-        let Enter::Queued(answer2) = enter(Some(held2)) else {
-            panic!("queued while the place is taken");
-        };
-        let mut carried = Box::pin(carried.wait());
-        // The place comes back: a task takes the queue and sends it as one batch, which the
-        // gate holds in flight.
-        drop(first);
-        while *gate.calls.lock().unwrap() == 0 {
-            tokio::task::yield_now().await;
-        }
-        // The request gives up; its batch is still in flight, so its landing has not ended.
-        drop(answer);
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
-        assert!(futures::poll!(carried.as_mut()).is_pending());
-        gate.open.add_permits(1);
-        carried.await;
-        assert!(matches!(answer2.await, Ok(Answer::Decided(_))));
-
-        // A check whose request gave up while it waited is dropped unsent: its landing ends
-        // when the queue moves on, without a call for it.
-        let Enter::Idle(_, first) = enter(None) else {
-            panic!("the place is free again");
-        };
-        let (held, unsent) = landing();
-        let Enter::Queued(answer) = enter(Some(held)) else {
-            panic!("queued while the place is taken");
-        };
-        drop(answer);
-        let mut unsent = Box::pin(unsent.wait());
-        assert!(futures::poll!(unsent.as_mut()).is_pending());
-        drop(first);
-        unsent.await;
-        assert_eq!(
-            *gate.calls.lock().unwrap(),
-            1,
-            "the dropped check was not sent"
-        );
     }
 }

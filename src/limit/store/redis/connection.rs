@@ -8,12 +8,11 @@
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::store::breaker::Attempt;
 use crate::limit::store::error::StoreError;
-use crate::limit::store::redis::batch::{
-    BatchCounts, BatchTotals, Batcher, Kind, Landing, SendBatch, Sent,
-};
+use crate::limit::store::redis::batch::{BatchCounts, BatchTotals, Batcher, Kind, SendBatch, Sent};
 use crate::limit::store::redis::cluster::node::NodeStatus;
 use crate::limit::store::redis::cluster::ClusterLink;
 use crate::limit::store::redis::config::{RedisConfig, Topology};
+use crate::limit::store::redis::landing::Landing;
 use crate::limit::store::redis::making::{connect_bound, connection_timeout, Making};
 use crate::limit::store::redis::repair::{repair_loop, LaneWatch, OnDisconnect, Ping};
 use crate::limit::store::redis::scripts::{Call, Scripts};
