@@ -7,12 +7,9 @@
 //! the refunds of shed requests and the releases of concurrency slots ([`Kind`]) take the
 //! same way, so a batch carries them too.
 //!
-//! A check taking concurrency slots whose request gave up (its `store.timeout`) has its
-//! slots released at once, in case the check ran (`store/settle.rs`). Had it queued, the
-//! release waits for its [`Landed`](super::landing::Landed): the end of the call that
-//! carried the check (or of the check, dropped unsent) — else the release could reach Redis first while the check's batch
-//! was being written, and the slot stay taken until its TTL. A check sent at once needs no
-//! wait: its release follows it on the connection.
+//! A queued check taking concurrency slots holds a [`Landing`] (`landing.rs`) until no call
+//! can carry it any more: the release of its slots, should its request give up before the
+//! answer, waits for that, so it never reaches Redis before the check.
 //!
 //! The request whose call finds a free place sends it itself ([`Batcher::enter`] →
 //! [`Enter::Idle`]), keeping its place until its reply; decisions arriving while every place
