@@ -12,7 +12,7 @@ use turnstile::clock::ManualClock;
 use turnstile::limit::calendar::{Calendar, Unit};
 use turnstile::limit::store::memory::MemoryStore;
 use turnstile::limit::store::redis::scripts::{BATCH_SOURCE, CHECK_SOURCE};
-use turnstile::limit::store::redis::{RedisConfig, RedisStore, Topology};
+use turnstile::limit::store::redis::{BatchTotals, RedisConfig, RedisStore, Topology};
 use turnstile::limit::store::request::{CheckRequest, Counted, DecideAt};
 use turnstile::limit::{Algorithm, Policy};
 
@@ -186,15 +186,9 @@ async fn batched_decisions_agree_with_rust_on_random_sequences_cut_into_random_b
     assert!(charges > 50, "only {charges} limits were charged");
     assert!(refunds > 50, "only {refunds} requests were given back");
     assert!(calendars > 0, "no plan had a calendar window");
-    assert!(
-        totals.batches > 100 && totals.decisions >= 2 * totals.batches,
-        "groups of 3 or more requests sent at once form batches: {totals:?}"
-    );
-    assert!(
-        totals.settlements > 50,
-        "charges and refunds sent among decisions ride in their batches: {totals:?}"
-    );
-    assert_eq!(totals.alone, 0, "no batch was refused whole");
+    // Groups of 3 or more requests sent at once form batches; the charges and refunds sent
+    // among their decisions ride in them.
+    assert_batched(totals, 100, 50);
 }
 
 /// A call of the concurrency sequence: a request's check (taking a slot), or the release of
@@ -305,13 +299,20 @@ async fn concurrency_checks_and_releases_in_batches_agree_with_rust() {
         "the limits were reached: only {refused} refused"
     );
     assert!(released > 50, "only {released} releases");
+    // Checks taking slots ride in batches, and so do the releases sent among them.
+    assert_batched(totals, 50, 20);
+}
+
+/// More than `batches` batches of two or more decisions each on average, more than
+/// `settlements` charges, refunds or releases in them, and none refused whole.
+fn assert_batched(totals: BatchTotals, batches: u64, settlements: u64) {
     assert!(
-        totals.batches > 50 && totals.decisions >= 2 * totals.batches,
-        "checks taking slots ride in batches: {totals:?}"
+        totals.batches > batches && totals.decisions >= 2 * totals.batches,
+        "decisions sent at once form batches: {totals:?}"
     );
     assert!(
-        totals.settlements > 20,
-        "releases sent among the checks ride in their batches: {totals:?}"
+        totals.settlements > settlements,
+        "what settles a request rides in the batches: {totals:?}"
     );
     assert_eq!(totals.alone, 0, "no batch was refused whole");
 }
