@@ -1,13 +1,14 @@
 --[[ batch.lua — the entry point of a batch: many calls in one, run in arrival order,
 atomically, on one TIME: requests' decisions (check.lua's), and the charges (charge.lua's),
-refunds (refund.lua's) and releases of concurrency slots (release.lua's) that arrived with
-them. The gateway sends one while another call is in flight on the same connection, with
-every call that arrived meanwhile (src/limit/store/redis/batch.rs); Redis's cost per call
-(dispatch, argument conversion, TIME, script setup) is then paid once for many.
+refunds (refund.lua's), releases of concurrency slots (release.lua's) and quota questions
+(usage.lua's) that arrived with them. The gateway sends one while another call is in flight on
+the same connection, with every call that arrived meanwhile (src/limit/store/redis/batch.rs);
+Redis's cost per call (dispatch, argument conversion, TIME, script setup) is then paid once
+for many.
 
 The script sent to Redis is this shebang line, then the files of check.lua, then
-return_units.lua, charging.lua, refunding.lua and releasing.lua, with this file last
-(BATCH_FILES in src/limit/store/redis/sources.rs). `allow-cross-slot-keys`: on a Redis
+return_units.lua, charging.lua, refunding.lua, releasing.lua and reporting.lua, with this file
+last (BATCH_FILES in src/limit/store/redis/sources.rs). `allow-cross-slot-keys`: on a Redis
 Cluster a batch holds the keys of many clients, so of many slots — every one served by the
 node it is sent to (else Redis refuses the whole call with MOVED or ASK, and the gateway sends
 its members one by one).
@@ -15,13 +16,14 @@ its members one by one).
 KEYS      every member's keys, member after member
 ARGV[1]   the number of members, m
 ARGV[2..] per member: a decision's key count n, its argument count a, then its a arguments
-          exactly as check.lua's ARGV; a charge, a refund or a release opens with its kind
-          (c: a charge, r: a refund, l: a release — "let go"), then n, a and its arguments as
-          charge.lua's, refund.lua's or release.lua's ARGV.
+          exactly as check.lua's ARGV; any other member opens with its kind (c: a charge,
+          r: a refund, l: a release — "let go", u: a quota question), then n, a and its
+          arguments as charge.lua's, refund.lua's, release.lua's or usage.lua's ARGV.
           (Decisions, the commonest members, carry no kind: one argument less per decision
           for Redis to read.)
 Reply     an array of m strings, in member order: a decision's check.lua reply, a charge's,
-          refund's or release's count of keys changed (as a string), or "E <message>" for a
+          refund's or release's count of keys changed (as a string), a quota question's
+          usage.lua reply, or "E <message>" for a
           member whose arguments or keys were wrong (that member wrote nothing — a release
           may have freed its slot in the keys before a wrong one: releasing.lua; the others
           run as if it were not there)
@@ -39,9 +41,9 @@ local m = tonumber(ARGV[1])
 if not m then
   return redis.error_reply('turnstile batch.lua: ARGV[1] must be the number of members')
 end
--- A charge's, refund's or release's script, by its kind (refund_request and release_request
--- take no clock: the extra argument is ignored).
-local RUN = { c = charge_request, r = refund_request, l = release_request }
+-- Every other member's script, by its kind (refund_request and release_request take no
+-- clock: the extra argument is ignored).
+local RUN = { c = charge_request, r = refund_request, l = release_request, u = usage_request }
 
 local replies, kb, p = {}, 0, 2
 for j = 1, m do
@@ -64,7 +66,7 @@ for j = 1, m do
     elseif not reply then
       replies[j] = 'E ' .. err
     elseif kind then
-      -- A charge's, refund's or release's count, as a string: every reply of the array is one.
+      -- A count (or a quota question's string), as a string: every reply of the array is one.
       replies[j] = tostring(reply)
     else
       replies[j] = reply

@@ -33,8 +33,9 @@ pub struct Metrics {
     node_slots: IntGaugeVec,
     /// Redis Cluster: `MOVED` and `ASK` redirects followed.
     redirects: IntCounterVec,
-    /// Batches (`batch.lua`): calls, decisions in them, charges, refunds and releases in
-    /// them, members sent alone after a batch was refused whole (set at scrape).
+    /// Batches (`batch.lua`): calls, decisions in them, the other members in them (charges,
+    /// refunds, releases, quota questions), members sent alone after a batch was refused
+    /// whole (set at scrape).
     batches: [IntCounter; 4],
     /// Whole requests (first byte in to response done) per route.
     request_duration: HistogramVec,
@@ -248,8 +249,8 @@ impl Metrics {
             batches: [
                 counter(r, "turnstile_store_batches_total", "Redis: batch calls sent (several decisions that arrived while another call was in flight, decided in one call)"),
                 counter(r, "turnstile_store_batched_decisions_total", "Redis: decisions sent in batch calls"),
-                counter(r, "turnstile_store_batched_settlements_total", "Redis: charges (costs responses reported), refunds (shed requests) and releases (concurrency slots) sent in batch calls with the decisions"),
-                counter(r, "turnstile_store_batch_fallbacks_total", "Redis: decisions, charges, refunds and releases sent one by one after their batch was refused whole (a Cluster slot on the move, a Redis older than 7)"),
+                counter(r, "turnstile_store_batched_settlements_total", "Redis: charges (costs responses reported), refunds (shed requests), releases (concurrency slots) and quota questions sent in batch calls with the decisions"),
+                counter(r, "turnstile_store_batch_fallbacks_total", "Redis: decisions, charges, refunds, releases and quota questions sent one by one after their batch was refused whole (a Cluster slot on the move, a Redis older than 7)"),
             ],
             upstream: UpstreamMetrics::new(r),
             reloads: counter_vec(r, "turnstile_config_reloads_total", "Configuration reloads by result", &["result"]),

@@ -317,6 +317,61 @@ fn assert_batched(totals: BatchTotals, batches: u64, settlements: u64) {
     assert_eq!(totals.alone, 0, "no batch was refused whole");
 }
 
+/// Quota questions (`usage.lua`) sent among decisions ride in their batches and read the
+/// state as it stands, writing nothing: client B asks six times while client A's six
+/// requests are decided, all sent at once; every answer says what B's own two admitted
+/// requests left, and A's decisions admit exactly its limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_questions_ride_in_batches_and_write_nothing() {
+    let server = RedisServer::start();
+    let redis = store(&server, "quota");
+    let policy = Policy::new("p", Algorithm::FixedWindow, 4, 600_000, 4);
+    let policies = [policy.clone()];
+    let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+    let route: Arc<str> = "r".into();
+    for _ in 0..2 {
+        let taken = redis
+            .check(&CheckRequest::new(&b, &route, &policies, 1))
+            .await;
+        assert!(taken.unwrap().admitted);
+    }
+    let asks = [(Arc::clone(&route), policy)];
+    let ask = || async {
+        let queued = std::sync::atomic::AtomicBool::new(false);
+        redis.usage(&b, &asks, &queued).await.unwrap()
+    };
+    let before = redis.batches();
+    let request = CheckRequest::new(&a, &route, &policies, 1);
+    let (redis, request, ask) = (&redis, &request, &ask);
+    let calls = (0..12).map(|i| async move {
+        match i % 2 {
+            0 => (Some(redis.check(request).await.unwrap().admitted), None),
+            _ => (None, Some(ask().await)),
+        }
+    });
+    let outcomes = futures::future::join_all(calls).await;
+    let admitted = outcomes.iter().filter(|(d, _)| *d == Some(true)).count();
+    assert_eq!(admitted, 4, "A's limit, exactly");
+    for (_, usage) in outcomes.iter().filter(|(_, u)| u.is_some()) {
+        let usage = usage.as_ref().unwrap();
+        assert_eq!(usage.len(), 1);
+        assert_eq!(
+            usage[0].remaining, 2,
+            "B's two requests left 2 of 4: {usage:?}"
+        );
+    }
+    let after = redis.batches();
+    assert!(
+        after.batches > before.batches && after.settlements > before.settlements,
+        "quota questions rode in batches: {before:?} -> {after:?}"
+    );
+    // Nothing was written for B: its next request is admitted with 1 left.
+    let next = redis
+        .check(&CheckRequest::new(&b, &route, &policies, 1))
+        .await;
+    assert_eq!(next.unwrap().decisions[0].remaining, 1);
+}
+
 /// A release member of a batch frees its slot in every key it names, and one with a wrong
 /// argument count fails alone.
 #[test]

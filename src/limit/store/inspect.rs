@@ -6,18 +6,25 @@ use super::redis::{RedisStore, Topology};
 use super::{Backend, CheckRequest, Store, StoreError};
 use crate::clock::Clock;
 use crate::limit::Policy;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 impl<C: Clock + Clone> Store<C> {
     /// What `client` has left of each `(route, policy)`, counting nothing: one read-only call
-    /// on Redis (a client-wide limit read once), the state itself in process.
+    /// on Redis (a client-wide limit read once; batched with the decisions under load), the
+    /// state itself in process.
     pub async fn usage(
         &self,
         client: &Arc<str>,
         asks: &[(Arc<str>, Policy)],
     ) -> Result<Vec<crate::limit::Decision>, StoreError> {
         match &self.backend {
-            Backend::Redis(r) => self.guarded(r.usage(client, asks), None).await,
+            Backend::Redis(r) => {
+                // A quota question may ride in a batch, which reports to the breaker itself.
+                let queued = AtomicBool::new(false);
+                self.guarded(r.usage(client, asks, &queued), Some(&queued))
+                    .await
+            }
             Backend::Memory(m) => Ok(asks
                 .iter()
                 .flat_map(|(route, policy)| {

@@ -4,8 +4,8 @@
 //! each in arrival order, on one `TIME`. A connection with fewer calls in flight sends a
 //! decision at once, as its own `check.lua` call, so batching adds no wait: batches only
 //! form under load, and grow with it. The charges of responses that reported their cost,
-//! the refunds of shed requests and the releases of concurrency slots ([`Kind`]) take the
-//! same way, so a batch carries them too.
+//! the refunds of shed requests, the releases of concurrency slots and quota questions
+//! ([`Kind`]) take the same way, so a batch carries them too.
 //!
 //! A queued check taking concurrency slots holds a [`Landing`] (`landing.rs`) until no call
 //! can carry it any more: the release of its slots, should its request give up before the
@@ -72,7 +72,7 @@ pub struct BatchTotals {
     pub batches: u64,
     /// Decisions in them.
     pub decisions: u64,
-    /// Charges, refunds and releases in them.
+    /// The other members in them: charges, refunds, releases and quota questions.
     pub settlements: u64,
     /// Members sent one call each after their batch was refused whole.
     pub alone: u64,
@@ -101,6 +101,8 @@ pub enum Kind {
     Refund,
     /// `release.lua`: a finished request's concurrency slots, freed.
     Release,
+    /// `usage.lua`: what a client has left (the quota endpoint), read without writing.
+    Usage,
 }
 
 impl Kind {
@@ -112,6 +114,7 @@ impl Kind {
             Kind::Charge => Some("c"),
             Kind::Refund => Some("r"),
             Kind::Release => Some("l"),
+            Kind::Usage => Some("u"),
         }
     }
 }

@@ -109,8 +109,8 @@ impl RedisStore {
         self.link.redirects()
     }
 
-    /// What the batch calls carried so far (decisions, charges, refunds and releases), and
-    /// the members sent alone after a refused batch.
+    /// What the batch calls carried so far (decisions, and charges, refunds, releases and
+    /// quota questions), and the members sent alone after a refused batch.
     pub fn batches(&self) -> BatchTotals {
         self.link.batches()
     }
@@ -235,12 +235,14 @@ impl RedisStore {
     }
 
     /// What `client` has left of each `(route, policy)`, read in one `usage.lua` call that
-    /// writes nothing; a key several pairs name (a client-wide limit) is read once. Bounded
-    /// by the store timeout.
+    /// writes nothing — batched with the decisions on the request connection (a quota
+    /// member); a key several pairs name (a client-wide limit) is read once. Bounded by the
+    /// store timeout. `queued`: as [`decide`](Self::decide)'s.
     pub async fn usage(
         &self,
         client: &str,
         asks: &[(Arc<str>, Policy)],
+        queued: &AtomicBool,
     ) -> Result<Vec<crate::limit::Decision>, StoreError> {
         let keys: Vec<String> = asks
             .iter()
@@ -263,7 +265,8 @@ impl RedisStore {
             .scripts
             .usage_call(read.iter().map(|&i| (keys[i].as_str(), &asks[i].1)));
         let call = async {
-            let reply: Value = self.link.invoke(&invocation, Lane::Requests).await?;
+            let member = (read.len(), Kind::Usage);
+            let reply = self.link.batched(invocation, member, None, queued).await?;
             let Value::BulkString(reply) = reply else {
                 return Err(StoreError::Protocol(format!(
                     "expected a string from usage.lua, got {reply:?}"

@@ -37,7 +37,7 @@ script!(
 );
 script!(
     /// Decides many requests in one call, each as `check.lua` would, with the charges,
-    /// refunds and releases that arrived with them (`lua/batch.lua`).
+    /// refunds, releases and quota questions that arrived with them (`lua/batch.lua`).
     BATCH_SOURCE,
     "#!lua flags=allow-cross-slot-keys\n",
     BATCH_FILES = [
@@ -54,6 +54,7 @@ script!(
         "charging.lua",
         "refunding.lua",
         "releasing.lua",
+        "reporting.lua",
         "batch.lua",
     ]
 );
@@ -69,6 +70,7 @@ script!(
         "sliding_log.lua",
         "concurrency.lua",
         "limits.lua",
+        "reporting.lua",
         "usage.lua",
     ]
 );
