@@ -31,7 +31,7 @@ for _ in $(seq 600); do cli ping >/dev/null 2>&1 && break; sleep 0.1; done
 cli ping >/dev/null
 
 # One row's calls, one per line for redis-cli: SHA, members per call (0: a script's own call),
-# member kind ("" for a decision, c for a charge, l for a release), the member's arguments; a
+# member kind ("" for a decision, c a charge, l a release, u a quota question), its arguments; a
 # new client per member, the seed choosing them (and naming them: no two rows share a key,
 # which one row's script could not read — a set of slots is not a hash).
 calls() { # sha members kind seed args...
@@ -56,17 +56,20 @@ FW_CHARGE="@ 0 fw $BIG 60000 1"
 # A concurrency check taking slot s1 (time, cost, slot id, then the limit); its release.
 CC="@ 1 s1 a cc $BIG 60000 $BIG 0"
 RELEASE="s1"
+# A quota question about one limit (usage.lua: cost and slot id ignored).
+USAGE="@ 0 @ a tb $BIG 1000 $BIG 0"
 declare -A row per
 add_row() { # label members-per-call script-and-arguments
   row[$1]=$3
   per[$1]=$2
 }
 add_rows() { # label-suffix label-prefix lua-dir
-  local check batch charge release
+  local check batch charge release usage
   check=$(cli SCRIPT LOAD "$(source_of CHECK_FILES "$3")")
   batch=$(cli SCRIPT LOAD "$(printf '#!lua flags=allow-cross-slot-keys\n'; source_of BATCH_FILES "$3")")
   charge=$(cli SCRIPT LOAD "$(source_of CHARGE_FILES "$3")")
   release=$(cli SCRIPT LOAD "$(source_of RELEASE_FILES "$3")")
+  usage=$(cli SCRIPT LOAD "$(source_of USAGE_FILES "$3")")
   add_row "b$1. $2""1 limit: token bucket, one call each" 1 "$check 0 - $TB"
   add_row "k$1. $2""1 limit: token bucket, batches of 64" 64 "$batch 64 - $TB"
   add_row "p$1. $2""charge, 1 limit (fw), one call each" 1 "$charge 0 - $FW_CHARGE"
@@ -80,6 +83,11 @@ add_rows() { # label-suffix label-prefix lua-dir
   add_row "u$1. $2""release (1 key), one call each" 1 "$release 0 - $RELEASE"
   if grep -q release_request "$3/batch.lua"; then
     add_row "v$1. $2""releases (1 key), batches of 64" 64 "$batch 64 l $RELEASE"
+  fi
+  # A quota question about a (new) key with no state: the read of nothing, and the call.
+  add_row "w$1. $2""quota question (1 limit), one call each" 1 "$usage 0 - $USAGE"
+  if grep -q usage_request "$3/batch.lua"; then
+    add_row "x$1. $2""quota questions (1 limit), batches of 64" 64 "$batch 64 u $USAGE"
   fi
 }
 add_rows "" "" lua
