@@ -352,11 +352,7 @@ impl RedisStore {
     /// A charge or a refund: batched with the decisions on the request connection (`batch.rs`:
     /// under load it rides in their batches rather than costing Redis a call of its own),
     /// bounded by the store timeout. Its reply (a count of keys changed) is not needed.
-    pub(super) async fn settle(
-        &self,
-        call: scripts::Call<'_>,
-        kind: Kind,
-    ) -> Result<(), StoreError> {
+    async fn settle(&self, call: scripts::Call<'_>, kind: Kind) -> Result<(), StoreError> {
         let member = (call.keys(), kind);
         let queued = AtomicBool::new(false);
         let ran = self.link.batched(call, member, None, &queued);
