@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# What "packed state" would buy Redis, counted before it is built: Redis's instructions per
+# batched decision with today's scripts (lua/batch.lua: one HASH per limit — HMGET, HSET,
+# PEXPIRE each) next to benches/load/packed_probe.lua (a prototype, not the product: a
+# client's limits in one string — one GET, one SET … PX), for plans of 1 and 4 token buckets.
+# A private redis-server under callgrind, as benches/load/redis_count.sh; clients drawn from a
+# pool of $CLIENTS per row, the pool's keys written once before counting, so decisions read
+# state that exists (a returning client, the common case).
+#
+#   benches/load/redis_packed.sh        BATCHES=200 batches of 64 per row and round, ROUNDS=2
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. benches/load/lib.sh
+for tool in valgrind callgrind_control redis-server redis-cli python3; do
+  command -v "$tool" >/dev/null || { echo "missing $tool (make deps; apt install valgrind)" >&2; exit 1; }
+done
+
+BATCHES=${BATCHES:-200}
+ROUNDS=${ROUNDS:-2}
+CLIENTS=${CLIENTS:-2000}
+work=$(mktemp -d)
+rport=$(port)
+cli() { redis-cli -p "$rport" "$@"; }
+trap 'cli shutdown nosave >/dev/null 2>&1 || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+
+valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" redis-server --port "$rport" \
+  --save "" --appendonly no > "$work/valgrind.log" 2>&1 &
+vg=$!
+for _ in $(seq 600); do cli ping >/dev/null 2>&1 && break; sleep 0.1; done
+cli ping >/dev/null
+
+batch=$(cli SCRIPT LOAD "$(printf '#!lua flags=allow-cross-slot-keys\n'; source_of BATCH_FILES lua)")
+probe=$(cli SCRIPT LOAD "$(printf '#!lua flags=allow-cross-slot-keys\n'; cat benches/load/packed_probe.lua)")
+
+# calls FORM LIMITS SEED PASS: BATCHES calls of 64 members, clients of the row's pool (SEED
+# names the pool; PASS the draw). Limits far above the load: every decision admits and writes.
+calls() {
+  python3 - "$BATCHES" "$CLIENTS" "$1" "$2" "$3" "$4" "$batch" "$probe" <<'PY'
+import random, sys
+batches, clients, form, limits, seed, draw, batch, probe = sys.argv[1:9]
+batches, clients, limits = int(batches), int(clients), int(limits)
+rng = random.Random(f"{seed}-{draw}")
+big = 10**9
+for b in range(batches):
+    members = [rng.randrange(clients) for _ in range(64)]
+    if form == "hash":
+        keys = [f"t:{{p{seed}-{c}}}:a{i}" for c in members for i in range(limits)]
+        member = f'{limits} {3 + 6 * limits} "" 1 "" ' + " ".join(
+            f"l{i} tb {big} 1000 {big} 0" for i in range(limits))
+        print(f"EVALSHA {batch} {len(keys)} {' '.join(keys)} 64 " + " ".join([member] * 64))
+    else:
+        keys = [f"t:{{p{seed}-{c}}}:plan" for c in members]
+        member = f"{limits} " + " ".join(f"{big} 1000 {big}" for _ in range(limits))
+        print(f"EVALSHA {probe} 64 {' '.join(keys)} 64 " + " ".join([member] * 64))
+PY
+}
+
+count() { # file
+  local before dump
+  callgrind_control -z "$vg" >/dev/null 2>&1
+  cli < "$1" > "$work/replies"
+  if grep -q '^ERR\|^E \|^(error)' "$work/replies"; then
+    echo "a call failed: $(grep -m1 '^ERR\|^E \|^(error)' "$work/replies")" >&2
+    exit 1
+  fi
+  before=$(ls "$work" | grep -c '^cg.out\.' || true)
+  callgrind_control -d "$vg" >/dev/null 2>&1
+  for _ in $(seq 100); do
+    (( $(ls "$work" | grep -c '^cg.out\.' || true) > before )) && break
+    sleep 0.1
+  done
+  dump=$(ls -t "$work"/cg.out.* | head -1)
+  grep -m1 -E '^(summary|totals):' "$dump" | awk '{print $2}'
+}
+
+ROWS=("hash 1" "packed 1" "hash 4" "packed 4")
+declare -A seen
+seed=0
+for r in "${ROWS[@]}"; do # every pool's keys written: the counted decisions read state
+  read -r form limits <<<"$r"
+  seed=$((seed + 1))
+  BATCHES=$(( (CLIENTS + 63) / 64 * 3 )) calls "$form" "$limits" "$seed" warm > "$work/warm"
+  count "$work/warm" >/dev/null
+done
+for round in $(seq "$ROUNDS"); do
+  seed=0
+  for r in "${ROWS[@]}"; do
+    read -r form limits <<<"$r"
+    seed=$((seed + 1))
+    calls "$form" "$limits" "$seed" "$round" > "$work/calls"
+    total=$(count "$work/calls")
+    seen[$r]+=" $((total / (BATCHES * 64)))"
+  done
+done
+
+echo "redis-server $(redis-server --version | grep -o 'v=[0-9.]*') under callgrind, $ROUNDS rounds × $BATCHES batches of 64, a pool of $CLIENTS clients per row, $(date -u +%F)"
+echo
+echo "| state | limits (token buckets) | instructions per decision (each round) |"
+echo "| --- | --- | --- |"
+for r in "${ROWS[@]}"; do
+  read -r form limits <<<"$r"
+  echo "| $form | $limits |${seen[$r]} |"
+done
