@@ -19,13 +19,13 @@ local function decide_request(kb, n, ab, argc, clock)
     return nil, 'expected 3 + 6 arguments per key (and a cost per key), got ' .. argc .. ' for ' .. n .. ' keys'
   end
   local now = clock(ARGV[ab + 1])
-  local cost = tonumber(ARGV[ab + 2])
+  local cost = ARGV[ab + 2] + 0
   local slot_id = ARGV[ab + 3]
   if n == 1 then
     -- One limit (the commonest plan), the same decision without the tables and closures
     -- several limits need: Redis CPU per decision is what sizes a store.
     local o = ab + 3
-    local c = costs and tonumber(ARGV[o + PER + 1]) or cost
+    local c = costs and ARGV[o + PER + 1] + 0 or cost
     local d, commit = decide_limit(KEYS[kb + 1], o, now, c, slot_id)
     local admitted, rejected = '1', ''
     if d[1] == 1 then
@@ -41,7 +41,7 @@ local function decide_request(kb, n, ab, argc, clock)
 
   local decisions, commits, rejected = {}, {}, ''
   for i = 1, n do
-    local d, commit = decide(i, costs and tonumber(ARGV[ab + 3 + PER * n + i]) or cost)
+    local d, commit = decide(i, costs and ARGV[ab + 3 + PER * n + i] + 0 or cost)
     decisions[i], commits[i] = d, commit
     local o = ab + 3 + PER * (i - 1)
     if d[1] == 0 and rejected == '' and ARGV[o + 6] ~= '1' then

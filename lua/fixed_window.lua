@@ -20,7 +20,7 @@ Mirrors   src/limit/algorithm/fixed_window.rs.
 local function fixed_window_in(key, now, cost, limit, start, stop)
   local s = redis.call('HMGET', key, 's', 'c')
   local count, same = 0, false
-  if s[1] and tonumber(s[1]) == start then count, same = tonumber(s[2]), true end
+  if s[1] and s[1] + 0 == start then count, same = s[2] + 0, true end
   local reset = stop - now
   if count + cost <= limit then
     local after = count + cost

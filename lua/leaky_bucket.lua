@@ -20,12 +20,12 @@ Mirrors   src/limit/algorithm/leaky_bucket.rs.
 ]]
 local function leaky_bucket(key, now, cost, limit, window, shape)
   local b, d = string.match(shape, '^(%d+):(%d+)$')
-  local burst, delay = tonumber(b) * window, tonumber(d) * window
+  local burst, delay = b * window, d * window
   local s = redis.call('HMGET', key, 'l', 't', 'h')
   local level, updated = 0, 0
   if s[1] and s[2] then
-    level = tonumber(s[1])
-    updated = tonumber(s[2])
+    level = s[1] + 0
+    updated = s[2] + 0
   end
   local elapsed = now - updated
   if elapsed < 0 then elapsed = 0 end
@@ -35,7 +35,7 @@ local function leaky_bucket(key, now, cost, limit, window, shape)
   local holes, first = {}, nil
   if s[3] then
     for v in string.gmatch(s[3], '%d+') do
-      local h = tonumber(v)
+      local h = v + 0
       if h > now then
         holes[#holes + 1] = h
         if first == nil or h < holes[first] then first = #holes end

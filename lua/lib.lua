@@ -3,6 +3,13 @@
 Lua numbers are doubles; every value the algorithms form stays below 2^52 (the config
 loader checks limit × window), where doubles are exact integers and floor(a / b) is the
 exact integer quotient.
+
+On the decision path a string becomes a number by arithmetic (`s + 0`), not `tonumber(s)`:
+Lua 5.1's `tonumber` converts its string twice, ~1.9k Redis instructions for a 13-digit
+number against ~0.8k (counted on Redis 7.0; a one-limit decision converts six or seven,
+and five more for each further limit). Both accept the
+same strings; where one that is not a number must read as nil (batch.lua telling a member's
+kind from its key count), `tonumber` stays.
 ]]
 local function floor_div(a, b) return math.floor(a / b) end
 local function ceil_div(a, b) return math.floor((a + b - 1) / b) end

@@ -18,7 +18,7 @@ local function decide_limit(key, o, now, c, slot_id)
     error('turnstile limits.lua: unknown algorithm ' .. tostring(code))
   end
   local window, burst = ARGV[o + 4], ARGV[o + 5]
-  if code ~= 'cw' then window = tonumber(window) end
-  if code ~= 'lb' then burst = tonumber(burst) end
-  return algorithm(key, now, c, tonumber(ARGV[o + 3]), window, burst, slot_id)
+  if code ~= 'cw' then window = window + 0 end
+  if code ~= 'lb' then burst = burst + 0 end
+  return algorithm(key, now, c, ARGV[o + 3] + 0, window, burst, slot_id)
 end

@@ -20,13 +20,13 @@ local function sliding_window(key, now, cost, limit, window)
   local s = redis.call('HMGET', key, 's', 'c', 'p')
   local cur, prev, same = 0, 0, false
   if s[1] then
-    local stored = tonumber(s[1])
+    local stored = s[1] + 0
     if stored == start then
-      cur = tonumber(s[2]) or 0
-      prev = tonumber(s[3]) or 0
+      cur = s[2] and s[2] + 0 or 0
+      prev = s[3] and s[3] + 0 or 0
       same = true
     elseif stored + window == start then
-      prev = tonumber(s[2]) or 0
+      prev = s[2] and s[2] + 0 or 0
     end
   end
   local until_next = window - (now - start)

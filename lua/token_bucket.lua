@@ -18,8 +18,8 @@ local function token_bucket(key, now, cost, limit, window, burst)
   local s = redis.call('HMGET', key, 'l', 't')
   local level, updated = cap, 0
   if s[1] and s[2] then
-    level = tonumber(s[1])
-    updated = tonumber(s[2])
+    level = s[1] + 0
+    updated = s[2] + 0
   end
   local elapsed = now - updated
   if elapsed < 0 then elapsed = 0 end
