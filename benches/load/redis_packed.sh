@@ -8,6 +8,7 @@
 # state that exists (a returning client, the common case).
 #
 #   benches/load/redis_packed.sh        BATCHES=200 batches of 64 per row and round, ROUNDS=2
+#   BEFORE_LUA=<dir>: the hash rows again with that directory's scripts (as redis_count.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . benches/load/lib.sh
@@ -30,14 +31,20 @@ for _ in $(seq 600); do cli ping >/dev/null 2>&1 && break; sleep 0.1; done
 cli ping >/dev/null
 
 batch=$(cli SCRIPT LOAD "$(printf '#!lua flags=allow-cross-slot-keys\n'; source_of BATCH_FILES lua)")
+before_sha=""
+if [[ -n ${BEFORE_LUA:-} ]]; then
+  before_sha=$(cli SCRIPT LOAD "$(printf '#!lua flags=allow-cross-slot-keys\n'; source_of BATCH_FILES "$BEFORE_LUA")")
+fi
 probe=$(cli SCRIPT LOAD "$(printf '#!lua flags=allow-cross-slot-keys\n'; cat benches/load/packed_probe.lua)")
 
 # calls FORM LIMITS SEED PASS: BATCHES calls of 64 members, clients of the row's pool (SEED
 # names the pool; PASS the draw). Limits far above the load: every decision admits and writes.
 calls() {
-  python3 - "$BATCHES" "$CLIENTS" "$1" "$2" "$3" "$4" "$batch" "$probe" <<'PY'
+  python3 - "$BATCHES" "$CLIENTS" "$1" "$2" "$3" "$4" "$batch" "$probe" "$before_sha" <<'PY'
 import random, sys
-batches, clients, form, limits, seed, draw, batch, probe = sys.argv[1:9]
+batches, clients, form, limits, seed, draw, batch, probe, before = sys.argv[1:10]
+if form == "before":
+    form, batch = "hash", before
 batches, clients, limits = int(batches), int(clients), int(limits)
 rng = random.Random(f"{seed}-{draw}")
 big = 10**9
@@ -74,6 +81,7 @@ count() { # file
 }
 
 ROWS=("hash 1" "packed 1" "hash 4" "packed 4")
+if [[ -n $before_sha ]]; then ROWS+=("before 1" "before 4"); fi
 declare -A seen
 seed=0
 for r in "${ROWS[@]}"; do # every pool's keys written: the counted decisions read state
@@ -99,5 +107,7 @@ echo "| state | limits (token buckets) | instructions per decision (each round) 
 echo "| --- | --- | --- |"
 for r in "${ROWS[@]}"; do
   read -r form limits <<<"$r"
-  echo "| $form | $limits |${seen[$r]} |"
+  label=$form
+  if [[ $form == before ]]; then label="hash, $BEFORE_LUA's scripts"; fi
+  echo "| $label | $limits |${seen[$r]} |"
 done
