@@ -153,7 +153,7 @@ impl<C: Clock + Clone> Store<C> {
             failure,
             leases: Arc::new(LeaseTable::new(MAX_LEASES)),
             live_instances: AtomicU64::new(0),
-            instance_id: instance_id(),
+            instance_id: fleet::new_instance_id(),
             metrics,
             degraded: DegradedLog::default(),
             health: HealthCell::default(),
@@ -199,23 +199,6 @@ impl<C: Clock + Clone> Store<C> {
         }
         result
     }
-}
-
-/// `<host>-<pid>-<random>`: unique per process, readable in `ZRANGE <prefix>:instances`.
-fn instance_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "host".to_owned());
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    format!("{host}-{}-{:08x}", std::process::id(), h.finish() as u32)
 }
 
 #[cfg(test)]
