@@ -1,7 +1,7 @@
 //! The fleet: the gateway instances that share this store, as their heartbeats tell
 //! (`lua/heartbeat.lua`), each with what it says of itself — its version and when it started.
 //! For the admin API (`GET /fleet`) and the console. Also the id this process goes by in them
-//! ([`new_instance_id`]).
+//! (`new_instance_id`).
 
 use super::{Backend, Store, StoreError};
 use crate::clock::Clock;
