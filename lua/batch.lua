@@ -29,12 +29,16 @@ Reply     an array of m strings, in member order: a decision's check.lua reply, 
           run as if it were not there)
 Writes    as m calls of those scripts, in order.
 ]]
-local clock_ms
--- One TIME for the whole batch; a test's explicit or shifted time is the member's own.
+local clock_ms, clock_text
+-- One TIME for the whole batch, and its decimal text, formatted once for every decision's
+-- reply; a test's explicit or shifted time is the member's own (and has no text).
 local function batch_clock(spec)
   if spec ~= '' then return now_ms(spec) end
-  if not clock_ms then clock_ms = now_ms('') end
-  return clock_ms
+  if not clock_ms then
+    clock_ms = now_ms('')
+    clock_text = string.format('%d', clock_ms)
+  end
+  return clock_ms, clock_text
 end
 
 local m = tonumber(ARGV[1])
