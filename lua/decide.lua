@@ -31,7 +31,7 @@ local function decide_request(kb, n, ab, argc, clock)
     -- several limits need: Redis CPU per decision is what sizes a store.
     local o = ab + 3
     local c = costs and ARGV[o + PER + 1] + 0 or cost
-    local d, commit = decide_limit(KEYS[kb + 1], o, now, c, slot_id)
+    local d, commit = decide_limit(KEYS[kb + 1], o, now, c, slot_id, now_text)
     local admitted, rejected = '1', ''
     if d[1] == 1 then
       commit()
@@ -44,7 +44,7 @@ local function decide_request(kb, n, ab, argc, clock)
     return string.format('%s %d %d %d %d %d %s', admitted, now, d[1], d[2], d[3], d[4], rejected)
   end
   local function decide(i, c)
-    return decide_limit(KEYS[kb + i], ab + 3 + PER * (i - 1), now, c, slot_id)
+    return decide_limit(KEYS[kb + i], ab + 3 + PER * (i - 1), now, c, slot_id, now_text)
   end
 
   local decisions, commits, rejected = {}, {}, ''

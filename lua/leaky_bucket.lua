@@ -1,6 +1,6 @@
 --[[ leaky_bucket.lua — the leaky bucket that delays (nginx's limit_req), on one HASH key.
 
-Function  leaky_bucket(key, now, cost, limit, window, shape) -> decision, commit
+Function  leaky_bucket(key, now, cost, limit, window, shape, _, now_text) -> decision, commit
   key     HASH with fields  l = the backlog in request·ms (requests × window, drained at
                                 `limit` per ms: exact for any rate)
                             t = time of the last update (ms)
@@ -9,6 +9,7 @@ Function  leaky_bucket(key, now, cost, limit, window, shape) -> decision, commit
           A missing key is an empty bucket.
   shape   "burst:delay": most requests ahead that may wait, and how many ahead still pass
           at once
+  now_text  `now` as decimal text, or nil: written as it is (token_bucket.lua)
 Returns   decision = {admitted 0/1, remaining, reset_ms (until empty), retry_after_ms}; an
           admitted request's retry_after_ms is how long the gateway holds it before
           forwarding it (0: at once).
@@ -18,7 +19,7 @@ Returns   decision = {admitted 0/1, remaining, reset_ms (until empty), retry_aft
 TTL       until the bucket is empty, plus TTL_GRACE_MS (lib.lua).
 Mirrors   src/limit/algorithm/leaky_bucket.rs.
 ]]
-local function leaky_bucket(key, now, cost, limit, window, shape)
+local function leaky_bucket(key, now, cost, limit, window, shape, _, now_text)
   local b, d = string.match(shape, '^(%d+):(%d+)$')
   local burst, delay = b * window, d * window
   local s = redis.call('HMGET', key, 'l', 't', 'h')
@@ -30,7 +31,7 @@ local function leaky_bucket(key, now, cost, limit, window, shape)
   local elapsed = now - updated
   if elapsed < 0 then elapsed = 0 end
   level = math.max(0, level - elapsed * limit)
-  if now < updated then now = updated end
+  if now < updated then now, now_text = updated, nil end
   -- Turns given back that are still ahead.
   local holes, first = {}, nil
   if s[3] then
@@ -49,7 +50,7 @@ local function leaky_bucket(key, now, cost, limit, window, shape)
     if level < burst then remaining = floor_div(burst - level, window) end
     local reset = ceil_div(level, limit)
     local commit = function()
-      redis.call('HSET', key, 'l', level, 't', now, 'h', table.concat(holes, ' '))
+      redis.call('HSET', key, 'l', level, 't', now_text or now, 'h', table.concat(holes, ' '))
       expire(key, reset)
     end
     return {1, remaining, reset, wait}, commit
@@ -61,7 +62,7 @@ local function leaky_bucket(key, now, cost, limit, window, shape)
     if after <= burst then remaining = floor_div(burst - after, window) + 1 end
     local reset = ceil_div(after, limit)
     local commit = function()
-      redis.call('HSET', key, 'l', after, 't', now, 'h', table.concat(holes, ' '))
+      redis.call('HSET', key, 'l', after, 't', now_text or now, 'h', table.concat(holes, ' '))
       expire(key, reset)
     end
     return {1, remaining, reset, wait}, commit

@@ -456,6 +456,40 @@ fn a_member_redis_cannot_decide_fails_alone() {
     assert_eq!(exists, 0);
 }
 
+/// On Redis's clock (time spec ""), a batch formats its time once, for its replies and for
+/// what a token bucket and a leaky bucket store as their last update: the stored time is the
+/// one the replies tell, and the next decision reads it back exactly (a token bucket of 3 per
+/// minute has 2 left, then 1 — a time stored wrong would have refilled it).
+#[test]
+fn a_batch_on_redis_time_stores_the_time_its_replies_tell() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let buckets = [("tb:{x}", "tb", "3"), ("lb:{x}", "lb", "3:3")];
+    let mut send = || -> Vec<String> {
+        let script = redis::Script::new(BATCH_SOURCE);
+        let mut batch = script.prepare_invoke();
+        batch.arg(buckets.len());
+        for (key, algorithm, burst) in buckets {
+            batch.key(key).arg(1).arg(9);
+            for a in ["", "1", "", "a", algorithm, "3", "60000", burst, "0"] {
+                batch.arg(a);
+            }
+        }
+        batch.invoke(&mut conn).unwrap()
+    };
+    let field = |reply: &str, i: usize| reply.split(' ').nth(i).unwrap_or_default().to_owned();
+    let first = send();
+    for (reply, (key, _, _)) in first.iter().zip(buckets) {
+        let stored: String = server.cmd(&["HGET", key, "t"]);
+        assert_eq!(stored, field(reply, 1), "{key}: {reply}");
+    }
+    let second = send();
+    assert_eq!(
+        (field(&first[0], 3), field(&second[0], 3)),
+        ("2".into(), "1".into())
+    );
+}
+
 /// A batch mixing kinds: a decision (which names no kind), a charge naming an algorithm that cannot be charged
 /// (a token bucket, after a fixed window it would otherwise have charged first), a refund of
 /// an unknown algorithm, a good charge, and a member of no known kind. The three broken
