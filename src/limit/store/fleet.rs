@@ -1,7 +1,6 @@
 //! The fleet: the gateway instances that share this store, as their heartbeats tell
 //! (`lua/heartbeat.lua`), each with what it says of itself — its version and when it started.
-//! For the admin API (`GET /fleet`) and the console. Also the id this process goes by in them
-//! (`new_instance_id`).
+//! For the admin API (`GET /fleet`) and the console.
 
 use super::{Backend, Store, StoreError};
 use crate::clock::Clock;
@@ -24,23 +23,6 @@ pub struct Instance {
     /// before); read with `ops::refusals::read_published`.
     #[serde(skip)]
     pub limited: String,
-}
-
-/// `<host>-<pid>-<random>`: unique per process, readable in `ZRANGE <prefix>:instances`.
-pub(super) fn new_instance_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "host".to_owned());
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    format!("{host}-{}-{:08x}", std::process::id(), h.finish() as u32)
 }
 
 /// What this instance says of itself in its heartbeats: "<version> <started, Unix s>".

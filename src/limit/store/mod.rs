@@ -20,6 +20,7 @@
 //!   request's units given back, a response's cost charged, finished requests' slots freed;
 //! - `inspect.rs`: what the store tells without deciding (usage, connection, kind, id) and
 //!   its in-process state's upkeep.
+//! - `instance.rs`: the id this process goes by in the fleet's heartbeats.
 //!
 //! Time is the store's [`Clock`] (the process's monotonic clock in production; tests give
 //! their own and drive it). Every call is bounded by `store.timeout`.
@@ -38,6 +39,7 @@ pub mod health;
 pub mod held;
 mod holding;
 mod inspect;
+mod instance;
 pub mod lease;
 pub mod memory;
 pub mod metrics;
@@ -153,7 +155,7 @@ impl<C: Clock + Clone> Store<C> {
             failure,
             leases: Arc::new(LeaseTable::new(MAX_LEASES)),
             live_instances: AtomicU64::new(0),
-            instance_id: fleet::new_instance_id(),
+            instance_id: instance::new_id(),
             metrics,
             degraded: DegradedLog::default(),
             health: HealthCell::default(),
