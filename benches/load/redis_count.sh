@@ -13,22 +13,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . benches/load/lib.sh
-for tool in valgrind callgrind_control redis-server redis-cli python3; do
-  command -v "$tool" >/dev/null || { echo "missing $tool (make deps; apt install valgrind)" >&2; exit 1; }
-done
 
 CALLS=${CALLS:-500}
 ROUNDS=${ROUNDS:-2}
-work=$(mktemp -d)
-rport=$(port)
-cli() { redis-cli -p "$rport" "$@"; }
-trap 'cli shutdown nosave >/dev/null 2>&1 || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
-
-valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" redis-server --port "$rport" \
-  --save "" --appendonly no > "$work/valgrind.log" 2>&1 &
-vg=$!
-for _ in $(seq 600); do cli ping >/dev/null 2>&1 && break; sleep 0.1; done
-cli ping >/dev/null
+# shellcheck source=benches/load/callgrind_redis.sh
+. benches/load/callgrind_redis.sh
 
 # One row's calls, one per line for redis-cli: SHA, members per call (0: a script's own call),
 # member kind ("" for a decision, c a charge, l a release, u a quota question), its arguments; a
@@ -92,25 +81,6 @@ add_rows() { # label-suffix label-prefix lua-dir
 }
 add_rows "" "" lua
 if [[ -n ${BEFORE_LUA:-} ]]; then add_rows 0 "before: " "$BEFORE_LUA"; fi
-
-# The instructions of the calls of one file, from counters zeroed before and dumped after.
-count() { # file
-  local before dump
-  callgrind_control -z "$vg" >/dev/null 2>&1
-  cli < "$1" > "$work/replies"
-  if grep -q '^ERR\|^E ' "$work/replies"; then
-    echo "a call failed: $(grep -m1 '^ERR\|^E ' "$work/replies")" >&2
-    exit 1
-  fi
-  before=$(ls "$work" | grep -c '^cg.out\.' || true)
-  callgrind_control -d "$vg" >/dev/null 2>&1
-  for _ in $(seq 100); do
-    (( $(ls "$work" | grep -c '^cg.out\.' || true) > before )) && break
-    sleep 0.1
-  done
-  dump=$(ls -t "$work"/cg.out.* | head -1)
-  grep -m1 -E '^(summary|totals):' "$dump" | awk '{print $2}'
-}
 
 labels=$(printf '%s\n' "${!row[@]}" | sort | tr ' ' '\001')
 declare -A seen

@@ -12,23 +12,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . benches/load/lib.sh
-for tool in valgrind callgrind_control redis-server redis-cli python3; do
-  command -v "$tool" >/dev/null || { echo "missing $tool (make deps; apt install valgrind)" >&2; exit 1; }
-done
 
 BATCHES=${BATCHES:-200}
 ROUNDS=${ROUNDS:-2}
 CLIENTS=${CLIENTS:-2000}
-work=$(mktemp -d)
-rport=$(port)
-cli() { redis-cli -p "$rport" "$@"; }
-trap 'cli shutdown nosave >/dev/null 2>&1 || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
-
-valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" redis-server --port "$rport" \
-  --save "" --appendonly no > "$work/valgrind.log" 2>&1 &
-vg=$!
-for _ in $(seq 600); do cli ping >/dev/null 2>&1 && break; sleep 0.1; done
-cli ping >/dev/null
+# shellcheck source=benches/load/callgrind_redis.sh
+. benches/load/callgrind_redis.sh
 
 batch=$(cli SCRIPT LOAD "$(printf '#!lua flags=allow-cross-slot-keys\n'; source_of BATCH_FILES lua)")
 before_sha=""
@@ -60,24 +49,6 @@ for b in range(batches):
         member = f"{limits} " + " ".join(f"{big} 1000 {big}" for _ in range(limits))
         print(f"EVALSHA {probe} 64 {' '.join(keys)} 64 " + " ".join([member] * 64))
 PY
-}
-
-count() { # file
-  local before dump
-  callgrind_control -z "$vg" >/dev/null 2>&1
-  cli < "$1" > "$work/replies"
-  if grep -q '^ERR\|^E \|^(error)' "$work/replies"; then
-    echo "a call failed: $(grep -m1 '^ERR\|^E \|^(error)' "$work/replies")" >&2
-    exit 1
-  fi
-  before=$(ls "$work" | grep -c '^cg.out\.' || true)
-  callgrind_control -d "$vg" >/dev/null 2>&1
-  for _ in $(seq 100); do
-    (( $(ls "$work" | grep -c '^cg.out\.' || true) > before )) && break
-    sleep 0.1
-  done
-  dump=$(ls -t "$work"/cg.out.* | head -1)
-  grep -m1 -E '^(summary|totals):' "$dump" | awk '{print $2}'
 }
 
 ROWS=("hash 1" "packed 1" "hash 4" "packed 4")
