@@ -30,8 +30,9 @@ Reply     an array of m strings, in member order: a decision's check.lua reply, 
 Writes    as m calls of those scripts, in order.
 ]]
 local clock_ms, clock_text
--- One TIME for the whole batch, and its decimal text, formatted once for every decision's
--- reply; a test's explicit or shifted time is the member's own (and has no text).
+-- One TIME for the whole batch, and its decimal text, formatted once for the decisions'
+-- replies and the times their buckets store; a test's explicit or shifted time is the
+-- member's own (and has no text).
 local function batch_clock(spec)
   if spec ~= '' then return now_ms(spec) end
   if not clock_ms then
