@@ -14,10 +14,6 @@ Writes    nothing unless every enforced limit admits; then the new state of ever
 ]]
 local PER = 6
 
--- Each number string.format writes costs Redis ~1k instructions, about as much as the rest of
--- a reply: what a reply always holds (an admitted limit's 1, a batch's time) is written as
--- text, not formatted again.
-
 local function decide_request(kb, n, ab, argc, clock)
   local costs = argc == 3 + (PER + 1) * n
   if argc ~= 3 + PER * n and not costs then
@@ -68,12 +64,5 @@ local function decide_request(kb, n, ab, argc, clock)
     end
   end
 
-  -- One format per limit.
-  local reply = { rejected == '' and '1' or '0', now_text or string.format('%d', now) }
-  for i = 1, n do
-    local d = decisions[i]
-    reply[i + 2] = string.format(d[1] == 1 and '1 %d %d %d' or '0 %d %d %d', d[2], d[3], d[4])
-  end
-  reply[n + 3] = rejected
-  return table.concat(reply, ' ')
+  return reply_of(rejected == '' and '1' or '0', now, now_text, decisions, rejected)
 end

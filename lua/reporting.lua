@@ -13,12 +13,10 @@ local function usage_request(kb, n, ab, argc, clock)
   if argc ~= 3 + 6 * n then
     return nil, 'expected 3 + 6 arguments per key, got ' .. argc .. ' for ' .. n .. ' keys'
   end
-  local now = clock(ARGV[ab + 1])
-  local reply = { '1', string.format('%d', now) }
+  local now, now_text = clock(ARGV[ab + 1])
+  local decisions = {}
   for i = 1, n do
-    local d = decide_limit(KEYS[kb + i], ab + 3 + 6 * (i - 1), now, 0, '')
-    reply[i + 2] = string.format('%d %d %d %d', d[1], d[2], d[3], d[4])
+    decisions[i] = decide_limit(KEYS[kb + i], ab + 3 + 6 * (i - 1), now, 0, '')
   end
-  reply[n + 3] = ''
-  return table.concat(reply, ' ')
+  return reply_of('1', now, now_text, decisions, '')
 end
