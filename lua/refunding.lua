@@ -61,9 +61,13 @@ local function refund_request(kb, n, ab, argc)
       -- The 5th argument is how long the request was held.
       back = refund_leaky(key, cost, window, burst, now)
     elseif algorithm == 'tb' then
-      local level = redis.call('HGET', key, 'l')
-      if level then
-        redis.call('HSET', key, 'l', math.min(burst * window, tonumber(level) + cost * window))
+      -- The tokens back, at the bucket's stored time; the key keeps its TTL (a fuller bucket
+      -- is full sooner, so the TTL still outlasts it).
+      local stored = redis.call('GET', key)
+      if stored then
+        local level, updated = bucket_of(key, stored)
+        level = math.min(burst * window, level + cost * window)
+        redis.call('SET', key, string.format('%d %d', level, updated), 'KEEPTTL')
         back = 1
       end
     elseif algorithm == 'sl' then

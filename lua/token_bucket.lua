@@ -1,13 +1,14 @@
---[[ token_bucket.lua — the token bucket, on one HASH key.
+--[[ token_bucket.lua — the token bucket, on one STRING key.
 
 Function  token_bucket(key, now, cost, limit, window, burst, _, now_text) -> decision, commit
-  key     HASH with fields  l = level in token·ms (tokens × window, so refill is exact)
-                            t = time of the last update (ms)
+  key     STRING "<level> <updated>": the level in token·ms (tokens × window, so refill is
+          exact) and the time of the last update (ms), both decimal integers. One GET reads it
+          and one SET … PX writes it with its TTL (a HASH took HMGET, HSET and PEXPIRE).
           A missing key is a full bucket.
   now     milliseconds; cost: units asked for (0 = only report)
   limit   tokens refilled per `window` ms; burst: capacity in tokens
-  now_text  `now` as decimal text, or nil: written as it is, since Redis turns a number
-          argument into text itself (~3.6k instructions on Redis 7.0) and a string not at all
+  now_text  `now` as decimal text, or nil: written as it is, so that it is not formatted
+          again for every bucket
 Returns   decision = {admitted 0/1, remaining tokens, reset_ms (until full), retry_after_ms}
           commit   = function writing the new state (nil when not admitted); the caller runs it
                      only if every limit of the call admits the request.
@@ -15,14 +16,18 @@ TTL       the time until the bucket is full again (an expired key reads as full,
           never changes a decision), plus TTL_GRACE_MS (lib.lua).
 Mirrors   src/limit/algorithm/token_bucket.rs; tests/lua_agrees.rs compares the two.
 ]]
+-- A bucket's stored text, read; an error names the key when it holds anything else.
+local function bucket_of(key, stored)
+  local l, t = string.match(stored, '^(%d+) (%d+)$')
+  if not t then error('turnstile token_bucket.lua: ' .. key .. ' holds no bucket') end
+  return l + 0, t + 0
+end
+
 local function token_bucket(key, now, cost, limit, window, burst, _, now_text)
   local cap = burst * window
-  local s = redis.call('HMGET', key, 'l', 't')
   local level, updated = cap, 0
-  if s[1] and s[2] then
-    level = s[1] + 0
-    updated = s[2] + 0
-  end
+  local stored = redis.call('GET', key)
+  if stored then level, updated = bucket_of(key, stored) end
   local elapsed = now - updated
   if elapsed < 0 then elapsed = 0 end
   level = math.min(cap, level + elapsed * limit)
@@ -32,8 +37,8 @@ local function token_bucket(key, now, cost, limit, window, burst, _, now_text)
     local after = level - need
     local reset = ceil_div(cap - after, limit)
     local commit = function()
-      redis.call('HSET', key, 'l', after, 't', now_text or now)
-      expire(key, reset)
+      local text = now_text and string.format('%d %s', after, now_text) or string.format('%d %d', after, now)
+      redis.call('SET', key, text, 'PX', reset + TTL_GRACE_MS)
     end
     return {1, floor_div(after, window), reset, 0}, commit
   end

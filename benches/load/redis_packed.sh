@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What "packed state" would buy Redis, counted before it is built: Redis's instructions per
-# batched decision with today's scripts (lua/batch.lua: one HASH per limit — HMGET, HSET,
-# PEXPIRE each) next to benches/load/packed_probe.lua (a prototype, not the product: a
+# batched decision with today's scripts (lua/batch.lua: one key per limit — a token bucket's
+# STRING, one GET and one SET … PX each; a HASH before, HMGET, HSET and PEXPIRE) next to benches/load/packed_probe.lua (a prototype, not the product: a
 # client's limits in one string — one GET, one SET … PX), for plans of 1 and 4 token buckets.
 # A private redis-server under callgrind, as benches/load/redis_count.sh; clients drawn from a
 # pool of $CLIENTS per row, the pool's keys written once before counting, so decisions read
@@ -75,10 +75,12 @@ done
 echo "redis-server $(redis-server --version | grep -o 'v=[0-9.]*') under callgrind, $ROUNDS rounds × $BATCHES batches of 64, a pool of $CLIENTS clients per row, $(date -u +%F)"
 echo
 echo "| state | limits (token buckets) | instructions per decision (each round) |"
+# hash: lua/'s batch.lua, a key per limit (the row's name from when a bucket was a HASH).
 echo "| --- | --- | --- |"
 for r in "${ROWS[@]}"; do
   read -r form limits <<<"$r"
-  label=$form
-  if [[ $form == before ]]; then label="hash, $BEFORE_LUA's scripts"; fi
+  label="a key per limit (lua/)"
+  if [[ $form == packed ]]; then label="packed (prototype)"; fi
+  if [[ $form == before ]]; then label="a key per limit, $BEFORE_LUA's scripts"; fi
   echo "| $label | $limits |${seen[$r]} |"
 done

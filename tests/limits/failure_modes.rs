@@ -460,8 +460,8 @@ fn errors_redis_answers_with_are_not_treated_as_allowed() {
     assert_eq!(get(&gw, "/echo/closed", ADA).status, 200);
 
     // A key of the wrong type where carol's counter lives: the script fails for her only.
-    let key = "turnstile:{carol}:closed:per-day@tb10/86400000/10";
-    let _: String = redis.cmd(&["SET", key, "not-a-hash"]);
+    let key = "turnstile:{carol}:closed:per-day@tb2:10/86400000/10";
+    let _: String = redis.cmd(&["SET", key, "not-a-bucket"]);
     let resp = get(&gw, "/echo/closed", CAROL);
     assert_eq!(resp.status, 503, "{}", resp.text());
     assert!(gw.metric("turnstile_store_calls_total", &[("result", "refused")]) >= 1.0);

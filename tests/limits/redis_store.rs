@@ -158,6 +158,46 @@ async fn every_written_key_has_a_ttl() {
     }
 }
 
+/// A rolling upgrade from the token bucket's first form (a HASH at `…@tb<limit>/…`) to its
+/// second (a STRING at `…@tb2:<limit>/…`): the two versions never share a key, so neither
+/// meets a key of the other's type (a WRONGTYPE error would fail the request by its route's
+/// failure mode). Each counts apart — the allowance CHANGELOG states: a client the old
+/// gateways emptied starts full on the new ones — and the old key is left as it is, for the
+/// old gateways still serving, until its TTL ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_of_the_first_form_is_left_to_the_gateways_that_wrote_it() {
+    let server = RedisServer::start();
+    let s = store(&server, "up");
+    let bucket = [Policy::new(
+        "per-second",
+        Algorithm::TokenBucket,
+        10,
+        1000,
+        10,
+    )];
+    // What a gateway of the first form leaves: an empty bucket (level 0) updated at EDGE.
+    let old = "up:{ada}:route:per-second@tb10/1000/10";
+    let edge = EDGE.to_string();
+    let _: i64 = server.cmd(&["HSET", old, "l", "0", "t", &edge]);
+    let _: i64 = server.cmd(&["PEXPIRE", old, "600000"]);
+
+    let v = run(&s, "ada", &bucket, &[EDGE; 10]).await;
+    assert_eq!(
+        admitted(&v),
+        10,
+        "the second form counts apart: a full bucket"
+    );
+    let new = s.key("ada", "route", &bucket[0]);
+    assert_eq!(new, "up:{ada}:route:per-second@tb2:10/1000/10");
+    assert_eq!(server.cmd::<String>(&["TYPE", &new]), "string");
+    assert_eq!(server.cmd::<String>(&["GET", &new]), format!("0 {EDGE}"));
+    // The first form's key is untouched, TTL and all.
+    assert_eq!(server.cmd::<String>(&["TYPE", old]), "hash");
+    let fields: Vec<String> = server.cmd(&["HMGET", old, "l", "t"]);
+    assert_eq!(fields, ["0".to_owned(), edge]);
+    assert!(server.cmd::<i64>(&["PTTL", old]) > 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn noscript_after_script_flush_is_recovered_transparently() {
     let server = RedisServer::start();

@@ -34,9 +34,11 @@ pub fn key(prefix: &str, client: &str, route: &str, policy: &Policy) -> String {
             policy.burst,
             policy.delay()
         ),
+        // `tb2:`: the bucket's second form, one STRING (lua/token_bucket.lua); the first, a
+        // HASH, was named `tb<limit>/…`, so gateways of both versions never share a key.
         Algorithm::TokenBucket => write!(
             key,
-            "tb{}/{}/{}",
+            "tb2:{}/{}/{}",
             policy.limit, policy.window_ms, policy.burst
         ),
         other => write!(
@@ -108,7 +110,7 @@ mod tests {
         let p = Policy::new("burst", Algorithm::TokenBucket, 10, 1000, 20);
         assert_eq!(
             key("gw1", "ada", "orders", &p),
-            "gw1:{ada}:orders:burst@tb10/1000/20"
+            "gw1:{ada}:orders:burst@tb2:10/1000/20"
         );
     }
 }

@@ -94,7 +94,13 @@ script!(
     /// Gives back what check.lua committed in one slot when another slot rejected the request
     /// (Redis Cluster; `lua/refund.lua`).
     REFUND_SOURCE,
-    REFUND_FILES = ["return_units.lua", "refunding.lua", "refund.lua"]
+    REFUND_FILES = [
+        "lib.lua",
+        "token_bucket.lua",
+        "return_units.lua",
+        "refunding.lua",
+        "refund.lua",
+    ]
 );
 script!(
     /// Frees a finished request's concurrency slots (`lua/release.lua`).
