@@ -1,11 +1,11 @@
---[[ leaky_bucket.lua — the leaky bucket that delays (nginx's limit_req), on one HASH key.
+--[[ leaky_bucket.lua — the leaky bucket that delays (nginx's limit_req), on one STRING key.
 
 Function  leaky_bucket(key, now, cost, limit, window, shape, _, now_text) -> decision, commit
-  key     HASH with fields  l = the backlog in request·ms (requests × window, drained at
-                                `limit` per ms: exact for any rate)
-                            t = time of the last update (ms)
-                            h = turns given back (refund.lua): up to HOLES times (ms),
-                                space-separated
+  key     STRING "<level> <updated>[ <turn> …]", decimal integers: the backlog in request·ms
+          (requests × window, drained at `limit` per ms: exact for any rate), the time of the
+          last update (ms), then the turns given back (refund.lua): up to HOLES times (ms).
+          One GET reads it and one SET … PX writes it with its TTL (a HASH took HMGET, HSET
+          and PEXPIRE).
           A missing key is an empty bucket.
   shape   "burst:delay": most requests ahead that may wait, and how many ahead still pass
           at once
@@ -19,23 +19,35 @@ Returns   decision = {admitted 0/1, remaining, reset_ms (until empty), retry_aft
 TTL       until the bucket is empty, plus TTL_GRACE_MS (lib.lua).
 Mirrors   src/limit/algorithm/leaky_bucket.rs.
 ]]
+-- A bucket's stored text, read: its backlog, last update and the text of its turns given
+-- back; an error names the key when it holds anything else.
+local function leaky_of(key, stored)
+  local l, t, turns = string.match(stored, '^(%d+) (%d+)(.*)$')
+  if not t then error('turnstile leaky_bucket.lua: ' .. key .. ' holds no bucket') end
+  return l + 0, t + 0, turns
+end
+
+-- A bucket's text: `now_text` is `now`'s, when the caller has it; `holes` a list of turns.
+local function leaky_text(level, now, now_text, holes)
+  local text = now_text and string.format('%d %s', level, now_text) or string.format('%d %d', level, now)
+  if holes[1] then text = text .. ' ' .. table.concat(holes, ' ') end
+  return text
+end
+
 local function leaky_bucket(key, now, cost, limit, window, shape, _, now_text)
   local b, d = string.match(shape, '^(%d+):(%d+)$')
   local burst, delay = b * window, d * window
-  local s = redis.call('HMGET', key, 'l', 't', 'h')
-  local level, updated = 0, 0
-  if s[1] and s[2] then
-    level = s[1] + 0
-    updated = s[2] + 0
-  end
+  local stored = redis.call('GET', key)
+  local level, updated, turns = 0, 0, nil
+  if stored then level, updated, turns = leaky_of(key, stored) end
   local elapsed = now - updated
   if elapsed < 0 then elapsed = 0 end
   level = math.max(0, level - elapsed * limit)
   if now < updated then now, now_text = updated, nil end
   -- Turns given back that are still ahead.
   local holes, first = {}, nil
-  if s[3] then
-    for v in string.gmatch(s[3], '%d+') do
+  if turns then
+    for v in string.gmatch(turns, '%d+') do
       local h = v + 0
       if h > now then
         holes[#holes + 1] = h
@@ -50,8 +62,7 @@ local function leaky_bucket(key, now, cost, limit, window, shape, _, now_text)
     if level < burst then remaining = floor_div(burst - level, window) end
     local reset = ceil_div(level, limit)
     local commit = function()
-      redis.call('HSET', key, 'l', level, 't', now_text or now, 'h', table.concat(holes, ' '))
-      expire(key, reset)
+      redis.call('SET', key, leaky_text(level, now, now_text, holes), 'PX', reset + TTL_GRACE_MS)
     end
     return {1, remaining, reset, wait}, commit
   end
@@ -62,8 +73,7 @@ local function leaky_bucket(key, now, cost, limit, window, shape, _, now_text)
     if after <= burst then remaining = floor_div(burst - after, window) + 1 end
     local reset = ceil_div(after, limit)
     local commit = function()
-      redis.call('HSET', key, 'l', after, 't', now_text or now, 'h', table.concat(holes, ' '))
-      expire(key, reset)
+      redis.call('SET', key, leaky_text(after, now, now_text, holes), 'PX', reset + TTL_GRACE_MS)
     end
     return {1, remaining, reset, wait}, commit
   end

@@ -17,23 +17,29 @@ local REFUNDABLE = { fw = true, sw = true, cw = true, lb = true, tb = true, sl =
 -- A leaky bucket's units back: a request that passed at once leaves the backlog, a held one
 -- of cost 1 leaves a hole at its turn.
 local function refund_leaky(key, cost, window, wait, now)
-  local b = redis.call('HMGET', key, 'l', 'h')
-  if b[1] and wait == 0 then
-    redis.call('HSET', key, 'l', math.max(0, tonumber(b[1]) - cost * window))
-    return 1
-  elseif b[1] and cost == 1 then
+  local stored = redis.call('GET', key)
+  if not stored then return 0 end
+  local level, updated, turns = leaky_of(key, stored)
+  local holes = {}
+  if wait == 0 then
+    level = math.max(0, level - cost * window)
+    for v in string.gmatch(turns, '%d+') do holes[#holes + 1] = v end
+  elseif cost == 1 then
     -- A hole at its turn; with HOLES already, the soonest makes room.
-    local holes, soonest = {}, nil
-    for v in string.gmatch(b[2] or '', '%d+') do
-      holes[#holes + 1] = tonumber(v)
+    local soonest = nil
+    for v in string.gmatch(turns, '%d+') do
+      holes[#holes + 1] = v + 0
       if soonest == nil or holes[#holes] < holes[soonest] then soonest = #holes end
     end
     if #holes < HOLES then soonest = #holes + 1 end
     holes[soonest] = now + wait
-    redis.call('HSET', key, 'h', table.concat(holes, ' '))
-    return 1
+  else
+    return 0
   end
-  return 0
+  -- The key keeps its TTL (until the bucket is empty: a smaller backlog empties sooner, and
+  -- a turn given back lies within the backlog's time).
+  redis.call('SET', key, leaky_text(level, updated, nil, holes), 'KEEPTTL')
+  return 1
 end
 
 local function refund_request(kb, n, ab, argc)

@@ -41,6 +41,8 @@ PY
 
 BIG=1000000000
 TB="@ 1 @ a tb $BIG 1000 $BIG 0"
+# A leaky bucket whose backlog never holds a request (shape "burst:delay").
+LB="@ 1 @ a lb $BIG 1000 $BIG:$BIG 0"
 FW_CHARGE="@ 0 fw $BIG 60000 1"
 # A concurrency check taking slot s1 (time, cost, slot id, then the limit); its release.
 CC="@ 1 s1 a cc $BIG 60000 $BIG 0"
@@ -61,6 +63,7 @@ add_rows() { # label-suffix label-prefix lua-dir
   usage=$(cli SCRIPT LOAD "$(source_of USAGE_FILES "$3")")
   add_row "b$1. $2""1 limit: token bucket, one call each" 1 "$check 0 - $TB"
   add_row "k$1. $2""1 limit: token bucket, batches of 64" 64 "$batch 64 - $TB"
+  add_row "l$1. $2""1 limit: leaky bucket, batches of 64" 64 "$batch 64 - $LB"
   add_row "p$1. $2""charge, 1 limit (fw), one call each" 1 "$charge 0 - $FW_CHARGE"
   # A batch.lua older than member kinds cannot carry charges.
   if grep -q charge_request "$3/batch.lua"; then

@@ -105,16 +105,17 @@ fn at_once(ports: &[u16], n: usize, client: &str) -> Vec<common::http::Response>
 fn level(redis: &RedisServer, client: &str) -> Option<u64> {
     let keys: Vec<String> = redis.cmd(&["KEYS", &format!("turnstile:{{{client}}}:*")]);
     assert!(keys.len() <= 1, "one bucket: {keys:?}");
-    let l: Option<String> = redis.cmd(&["HGET", keys.first()?, "l"]);
-    l?.parse().ok()
+    // "<level> <updated>[ <turn> …]"
+    let bucket: Option<String> = redis.cmd(&["GET", keys.first()?]);
+    bucket?.split(' ').next()?.parse().ok()
 }
 
 /// The turns given back that `client`'s bucket remembers.
 fn holes(redis: &RedisServer, client: &str) -> usize {
     let keys: Vec<String> = redis.cmd(&["KEYS", &format!("turnstile:{{{client}}}:*")]);
     let Some(key) = keys.first() else { return 0 };
-    let h: Option<String> = redis.cmd(&["HGET", key, "h"]);
-    h.map_or(0, |h| h.split_whitespace().count())
+    let bucket: Option<String> = redis.cmd(&["GET", key]);
+    bucket.map_or(0, |b| b.split_whitespace().skip(2).count())
 }
 
 fn admitted(gw: &Gateway) -> f64 {

@@ -158,44 +158,56 @@ async fn every_written_key_has_a_ttl() {
     }
 }
 
-/// A rolling upgrade from the token bucket's first form (a HASH at `…@tb<limit>/…`) to its
-/// second (a STRING at `…@tb2:<limit>/…`): the two versions never share a key, so neither
-/// meets a key of the other's type (a WRONGTYPE error would fail the request by its route's
-/// failure mode). Each counts apart — the allowance CHANGELOG states: a client the old
-/// gateways emptied starts full on the new ones — and the old key is left as it is, for the
-/// old gateways still serving, until its TTL ends it.
+/// A rolling upgrade from the buckets' first form (a HASH at `…@tb<limit>/…`, `…@lb<limit>/…`)
+/// to their second (a STRING at `…@tb2:<limit>/…`, `…@lb2:<limit>/…`): the two versions never
+/// share a key, so neither meets a key of the other's type (a WRONGTYPE error would fail the
+/// request by its route's failure mode). Each counts apart — the allowance CHANGELOG states: a
+/// client the old gateways emptied (token bucket) or filled (leaky bucket) starts afresh on
+/// the new ones — and the old key is left as it is, for the old gateways still serving, until
+/// its TTL ends it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bucket_of_the_first_form_is_left_to_the_gateways_that_wrote_it() {
     let server = RedisServer::start();
     let s = store(&server, "up");
-    let bucket = [Policy::new(
-        "per-second",
-        Algorithm::TokenBucket,
-        10,
-        1000,
-        10,
-    )];
-    // What a gateway of the first form leaves: an empty bucket (level 0) updated at EDGE.
-    let old = "up:{ada}:route:per-second@tb10/1000/10";
     let edge = EDGE.to_string();
-    let _: i64 = server.cmd(&["HSET", old, "l", "0", "t", &edge]);
-    let _: i64 = server.cmd(&["PEXPIRE", old, "600000"]);
-
-    let v = run(&s, "ada", &bucket, &[EDGE; 10]).await;
-    assert_eq!(
-        admitted(&v),
-        10,
-        "the second form counts apart: a full bucket"
-    );
-    let new = s.key("ada", "route", &bucket[0]);
-    assert_eq!(new, "up:{ada}:route:per-second@tb2:10/1000/10");
-    assert_eq!(server.cmd::<String>(&["TYPE", &new]), "string");
-    assert_eq!(server.cmd::<String>(&["GET", &new]), format!("0 {EDGE}"));
-    // The first form's key is untouched, TTL and all.
-    assert_eq!(server.cmd::<String>(&["TYPE", old]), "hash");
-    let fields: Vec<String> = server.cmd(&["HMGET", old, "l", "t"]);
-    assert_eq!(fields, ["0".to_owned(), edge]);
-    assert!(server.cmd::<i64>(&["PTTL", old]) > 0);
+    let token = Policy::new("per-second", Algorithm::TokenBucket, 10, 1000, 10);
+    let leaky = Policy::leaky_bucket("smooth", 10, 1000, 10, 0).unwrap();
+    // What gateways of the first form leave: a token bucket emptied (level 0) and a leaky
+    // bucket whose backlog (10 requests) holds the next request for a second, both at EDGE.
+    let cases = [
+        (
+            token,
+            "up:{ada}:route:per-second@tb10/1000/10",
+            "0",
+            "up:{ada}:route:per-second@tb2:10/1000/10",
+        ),
+        (
+            leaky,
+            "up:{ada}:route:smooth@lb10/1000/10/0",
+            "10000",
+            "up:{ada}:route:smooth@lb2:10/1000/10/0",
+        ),
+    ];
+    for (policy, old, level, named) in cases {
+        let _: i64 = server.cmd(&["HSET", old, "l", level, "t", &edge]);
+        let _: i64 = server.cmd(&["PEXPIRE", old, "600000"]);
+        let policies = [policy];
+        let v = run(&s, "ada", &policies, &[EDGE; 10]).await;
+        assert_eq!(admitted(&v), 10, "{old}: the second form counts apart");
+        assert_eq!(
+            v[0].wait_of(&policies, 0),
+            0,
+            "{old}: at once, as an empty backlog"
+        );
+        let new = s.key("ada", "route", &policies[0]);
+        assert_eq!(new, named);
+        assert_eq!(server.cmd::<String>(&["TYPE", &new]), "string");
+        // The first form's key is untouched, TTL and all.
+        assert_eq!(server.cmd::<String>(&["TYPE", old]), "hash");
+        let fields: Vec<String> = server.cmd(&["HMGET", old, "l", "t"]);
+        assert_eq!(fields, [level.to_owned(), edge.clone()]);
+        assert!(server.cmd::<i64>(&["PTTL", old]) > 0);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

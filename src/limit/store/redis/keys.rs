@@ -26,16 +26,17 @@ pub fn key(prefix: &str, client: &str, route: &str, policy: &Policy) -> String {
         return key;
     }
     let _ = match policy.algorithm {
+        // `lb2:`, `tb2:`: the buckets' second form, one STRING each (lua/leaky_bucket.lua,
+        // lua/token_bucket.lua); the first, a HASH, was named `lb<limit>/…`, `tb<limit>/…`,
+        // so gateways of both versions never share a key.
         Algorithm::LeakyBucket => write!(
             key,
-            "lb{}/{}/{}/{}",
+            "lb2:{}/{}/{}/{}",
             policy.limit,
             policy.window_ms,
             policy.burst,
             policy.delay()
         ),
-        // `tb2:`: the bucket's second form, one STRING (lua/token_bucket.lua); the first, a
-        // HASH, was named `tb<limit>/…`, so gateways of both versions never share a key.
         Algorithm::TokenBucket => write!(
             key,
             "tb2:{}/{}/{}",

@@ -97,6 +97,7 @@ script!(
     REFUND_FILES = [
         "lib.lua",
         "token_bucket.lua",
+        "leaky_bucket.lua",
         "return_units.lua",
         "refunding.lua",
         "refund.lua",
