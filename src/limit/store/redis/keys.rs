@@ -113,5 +113,10 @@ mod tests {
             key("gw1", "ada", "orders", &p),
             "gw1:{ada}:orders:burst@tb2:10/1000/20"
         );
+        let p = Policy::leaky_bucket("smooth", 10, 1000, 20, 5).unwrap();
+        assert_eq!(
+            key("gw1", "ada", "orders", &p),
+            "gw1:{ada}:orders:smooth@lb2:10/1000/20/5"
+        );
     }
 }
