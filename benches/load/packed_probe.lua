@@ -3,8 +3,8 @@ decisions), for benches/load/redis_packed.sh to count before anyone builds it.
 
 A batch of decisions like batch.lua's, where each member's token buckets (one or several
 limits of one client's plan) live in ONE string key, "<level> <updated> <level> <updated> …",
-read with one GET and written with one SET … PX, instead of one HASH per limit (HMGET, HSET,
-PEXPIRE each). The arithmetic is token_bucket.lua's, the reply decide.lua's (one string per
+read with one GET and written with one SET … PX, instead of one key per limit (a HASH when
+this was written: HMGET, HSET, PEXPIRE each; since, a STRING per bucket: GET, SET … PX each). The arithmetic is token_bucket.lua's, the reply decide.lua's (one string per
 member, the same formats), so that what the count shows is the representation alone.
 
 KEYS      one per member
