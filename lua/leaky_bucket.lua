@@ -1,9 +1,10 @@
 --[[ leaky_bucket.lua — the leaky bucket that delays (nginx's limit_req), on one STRING key.
 
 Function  leaky_bucket(key, now, cost, limit, window, shape, _, now_text) -> decision, commit
-  key     STRING "<level> <updated>[ <turn> …]", decimal integers: the backlog in request·ms
-          (requests × window, drained at `limit` per ms: exact for any rate), the time of the
-          last update (ms), then the turns given back (refund.lua): up to HOLES times (ms).
+  key     STRING "<level> <updated>[ <turn> …]" (lib.lua's bucket_of), decimal integers:
+          the backlog in request·ms (requests × window, drained at `limit` per ms: exact for
+          any rate), the time of the last update (ms), then the turns given back
+          (refund.lua): up to HOLES times (ms).
           One GET reads it and one SET … PX writes it with its TTL (a HASH took HMGET, HSET
           and PEXPIRE).
           A missing key is an empty bucket.
@@ -19,17 +20,9 @@ Returns   decision = {admitted 0/1, remaining, reset_ms (until empty), retry_aft
 TTL       until the bucket is empty, plus TTL_GRACE_MS (lib.lua).
 Mirrors   src/limit/algorithm/leaky_bucket.rs.
 ]]
--- A bucket's stored text, read: its backlog, last update and the text of its turns given
--- back; an error names the key when it holds anything else.
-local function leaky_of(key, stored)
-  local l, t, turns = string.match(stored, '^(%d+) (%d+)(.*)$')
-  if not t then error('turnstile leaky_bucket.lua: ' .. key .. ' holds no bucket') end
-  return l + 0, t + 0, turns
-end
-
--- A bucket's text: `now_text` is `now`'s, when the caller has it; `holes` a list of turns.
+-- A leaky bucket's text (lib.lua's bucket_text), its turns given back (`holes`) after it.
 local function leaky_text(level, now, now_text, holes)
-  local text = now_text and string.format('%d %s', level, now_text) or string.format('%d %d', level, now)
+  local text = bucket_text(level, now, now_text)
   if holes[1] then text = text .. ' ' .. table.concat(holes, ' ') end
   return text
 end
@@ -39,7 +32,7 @@ local function leaky_bucket(key, now, cost, limit, window, shape, _, now_text)
   local burst, delay = b * window, d * window
   local stored = redis.call('GET', key)
   local level, updated, turns = 0, 0, nil
-  if stored then level, updated, turns = leaky_of(key, stored) end
+  if stored then level, updated, turns = bucket_of(key, stored) end
   local elapsed = now - updated
   if elapsed < 0 then elapsed = 0 end
   level = math.max(0, level - elapsed * limit)

@@ -39,3 +39,18 @@ local TTL_GRACE_MS = 1000
 local function expire(key, ttl_ms)
   redis.call('PEXPIRE', key, ttl_ms + TTL_GRACE_MS)
 end
+
+-- A bucket's STRING (token_bucket.lua, leaky_bucket.lua): "<level> <updated>", decimal
+-- integers, a leaky bucket's followed by its turns given back. Read: the level, the time and
+-- the rest of the text; an error names the key when it holds anything else.
+local function bucket_of(key, stored)
+  local l, t, rest = string.match(stored, '^(%d+) (%d+)(.*)$')
+  if not t then error('turnstile: ' .. key .. ' holds no bucket') end
+  return l + 0, t + 0, rest
+end
+
+-- A bucket's text at `now` (`now_text`, its decimal text, when the caller has it).
+local function bucket_text(level, now, now_text)
+  if now_text then return string.format('%d %s', level, now_text) end
+  return string.format('%d %d', level, now)
+end

@@ -6,8 +6,8 @@ decides per slot, and when one slot rejects, the slots that admitted give their 
 with this script. Between the two calls another request can see those units taken (and be
 refused for them, never admitted beyond a limit); they are back one round trip later.
 
-The script sent to Redis is lib.lua, token_bucket.lua and leaky_bucket.lua (how a bucket's
-string reads and is written), return_units.lua, refunding.lua (the refund itself, shared with
+The script sent to Redis is lib.lua (how a bucket's string reads and is written),
+leaky_bucket.lua (a leaky bucket's turns after it), return_units.lua, refunding.lua (the refund itself, shared with
 batch.lua) and this file (src/limit/store/redis/sources.rs).
 
 KEYS[i]   the keys check.lua committed (one slot)

@@ -19,7 +19,7 @@ local REFUNDABLE = { fw = true, sw = true, cw = true, lb = true, tb = true, sl =
 local function refund_leaky(key, cost, window, wait, now)
   local stored = redis.call('GET', key)
   if not stored then return 0 end
-  local level, updated, turns = leaky_of(key, stored)
+  local level, updated, turns = bucket_of(key, stored)
   local holes = {}
   if wait == 0 then
     level = math.max(0, level - cost * window)
@@ -73,7 +73,7 @@ local function refund_request(kb, n, ab, argc)
       if stored then
         local level, updated = bucket_of(key, stored)
         level = math.min(burst * window, level + cost * window)
-        redis.call('SET', key, string.format('%d %d', level, updated), 'KEEPTTL')
+        redis.call('SET', key, bucket_text(level, updated), 'KEEPTTL')
         back = 1
       end
     elseif algorithm == 'sl' then

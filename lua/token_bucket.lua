@@ -1,9 +1,10 @@
 --[[ token_bucket.lua — the token bucket, on one STRING key.
 
 Function  token_bucket(key, now, cost, limit, window, burst, _, now_text) -> decision, commit
-  key     STRING "<level> <updated>": the level in token·ms (tokens × window, so refill is
-          exact) and the time of the last update (ms), both decimal integers. One GET reads it
-          and one SET … PX writes it with its TTL (a HASH took HMGET, HSET and PEXPIRE).
+  key     STRING "<level> <updated>" (lib.lua's bucket_of, bucket_text): the level in
+          token·ms (tokens × window, so refill is exact) and the time of the last update
+          (ms), both decimal integers. One GET reads it and one SET … PX writes it with its
+          TTL (a HASH took HMGET, HSET and PEXPIRE).
           A missing key is a full bucket.
   now     milliseconds; cost: units asked for (0 = only report)
   limit   tokens refilled per `window` ms; burst: capacity in tokens
@@ -16,13 +17,6 @@ TTL       the time until the bucket is full again (an expired key reads as full,
           never changes a decision), plus TTL_GRACE_MS (lib.lua).
 Mirrors   src/limit/algorithm/token_bucket.rs; tests/lua_agrees.rs compares the two.
 ]]
--- A bucket's stored text, read; an error names the key when it holds anything else.
-local function bucket_of(key, stored)
-  local l, t = string.match(stored, '^(%d+) (%d+)$')
-  if not t then error('turnstile token_bucket.lua: ' .. key .. ' holds no bucket') end
-  return l + 0, t + 0
-end
-
 local function token_bucket(key, now, cost, limit, window, burst, _, now_text)
   local cap = burst * window
   local level, updated = cap, 0
@@ -37,8 +31,7 @@ local function token_bucket(key, now, cost, limit, window, burst, _, now_text)
     local after = level - need
     local reset = ceil_div(cap - after, limit)
     local commit = function()
-      local text = now_text and string.format('%d %s', after, now_text) or string.format('%d %d', after, now)
-      redis.call('SET', key, text, 'PX', reset + TTL_GRACE_MS)
+      redis.call('SET', key, bucket_text(after, now, now_text), 'PX', reset + TTL_GRACE_MS)
     end
     return {1, floor_div(after, window), reset, 0}, commit
   end

@@ -96,7 +96,6 @@ script!(
     REFUND_SOURCE,
     REFUND_FILES = [
         "lib.lua",
-        "token_bucket.lua",
         "leaky_bucket.lua",
         "return_units.lua",
         "refunding.lua",
