@@ -1,6 +1,8 @@
 # A private redis-server under callgrind, for the scripts that count Redis's instructions per
-# call (redis_count.sh, redis_packed.sh). Sourced after lib.sh: it checks the tools, starts the
-# server in a new $work directory (removed, and the server shut down, on exit) and defines
+# call (redis_count.sh, redis_packed.sh, redis_native.sh). Sourced after lib.sh: it checks the
+# tools, starts the server (with the array REDIS_ARGS added to its arguments, when the sourcing
+# script sets it) in a new $work directory (removed, and the server shut down, on exit) and
+# defines
 #   cli ARGS...    redis-cli to it
 #   count FILE     the instructions Redis ran for FILE's calls (one per line, as redis-cli
 #                  reads them), from counters zeroed before and dumped after; a call that
@@ -15,7 +17,7 @@ cli() { redis-cli -p "$rport" "$@"; }
 trap 'cli shutdown nosave >/dev/null 2>&1 || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
 valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" redis-server --port "$rport" \
-  --save "" --appendonly no > "$work/valgrind.log" 2>&1 &
+  --save "" --appendonly no ${REDIS_ARGS[@]+"${REDIS_ARGS[@]}"} > "$work/valgrind.log" 2>&1 &
 vg=$!
 for _ in $(seq 600); do cli ping >/dev/null 2>&1 && break; sleep 0.1; done
 cli ping >/dev/null

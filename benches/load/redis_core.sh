@@ -17,6 +17,9 @@
 #
 #   ROWS=<regex>: only the rows whose label matches (e.g. ROWS='^(b|b0|k|k0)\.').
 #
+#   NATIVE=1: also the native probe's rows (benches/native_probe, a Redis module command: NOT
+#   the product, what a decision would cost outside Lua) beside batch.lua's of the same plans.
+#
 # Rows alternate within each round, in the opposite order every other round (a row run just
 # after another was seen to read faster: the same script 4-13 % apart as b and b0); the
 # medians are printed as a Markdown table.
@@ -30,8 +33,10 @@ work=$(mktemp -d)
 rport=$(port)
 trap 'redis-cli -p "$rport" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 
+module=()
+if [[ -n ${NATIVE:-} ]]; then module=(--loadmodule "$(benches/load/native_probe.sh)"); fi
 taskset -c 0 redis-server --port "$rport" --save "" --appendonly no --logfile "$work/redis.log" \
-  --daemonize yes --pidfile "$work/redis.pid"
+  --daemonize yes --pidfile "$work/redis.pid" ${module[@]+"${module[@]}"}
 wait_port "$rport"
 rpid=$(cat "$work/redis.pid")
 cli() { redis-cli -p "$rport" "$@"; }
@@ -107,6 +112,21 @@ batch_row "m. plan + keyed (sw + sw), batches of 32" 32 2 - @ 1 @ a sw $BIG 6000
 charge=$(cli SCRIPT LOAD "$(source_of CHARGE_FILES)")
 rows["p. charge, 1 limit (fw): charge.lua"]="EVALSHA $charge 1 $(k a) @ 0 fw $BIG 60000 1"
 batch_row "q. charges, 1 limit (fw), batches of 64" 64 1 c @ 0 fw $BIG 60000 1
+if [[ -n ${NATIVE:-} ]]; then
+  # The same decisions as k and t, by the probe: per member n, then key limit window burst.
+  native_row() { # label B limits
+    local member="" j i
+    for j in $(seq "$2"); do
+      member+=" $3"
+      for i in $(seq "$3"); do member+=" t:{c__rand_int__}:ROW:$j:$i $BIG 1000 $BIG"; done
+    done
+    rows[$1]="TSPROBE.BATCH $2$member"
+    per_call[$1]=$2
+  }
+  batch_row "t. 4 limits (4 × tb), batches of 16" 16 4 - @ 1 @ a tb $BIG 1000 $BIG 0 b tb $BIG 1000 $BIG 0 c tb $BIG 1000 $BIG 0 d tb $BIG 1000 $BIG 0
+  native_row "u. native probe: 1 limit: token bucket, batches of 64" 64 1
+  native_row "v. native probe: 4 limits (4 × tb), batches of 16" 16 4
+fi
 if [[ -n ${BEFORE_LUA:-} ]]; then
   old_check=$(cli SCRIPT LOAD "$(source_of CHECK_FILES "$BEFORE_LUA")")
   rows["b0. before: 1 limit: token bucket"]="EVALSHA $old_check 1 $(k a) @ 1 @ a tb $BIG 1000 $BIG 0"
@@ -150,8 +170,9 @@ for round in $(seq "$ROUNDS"); do
       >/dev/null 2>&1
     ticks=$(($(cpu_ticks "$rpid") - before))
     sent=$calls
-    stat=$(cli INFO commandstats | grep '^cmdstat_evalsha:')
-    calls=$(sed 's/^cmdstat_evalsha:calls=\([0-9]*\),.*/\1/' <<<"$stat")
+    command=${args[0],,}
+    stat=$(cli INFO commandstats | grep "^cmdstat_$command:")
+    calls=$(sed 's/^cmdstat_[a-z.]*:calls=\([0-9]*\),.*/\1/' <<<"$stat")
     failed=$(sed 's/.*failed_calls=\([0-9]*\).*/\1/' <<<"$stat")
     # redis-benchmark may send up to a pipeline more than asked.
     (( calls >= sent && failed == 0 )) || { echo "$label: $stat" >&2; exit 1; }
