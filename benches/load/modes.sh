@@ -15,6 +15,7 @@
 #   LAT_RATES="200 5000"  also latency at those fixed rates (oha -q RATE --latency-correction,
 #                         $LAT_DURATION s, -c $CONNS) for the targets in $LAT_TARGETS (default:
 #                         redis1 redis1-alone), alternated over $ROUNDS rounds: median p50 / p99
+# Every round runs the targets in the opposite order to the round before.
 # Limits are far above the offered load: nothing is rejected. Prints one markdown table; for
 # the Redis modes also Redis's CPU per request (the redis-server process, same rounds) and the
 # mean batch size (turnstile_store_batched_decisions_total / turnstile_store_batches_total).
@@ -120,9 +121,16 @@ for t in "${targets[@]}"; do
   wrk -t1 -c"$CONNS" -d1s -H "${HEADER[$t]}" -H "X-Tenant: t1" "http://127.0.0.1:${PORTS[$t]}/" > /dev/null
 done
 
+# The targets of round $1, in the opposite order every other round: a mode measured just after
+# another may read differently (seen in redis_core.sh's rows), so no mode always goes first.
+round_order() { # round targets...
+  local round=$1
+  shift
+  if (( round % 2 == 0 )); then printf '%s\n' "$@" | tac; else printf '%s\n' "$@"; fi
+}
 declare -A RPS CPU RCPU
 for round in $(seq "$ROUNDS"); do
-  for t in "${targets[@]}"; do
+  for t in $(round_order "$round" "${targets[@]}"); do
     rbefore=$(cpu_ticks "$REDIS_PID")
     read -r rps us < <(cpu_round "${PIDS[$t]}" "${PORTS[$t]}" "$t" "${HEADER[$t]}" "X-Tenant: t1")
     [ -n "${us:-}" ] || exit 1
@@ -154,7 +162,7 @@ read -r -a lat_targets <<<"${LAT_TARGETS:-redis1 redis1-alone}"
 declare -A P50 P99
 for round in $(seq "$ROUNDS"); do
   for rate in $LAT_RATES; do
-    for t in "${lat_targets[@]}"; do
+    for t in $(round_order "$round" "${lat_targets[@]}"); do
       out=$(oha --no-tui -q "$rate" --latency-correction -z "${LAT_DURATION:-10}s" -c "$CONNS" -H "${HEADER[$t]}" -H "X-Tenant: t1" "http://127.0.0.1:${PORTS[$t]}/")
       P50[$t:$rate]="${P50[$t:$rate]:-} $(oha_ms 50.00% <<<"$out")"
       P99[$t:$rate]="${P99[$t:$rate]:-} $(oha_ms 99.00% <<<"$out")"
