@@ -12,6 +12,10 @@
 # worker threads and four connections — instructions the second thread adds (callgrind runs
 # one thread at a time, so this counts work, not contention). The kernel's share of each
 # request is not in these counts.
+# ALONE=1: also the same binary with store.batch_max = 1 (every decision its own script
+# call), alternated — with CONNS above 1 (requests arriving while a call is in flight), what
+# batching changes in the gateway's instructions per request; the table then gives each
+# gateway's mean batch in redis1 (turnstile_store_batched_decisions_total / _batches_total).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${N:-2000}; ROUNDS=${ROUNDS:-2}; THREADS=${THREADS:-1}; CONNS=${CONNS:-1}
@@ -24,11 +28,14 @@ nginx -c "$(origin_conf "$WORK" "$ORIGIN")" & pids+=($!)
 redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" > "$WORK/redis.log" 2>&1 & pids+=($!)
 wait_port "$ORIGIN"; wait_port "$REDIS"
 KEY="X-Api-Key: bench-api-key-0123456789"
+# metric ADMIN NAME: the gateway's turnstile_store_NAME_total (0 when absent).
+metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v m="turnstile_store_$2_total" '$1 == m {print $2; f=1} END {if (!f) print 0}'; }
 
-# count NAME BINARY: one gateway under callgrind; prints "NAME pass redis1 keyed" (per request).
+# count NAME BINARY [STORE-LINE]: one gateway under callgrind (STORE-LINE added to [store]);
+# prints "NAME pass redis1 keyed batch" (instructions per request; redis1's mean batch).
 count() {
-  local name=$1 bin=$2 p dir vg mode path
-  p=$(port); dir="$WORK/$name.$RANDOM"; mkdir -p "$dir"
+  local name=$1 bin=$2 store=${3:-} p admin dir vg mode path batch="" before_d=0 before_b=0
+  p=$(port); admin=$(port); dir="$WORK/$name.$RANDOM"; mkdir -p "$dir"
   cat > "$dir/gw.toml" <<TOML
 [server]
 listen = "127.0.0.1:$p"
@@ -40,6 +47,9 @@ upgrade_sock = "$dir/gw.sock"
 kind = "redis"
 url = "redis://127.0.0.1:$REDIS"
 timeout = "2s"
+$store
+[admin]
+listen = "127.0.0.1:$admin"
 [upstreams.o]
 servers = ["127.0.0.1:$ORIGIN"]
 [plans.p]
@@ -81,23 +91,31 @@ TOML
   done
   printf '%s' "$name"
   for mode in pass redis1 keyed; do
+    if [ "$mode" = redis1 ]; then
+      before_d=$(metric "$admin" batched_decisions); before_b=$(metric "$admin" batches)
+    fi
     callgrind_control -z "$vg" > /dev/null 2>&1
     h2load --h1 -c"$CONNS" -n"$N" -H "$KEY" -H "X-Tenant: t1" "http://127.0.0.1:$p/$mode" | grep -q "$N 2xx" \
       || { echo "$name $mode: not all 2xx; the gateway said:" >&2; tail -20 "$dir/gw.log" >&2; exit 1; }
     callgrind_control -d "$mode" "$vg" > /dev/null 2>&1
     path=$(ls -t "$dir"/cg.out.* | head -1)
     printf ' %s' $(( $(awk '/^totals:/ {print $2}' "$path") / N ))
+    [ "$mode" != redis1 ] || batch=$(awk -v d=$(($(metric "$admin" batched_decisions) - before_d)) \
+      -v b=$(($(metric "$admin" batches) - before_b)) 'BEGIN {if (b > 0) printf "%.1f", d / b; else print "—"}')
   done
-  echo
+  echo " $batch"
+
   kill "$vg"; wait "$vg" 2>/dev/null || true
 }
 
 echo "valgrind --tool=callgrind, $THREADS worker thread(s), h2load --h1 -c$CONNS, $N requests per mode after 300 to warm up;"
 echo "instructions of the whole gateway process per request"
 echo
-echo "| binary | pass | redis1 | keyed |"
-echo "| --- | --- | --- | --- |"
+echo "| binary | pass | redis1 | keyed | redis1's mean batch |"
+echo "| --- | --- | --- | --- | --- |"
+row() { awk '{printf "| %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5}'; }
 for _ in $(seq "$ROUNDS"); do
-  [ -z "${BEFORE:-}" ] || count before "$BEFORE" | awk '{printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4}'
-  count turnstile "$BIN" | awk '{printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4}'
+  [ -z "${BEFORE:-}" ] || count before "$BEFORE" | row
+  count turnstile "$BIN" | row
+  [ -z "${ALONE:-}" ] || count batch_max=1 "$BIN" "batch_max = 1" | row
 done
