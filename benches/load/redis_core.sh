@@ -114,18 +114,19 @@ rows["p. charge, 1 limit (fw): charge.lua"]="EVALSHA $charge 1 $(k a) @ 0 fw $BI
 batch_row "q. charges, 1 limit (fw), batches of 64" 64 1 c @ 0 fw $BIG 60000 1
 if [[ -n ${NATIVE:-} ]]; then
   # The same decisions as k and t, by the probe: per member n, then key limit window burst.
-  native_row() { # label B limits
+  native_row() { # label B limits [command]
     local member="" j i
     for j in $(seq "$2"); do
       member+=" $3"
       for i in $(seq "$3"); do member+=" t:{c__rand_int__}:ROW:$j:$i $BIG 1000 $BIG"; done
     done
-    rows[$1]="TSPROBE.BATCH $2$member"
+    rows[$1]="${4:-TSPROBE.BATCH} $2$member"
     per_call[$1]=$2
   }
   batch_row "t. 4 limits (4 × tb), batches of 16" 16 4 - @ 1 @ a tb $BIG 1000 $BIG 0 b tb $BIG 1000 $BIG 0 c tb $BIG 1000 $BIG 0 d tb $BIG 1000 $BIG 0
   native_row "u. native probe: 1 limit: token bucket, batches of 64" 64 1
   native_row "v. native probe: 4 limits (4 × tb), batches of 16" 16 4
+  native_row "w. native probe, Lua's text form: 1 limit: token bucket, batches of 64" 64 1 TSPROBE.BATCHTEXT
 fi
 if [[ -n ${BEFORE_LUA:-} ]]; then
   old_check=$(cli SCRIPT LOAD "$(source_of CHECK_FILES "$BEFORE_LUA")")

@@ -2,7 +2,7 @@
 # What a decision costs Redis in native code, next to Lua: Redis's instructions per batched
 # decision with lua/batch.lua (one key per limit, token buckets) and with the native probe
 # (benches/native_probe: a Redis module command, NOT the product — the same decisions, the
-# same keys, state read and written in place). A private redis-server under callgrind, as
+# same keys, state read and written in place, as 16 bytes or as Lua's own text). A private redis-server under callgrind, as
 # benches/load/redis_packed.sh: batches of 64, clients drawn from a pool of $CLIENTS per row
 # whose keys exist before counting (a returning client), plans of 1 and 4 token buckets.
 #
@@ -40,25 +40,34 @@ for b in range(batches):
             f"l{i} tb {big} 1000 {big} 0" for i in range(limits))
         print(f"EVALSHA {batch} {len(keys)} {' '.join(keys)} 64 " + " ".join([member] * 64))
     else:
-        print("TSPROBE.BATCH 64 " + " ".join(
+        command = "TSPROBE.BATCH" if form == "native" else "TSPROBE.BATCHTEXT"
+        print(f"{command} 64 " + " ".join(
             f"{limits} " + " ".join(f"t:{{n{seed}-{c}}}:a{i} {big} 1000 {big}" for i in range(limits))
             for c in members))
 PY
 }
 
 # Both forms decide alike: a bucket of 2 per second, asked three times at once.
-for form in lua native; do
-  if [[ $form == lua ]]; then
-    one="EVALSHA $batch 3 t:{x}:$form t:{x}:$form t:{x}:$form 3 $(printf '1 9 "" 1 "" a tb 2 1000 2 0 %.0s' 1 2 3)"
-  else
-    one="TSPROBE.BATCH 3 $(printf '1 t:{x}:native 2 1000 2 %.0s' 1 2 3)"
-  fi
+for form in lua native text; do
+  case $form in
+    lua) one="EVALSHA $batch 3 t:{x}:$form t:{x}:$form t:{x}:$form 3 $(printf '1 9 "" 1 "" a tb 2 1000 2 0 %.0s' 1 2 3)" ;;
+    native) one="TSPROBE.BATCH 3 $(printf '1 t:{x}:native 2 1000 2 %.0s' 1 2 3)" ;;
+    text) one="TSPROBE.BATCHTEXT 3 $(printf '1 t:{x}:text 2 1000 2 %.0s' 1 2 3)" ;;
+  esac
   got=$(cli <<<"$one" | awk '{print $1, $3, $4, $5, $6}' | tr '\n' ';')
   [[ $got == "1 1 1 500 0;1 1 0 1000 0;0 0 0 1000 500;" ]] ||
     { echo "$form decided otherwise: $got" >&2; exit 1; }
 done
+# The text form is Lua's own: what the probe wrote, Lua reads on (the bucket's last token,
+# after the two the probe admitted, then a refusal), and what Lua wrote, the probe reads on.
+cli DEL t:{x}:text t:{x}:text2 > /dev/null
+cli TSPROBE.BATCHTEXT 1 1 t:{x}:text 3 1000 3 > /dev/null
+got=$(cli <<<"EVALSHA $batch 2 t:{x}:text t:{x}:text 2 $(printf '1 9 "" 1 "" a tb 3 1000 3 0 %.0s' 1 2)" | awk '{print $1, $4}' | tr '\n' ';')
+cli EVALSHA "$batch" 1 t:{x}:text2 1 1 9 "" 1 "" a tb 3 1000 3 0 > /dev/null
+got+=$(cli <<<"TSPROBE.BATCHTEXT 3 $(printf '1 t:{x}:text2 3 1000 3 %.0s' 1 2 3)" | awk '{print $1, $4}' | tr '\n' ';')
+[[ $got == "1 1;1 0;1 1;1 0;0 0;" ]] || { echo "the text form is not Lua's: $got" >&2; exit 1; }
 
-ROWS=("lua 1" "native 1" "lua 4" "native 4")
+ROWS=("lua 1" "native 1" "text 1" "lua 4" "native 4" "text 4")
 declare -A seen
 seed=0
 for r in "${ROWS[@]}"; do # every pool's keys written: the counted decisions read state
@@ -85,6 +94,7 @@ echo "| --- | --- | --- |"
 for r in "${ROWS[@]}"; do
   read -r form limits <<<"$r"
   label="Lua (lua/batch.lua)"
-  if [[ $form == native ]]; then label="native (benches/native_probe)"; fi
+  if [[ $form == native ]]; then label="native (benches/native_probe), 16 bytes"; fi
+  if [[ $form == text ]]; then label="native (benches/native_probe), Lua's text"; fi
   echo "| $label | $limits |${seen[$r]} |"
 done

@@ -12,12 +12,14 @@
 //! fails the whole call (the members before it stay written): unlike `batch.lua`, whose
 //! members fail alone.
 //!
-//! What it does differently, because native code can: a bucket is 16 bytes (level and time,
-//! little-endian), read in place and rewritten in place (Redis's string DMA), where Lua reads
-//! and writes decimal text with `GET` and `SET … PX`. Not built: windows, logs, concurrency,
+//! What it does differently, because native code can: a bucket is read and rewritten in place
+//! (Redis's string DMA), where Lua reads and writes it with `GET` and `SET … PX`; as 16 bytes
+//! (`TSPROBE.BATCH`) or as Lua's own text (`TSPROBE.BATCHTEXT`, the same arguments: the form
+//! a module sharing keys with the Lua scripts would keep). Not built: windows, logs, concurrency,
 //! refunds, charges, leases, a Cluster's key positions — nothing beyond the measured path.
 use redis_module::{
-    raw, redis_module, Context, KeyType, RedisError, RedisResult, RedisString, RedisValue,
+    key::RedisKeyWritable, raw, redis_module, Context, KeyType, RedisError, RedisResult,
+    RedisString, RedisValue,
 };
 use std::fmt::Write;
 use std::time::Duration;
@@ -32,18 +34,54 @@ fn arg(args: &[RedisString], i: usize) -> Result<i64, RedisError> {
     Ok(v)
 }
 
-/// A bucket's 16 bytes: its level (token·ms) and the time of its last update (ms).
-fn bucket_of(b: &[u8]) -> Option<(i64, i64)> {
-    let level = i64::from_le_bytes(b.get(..8)?.try_into().ok()?);
-    let updated = i64::from_le_bytes(b.get(8..16)?.try_into().ok()?);
-    (b.len() == 16).then_some((level, updated))
+/// How a bucket is stored: 16 bytes (its level in token·ms and the time of its last update
+/// in ms, little-endian), or Lua's own text, `"<level> <updated>"` (`lua/lib.lua`'s
+/// `bucket_of` and `bucket_text`) — the form a module sharing keys with the Lua scripts would
+/// keep.
+#[derive(Clone, Copy)]
+enum Form {
+    Bytes,
+    Text,
+}
+
+impl Form {
+    fn read(self, b: &[u8]) -> Option<(i64, i64)> {
+        match self {
+            Form::Bytes => {
+                let level = i64::from_le_bytes(b.get(..8)?.try_into().ok()?);
+                let updated = i64::from_le_bytes(b.get(8..16)?.try_into().ok()?);
+                (b.len() == 16).then_some((level, updated))
+            }
+            Form::Text => {
+                let (level, updated) = std::str::from_utf8(b).ok()?.split_once(' ')?;
+                Some((level.parse().ok()?, updated.parse().ok()?))
+            }
+        }
+    }
+
+    /// Rewrites the key's value in place (string DMA: no delete and re-add of the key).
+    fn write(self, key: &RedisKeyWritable, level: i64, time: i64) -> Result<(), RedisError> {
+        let mut dma = key.as_string_dma()?;
+        match self {
+            Form::Bytes => {
+                let mut value = [0u8; 16];
+                value[..8].copy_from_slice(&level.to_le_bytes());
+                value[8..].copy_from_slice(&time.to_le_bytes());
+                dma.write(&value)?;
+            }
+            Form::Text => {
+                dma.write(format!("{level} {time}").as_bytes())?;
+            }
+        }
+        Ok(())
+    }
 }
 
 fn ceil_div(a: i64, b: i64) -> i64 {
     (a + b - 1) / b
 }
 
-fn batch(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn batch(ctx: &Context, args: Vec<RedisString>, form: Form) -> RedisResult {
     // SAFETY: a function the module API sets before any command runs.
     let now = unsafe { raw::RedisModule_Milliseconds.ok_or(RedisError::Str("ERR no clock"))?() };
     let m = arg(&args, 1)? as usize;
@@ -70,7 +108,8 @@ fn batch(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             match key.key_type() {
                 KeyType::Empty => {}
                 KeyType::String => {
-                    (level, updated) = bucket_of(&key.as_string_dma()?)
+                    (level, updated) = form
+                        .read(&key.as_string_dma()?)
                         .ok_or(RedisError::Str("ERR a key holds no bucket"))?;
                 }
                 _ => return Err(RedisError::Str("WRONGTYPE a key holds no bucket")),
@@ -90,10 +129,7 @@ fn batch(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         }
         if admitted {
             for (key, level, time, reset) in writes {
-                let mut value = [0u8; 16];
-                value[..8].copy_from_slice(&level.to_le_bytes());
-                value[8..].copy_from_slice(&time.to_le_bytes());
-                key.as_string_dma()?.write(&value)?;
+                form.write(&key, level, time)?;
                 key.set_expire(Duration::from_millis((reset + TTL_GRACE_MS) as u64))?;
             }
         } else {
@@ -109,12 +145,21 @@ fn batch(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     Ok(RedisValue::Array(replies))
 }
 
+fn batch_bytes(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    batch(ctx, args, Form::Bytes)
+}
+
+fn batch_text(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    batch(ctx, args, Form::Text)
+}
+
 redis_module! {
     name: "tsprobe",
     version: 1,
     allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
     data_types: [],
     commands: [
-        ["tsprobe.batch", batch, "write deny-oom", 0, 0, 0, ""],
+        ["tsprobe.batch", batch_bytes, "write deny-oom", 0, 0, 0, ""],
+        ["tsprobe.batchtext", batch_text, "write deny-oom", 0, 0, 0, ""],
     ],
 }
