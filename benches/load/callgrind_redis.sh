@@ -7,6 +7,11 @@
 #   count FILE     the instructions Redis ran for FILE's calls (one per line, as redis-cli
 #                  reads them), from counters zeroed before and dumped after; a call that
 #                  failed stops the script
+#   count_pools    for redis_packed.sh and redis_native.sh: each row of ROWS ("FORM LIMITS")
+#                  a pool of clients (its seed), every pool's keys written first by
+#                  BATCHES=3 × CLIENTS/64 of the script's `calls FORM LIMITS SEED PASS`, then
+#                  ROUNDS rounds of `calls … ROUND` counted: the instructions per decision of
+#                  each round, in the array `seen` by row
 for tool in valgrind callgrind_control redis-server redis-cli python3; do
   command -v "$tool" >/dev/null || { echo "missing $tool (make deps; apt install valgrind)" >&2; exit 1; }
 done
@@ -38,4 +43,26 @@ count() { # file
   done
   dump=$(ls -t "$work"/cg.out.* | head -1)
   grep -m1 -E '^(summary|totals):' "$dump" | awk '{print $2}'
+}
+
+count_pools() {
+  local r form limits seed round total
+  declare -gA seen
+  seed=0
+  for r in "${ROWS[@]}"; do # every pool's keys written: the counted decisions read state
+    read -r form limits <<<"$r"
+    seed=$((seed + 1))
+    BATCHES=$(( (CLIENTS + 63) / 64 * 3 )) calls "$form" "$limits" "$seed" warm > "$work/warm"
+    count "$work/warm" >/dev/null
+  done
+  for round in $(seq "$ROUNDS"); do
+    seed=0
+    for r in "${ROWS[@]}"; do
+      read -r form limits <<<"$r"
+      seed=$((seed + 1))
+      calls "$form" "$limits" "$seed" "$round" > "$work/calls"
+      total=$(count "$work/calls")
+      seen[$r]+=" $((total / (BATCHES * 64)))"
+    done
+  done
 }

@@ -36,37 +36,13 @@ metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v m="turnstile_store_$2_
 count() {
   local name=$1 bin=$2 store=${3:-} p admin dir vg mode path batch="" before_d=0 before_b=0
   p=$(port); admin=$(port); dir="$WORK/$name.$RANDOM"; mkdir -p "$dir"
-  cat > "$dir/gw.toml" <<TOML
-[server]
-listen = "127.0.0.1:$p"
-threads = $THREADS
-key_hash_secret = "bench-key-hash-secret-0123456789"
-pid_file = "$dir/gw.pid"
-upgrade_sock = "$dir/gw.sock"
-[store]
-kind = "redis"
-url = "redis://127.0.0.1:$REDIS"
-timeout = "2s"
-$store
+  { redis_conf "$dir" "$p" "$REDIS" "$ORIGIN" "$store"; cat <<TOML
 [admin]
 listen = "127.0.0.1:$admin"
-[upstreams.o]
-servers = ["127.0.0.1:$ORIGIN"]
-[plans.p]
-limits = [{ name = "per-s", algorithm = "token_bucket", limit = 1000000, window = "1s" }]
-[[clients]]
-id = "bench"
-plan = "p"
-api_keys = ["bench-api-key-0123456789"]
 [[routes]]
 name = "pass"
 path_prefix = "/pass"
 upstream = "o"
-[[routes]]
-name = "redis1"
-path_prefix = "/redis1"
-upstream = "o"
-auth = "api_key"
 [[routes]]
 name = "keyed"
 path_prefix = "/keyed"
@@ -79,6 +55,7 @@ algorithm = "token_bucket"
 limit = 1000000
 window = "1s"
 TOML
+  } > "$dir/gw.toml"
   RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" "$bin" --config "$dir/gw.toml" > "$dir/gw.log" 2>&1 &
   vg=$!; pids+=("$vg")
   for _ in $(seq 240); do

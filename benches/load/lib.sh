@@ -78,3 +78,37 @@ source_of() {
   sed -n "/[^A-Z_]$1 = \[/{:a;/\]/!{N;ba};p}" "$list" | grep -o '"[a-z_]*\.lua"' |
     tr -d '"' | while read -r f; do cat "${2:-lua}/$f"; echo; done
 }
+
+# redis_conf DIR PORT REDIS ORIGIN [STORE-LINES]: a gateway's configuration on PORT ($THREADS
+# worker threads, default 1; files in DIR) in front of the origin on port ORIGIN, with the
+# Redis on port REDIS as its store (STORE-LINES added to [store]), one API-key client
+# (X-Api-Key: bench-api-key-0123456789) whose plan is one token bucket far above any load,
+# and the route redis1 (/redis1) limited by it. Tables may be appended after it.
+redis_conf() {
+  cat <<TOML
+[server]
+listen = "127.0.0.1:$2"
+threads = ${THREADS:-1}
+key_hash_secret = "bench-key-hash-secret-0123456789"
+pid_file = "$1/gw.pid"
+upgrade_sock = "$1/gw.sock"
+[store]
+kind = "redis"
+url = "redis://127.0.0.1:$3"
+timeout = "2s"
+${5:-}
+[upstreams.o]
+servers = ["127.0.0.1:$4"]
+[plans.p]
+limits = [{ name = "per-s", algorithm = "token_bucket", limit = 1000000, window = "1s" }]
+[[clients]]
+id = "bench"
+plan = "p"
+api_keys = ["bench-api-key-0123456789"]
+[[routes]]
+name = "redis1"
+path_prefix = "/redis1"
+upstream = "o"
+auth = "api_key"
+TOML
+}

@@ -68,24 +68,7 @@ got+=$(cli <<<"TSPROBE.BATCHTEXT 3 $(printf '1 t:{x}:text2 3 1000 3 %.0s' 1 2 3)
 [[ $got == "1 1;1 0;1 1;1 0;0 0;" ]] || { echo "the text form is not Lua's: $got" >&2; exit 1; }
 
 ROWS=("lua 1" "native 1" "text 1" "lua 4" "native 4" "text 4")
-declare -A seen
-seed=0
-for r in "${ROWS[@]}"; do # every pool's keys written: the counted decisions read state
-  read -r form limits <<<"$r"
-  seed=$((seed + 1))
-  BATCHES=$(( (CLIENTS + 63) / 64 * 3 )) calls "$form" "$limits" "$seed" warm > "$work/warm"
-  count "$work/warm" >/dev/null
-done
-for round in $(seq "$ROUNDS"); do
-  seed=0
-  for r in "${ROWS[@]}"; do
-    read -r form limits <<<"$r"
-    seed=$((seed + 1))
-    calls "$form" "$limits" "$seed" "$round" > "$work/calls"
-    total=$(count "$work/calls")
-    seen[$r]+=" $((total / (BATCHES * 64)))"
-  done
-done
+count_pools
 
 echo "redis-server $(redis-server --version | grep -o 'v=[0-9.]*') under callgrind, $ROUNDS rounds × $BATCHES batches of 64, a pool of $CLIENTS clients per row, $(date -u +%F)"
 echo

@@ -53,24 +53,7 @@ PY
 
 ROWS=("hash 1" "packed 1" "hash 4" "packed 4")
 if [[ -n $before_sha ]]; then ROWS+=("before 1" "before 4"); fi
-declare -A seen
-seed=0
-for r in "${ROWS[@]}"; do # every pool's keys written: the counted decisions read state
-  read -r form limits <<<"$r"
-  seed=$((seed + 1))
-  BATCHES=$(( (CLIENTS + 63) / 64 * 3 )) calls "$form" "$limits" "$seed" warm > "$work/warm"
-  count "$work/warm" >/dev/null
-done
-for round in $(seq "$ROUNDS"); do
-  seed=0
-  for r in "${ROWS[@]}"; do
-    read -r form limits <<<"$r"
-    seed=$((seed + 1))
-    calls "$form" "$limits" "$seed" "$round" > "$work/calls"
-    total=$(count "$work/calls")
-    seen[$r]+=" $((total / (BATCHES * 64)))"
-  done
-done
+count_pools
 
 echo "redis-server $(redis-server --version | grep -o 'v=[0-9.]*') under callgrind, $ROUNDS rounds × $BATCHES batches of 64, a pool of $CLIENTS clients per row, $(date -u +%F)"
 echo

@@ -23,32 +23,7 @@ KEY="X-Api-Key: bench-api-key-0123456789"
 calls() {
   local p dir gw st
   p=$(port); dir="$WORK/$1"; mkdir -p "$dir"
-  cat > "$dir/gw.toml" <<TOML
-[server]
-listen = "127.0.0.1:$p"
-threads = 1
-key_hash_secret = "bench-key-hash-secret-0123456789"
-pid_file = "$dir/gw.pid"
-upgrade_sock = "$dir/gw.sock"
-[store]
-kind = "redis"
-url = "redis://127.0.0.1:$REDIS"
-timeout = "2s"
-$2
-[upstreams.o]
-servers = ["127.0.0.1:$ORIGIN"]
-[plans.p]
-limits = [{ name = "per-s", algorithm = "token_bucket", limit = 1000000, window = "1s" }]
-[[clients]]
-id = "bench"
-plan = "p"
-api_keys = ["bench-api-key-0123456789"]
-[[routes]]
-name = "redis1"
-path_prefix = "/redis1"
-upstream = "o"
-auth = "api_key"
-TOML
+  redis_conf "$dir" "$p" "$REDIS" "$ORIGIN" "$2" > "$dir/gw.toml"
   RUST_LOG=warn "$BIN" --config "$dir/gw.toml" > "$dir/gw.log" 2>&1 & gw=$!; pids+=("$gw")
   wait_port "$p"
   h2load --h1 -c"$CONNS" -n2000 -H "$KEY" "http://127.0.0.1:$p/redis1" > /dev/null
