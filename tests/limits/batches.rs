@@ -17,11 +17,7 @@ use turnstile::limit::store::request::{CheckRequest, Counted, DecideAt};
 use turnstile::limit::{Algorithm, Policy};
 
 fn store(server: &RedisServer, prefix: &str) -> RedisStore {
-    store_batching(server, prefix, 64)
-}
-
-fn store_batching(server: &RedisServer, prefix: &str, batch_max: usize) -> RedisStore {
-    store_with(server, prefix, batch_max, 2)
+    store_with(server, prefix, 64, 2)
 }
 
 /// With `in_flight` calls at most on the connection before calls queue.
@@ -569,7 +565,7 @@ fn a_charge_or_refund_redis_cannot_run_fails_alone_in_a_batch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_max_one_sends_every_decision_alone() {
     let server = RedisServer::start();
-    let redis = store_batching(&server, "alone", 1);
+    let redis = store_with(&server, "alone", 1, 2);
     let policies = [Policy::new(
         "p",
         turnstile::limit::Algorithm::FixedWindow,
