@@ -57,7 +57,10 @@ impl RedisStore {
                     continue;
                 };
                 // Batched on the slot's node like the checks were (a refund member).
-                match self.settle(invocation, Kind::Refund).await {
+                match self
+                    .settle(invocation, Kind::Refund, self.config.timeout)
+                    .await
+                {
                     Ok(_) => refunded[i] = true,
                     Err(e) => log::debug!("giving back units of a rejected request failed: {e}"),
                 }

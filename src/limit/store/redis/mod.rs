@@ -293,7 +293,7 @@ impl RedisStore {
         for sub in &subs {
             let prefix = &self.config.prefix;
             if let Some(call) = self.scripts.refund_call(prefix, sub, |_| true, at) {
-                self.settle(call, Kind::Refund).await?;
+                self.settle(call, Kind::Refund, self.config.timeout).await?;
             }
         }
         Ok(())
@@ -344,19 +344,24 @@ impl RedisStore {
             .scripts
             .charge_call(&self.config.prefix, req, at, deltas)
         {
-            Some(call) => self.settle(call, Kind::Charge).await,
+            Some(call) => self.settle(call, Kind::Charge, self.config.timeout).await,
             None => Ok(()),
         }
     }
 
-    /// A charge or a refund: batched with the decisions on the request connection (`batch.rs`:
-    /// under load it rides in their batches rather than costing Redis a call of its own),
-    /// bounded by the store timeout. Its reply (a count of keys changed) is not needed.
-    async fn settle(&self, call: scripts::Call<'_>, kind: Kind) -> Result<(), StoreError> {
+    /// A charge, a refund or a release: batched with the decisions on the request connection
+    /// (`batch.rs`: under load it rides in their batches rather than costing Redis a call of
+    /// its own), bounded by `within`. Its reply (a count of keys changed) is not needed.
+    async fn settle(
+        &self,
+        call: scripts::Call<'_>,
+        kind: Kind,
+        within: Duration,
+    ) -> Result<(), StoreError> {
         let member = (call.keys(), kind);
         let queued = AtomicBool::new(false);
         let ran = self.link.batched(call, member, None, &queued);
-        self.bounded(ran).await.map(drop)
+        self.within(within, ran).await.map(drop)
     }
 
     /// Frees the concurrency slots `slot_id` holds, waiting up to `within` (a call given up
@@ -378,13 +383,7 @@ impl RedisStore {
         else {
             return Ok(());
         };
-        let member = (invocation.keys(), Kind::Release);
-        let queued = AtomicBool::new(false);
-        let call = self.link.batched(invocation, member, None, &queued);
-        match tokio::time::timeout(within, call).await {
-            Ok(result) => result.map(drop),
-            Err(_) => Err(StoreError::Timeout(within)),
-        }
+        self.settle(invocation, Kind::Release, within).await
     }
 
     /// Renews the concurrency slots `due` (those still held live their time to live from
