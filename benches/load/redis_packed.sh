@@ -2,7 +2,9 @@
 # What "packed state" would buy Redis, counted before it is built: Redis's instructions per
 # batched decision with today's scripts (lua/batch.lua: one key per limit — a token bucket's
 # STRING, one GET and one SET … PX each; a HASH before, HMGET, HSET and PEXPIRE) next to benches/load/packed_probe.lua (a prototype, not the product: a
-# client's limits in one string — one GET, one SET … PX), for plans of 1 and 4 token buckets.
+# client's limits in one string — one GET, one SET … PX), for plans of 1 and 4 token buckets;
+# positional ("<level> <updated> …" in the plan's order) and with entries found by id, kept
+# for limits a request does not name, each with its own expiry (what a product would need).
 # A private redis-server under callgrind, as benches/load/redis_count.sh; clients drawn from a
 # pool of $CLIENTS per row, the pool's keys written once before counting, so decisions read
 # state that exists (a returning client, the common case).
@@ -46,12 +48,21 @@ for b in range(batches):
         print(f"EVALSHA {batch} {len(keys)} {' '.join(keys)} 64 " + " ".join([member] * 64))
     else:
         keys = [f"t:{{p{seed}-{c}}}:plan" for c in members]
-        member = f"{limits} " + " ".join(f"{big} 1000 {big}" for _ in range(limits))
+        ids = [f"per-second-{i}@tb2:{big}/1000/{big}" for i in range(limits)]
+        if form == "signed":
+            member = f"s{limits} {','.join(ids)} " + " ".join(
+                f"{ids[i]} {big} 1000 {big}" for i in range(limits))
+        elif form == "ids":
+            # Each limit's id as the product names a limit: its name and definition.
+            member = f"-{limits} " + " ".join(
+                f"per-second-{i}@tb2:{big}/1000/{big} {big} 1000 {big}" for i in range(limits))
+        else:
+            member = f"{limits} " + " ".join(f"{big} 1000 {big}" for _ in range(limits))
         print(f"EVALSHA {probe} 64 {' '.join(keys)} 64 " + " ".join([member] * 64))
 PY
 }
 
-ROWS=("hash 1" "packed 1" "hash 4" "packed 4")
+ROWS=("hash 1" "packed 1" "ids 1" "signed 1" "hash 4" "packed 4" "ids 4" "signed 4")
 if [[ -n $before_sha ]]; then ROWS+=("before 1" "before 4"); fi
 count_pools
 
@@ -63,7 +74,9 @@ echo "| --- | --- | --- |"
 for r in "${ROWS[@]}"; do
   read -r form limits <<<"$r"
   label="a key per limit (lua/)"
-  if [[ $form == packed ]]; then label="packed (prototype)"; fi
+  if [[ $form == packed ]]; then label="packed (prototype), positional"; fi
+  if [[ $form == ids ]]; then label="packed (prototype), entries by id"; fi
+  if [[ $form == signed ]]; then label="packed (prototype), the plan's signature first"; fi
   if [[ $form == before ]]; then label="a key per limit, $BEFORE_LUA's scripts"; fi
   echo "| $label | $limits |${seen[$r]} |"
 done

@@ -261,8 +261,8 @@ fn trickled(
 }
 
 /// Every request in flight keeps its slot until it ends, however long it lasts: a body
-/// trickled one byte per 0.5 s and an answer 9 s slow outlive a 3 s slot three times over,
-/// and the client's third request is refused all along (before, the slots expired and 8
+/// trickled one byte per 0.5 s (9 s) and an answer 12 s slow outlive a 3 s slot three and
+/// four times over, and the client's third request is refused all along (before, the slots expired and 8
 /// such requests were in flight at once). A crashed instance's slots still free themselves
 /// within the slot time to live.
 #[test]
@@ -281,10 +281,13 @@ fn slots_are_kept_for_as_long_as_requests_last_and_a_crashed_instance_frees_them
     let a = Gateway::start(&text);
     let b = Gateway::start(&text);
     let slow_body = trickled(&a, 18, Duration::from_millis(500));
-    let slow_answer = start_slow(&a, "/echo/slow?delay_ms=9000");
+    // The answer outlasts the body by 3 s: the loop below ends with the body, and a loaded
+    // machine's drift in the body's 18 sleeps must not let the answer end first (its slot
+    // freed while the loop still expects both taken: seen under `stress-ng --cpu 2`).
+    let slow_answer = start_slow(&a, "/echo/slow?delay_ms=12000");
     wait_until("the slow answer at the upstream", || up.served() >= 1);
-    // Both requests last 9 s: three slot lives. A third request, through either gateway,
-    // is refused the whole time.
+    // Both requests last at least 9 s: three slot lives. A third request, through either
+    // gateway, is refused the whole time.
     let mut refused = 0;
     while !slow_body.is_finished() {
         let gw = if refused % 2 == 0 { &a } else { &b };
