@@ -379,6 +379,16 @@ impl Gateway {
         let text = self.admin("/metrics").text();
         metric_value(&text, name, labels)
     }
+
+    /// Waits until `metric(name, labels)` reaches `expected`, then asserts it is exactly
+    /// that. A request is counted when it ends, just after its response is on the wire, so
+    /// a test that has just read the response may look before the count moved.
+    pub fn assert_counted(&self, name: &str, labels: &[(&str, &str)], expected: f64) {
+        wait_until(&format!("{name} {labels:?} to reach {expected}"), || {
+            self.metric(name, labels) >= expected
+        });
+        assert_eq!(self.metric(name, labels), expected, "{name} {labels:?}");
+    }
 }
 
 /// Finds a sample in Prometheus text: the line for `name` whose labels include all of

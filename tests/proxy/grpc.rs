@@ -131,12 +131,10 @@ fn a_grpc_library_sees_the_gateways_answers_as_grpc_statuses() {
     );
     assert!(meta(&limited, "x-request-id").is_some());
     // Counted as what it is: a 429, not the 200 on the wire.
-    assert_eq!(
-        gw.metric(
-            "turnstile_requests_total",
-            &[("route", "echo"), ("status", "429")]
-        ),
-        1.0
+    gw.assert_counted(
+        "turnstile_requests_total",
+        &[("route", "echo"), ("status", "429")],
+        1.0,
     );
 
     // No key, a wrong key: UNAUTHENTICATED.
@@ -212,12 +210,10 @@ auth = "api_key"
     assert_eq!(anonymous["code"], "UNAUTHENTICATED", "{anonymous}");
     let nowhere = grpc_web(gw.port, "/other.Service/Call", &key);
     assert_eq!(nowhere["code"], "UNIMPLEMENTED", "{nowhere}");
-    assert_eq!(
-        gw.metric(
-            "turnstile_requests_total",
-            &[("route", "web"), ("status", "429")]
-        ),
-        1.0
+    gw.assert_counted(
+        "turnstile_requests_total",
+        &[("route", "web"), ("status", "429")],
+        1.0,
     );
 
     // The answer on the wire, for both gRPC-Web content types: the status and the metadata

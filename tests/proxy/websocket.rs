@@ -159,12 +159,10 @@ upgrade_idle_timeout = "3s"
     let log = gw.proc.log_text();
     assert!(!log.contains("ERROR"), "{log}");
     // One request, counted once, as the switch it was.
-    assert_eq!(
-        gw.metric(
-            "turnstile_requests_total",
-            &[("route", "ws"), ("status", "101")]
-        ),
-        1.0
+    gw.assert_counted(
+        "turnstile_requests_total",
+        &[("route", "ws"), ("status", "101")],
+        1.0,
     );
 }
 
