@@ -28,6 +28,43 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function ceil_div(a, b) return math.floor((a + b - 1) / b) end
 
+-- A token bucket's step at `now`, one unit asked (token_bucket.lua's arithmetic): admitted,
+-- the level after, the time until full, and the member's reply part for this limit.
+local function bucket_step(level, updated, limit, window, burst)
+  local cap = burst * window
+  local elapsed = math.max(0, now - updated)
+  level = math.min(cap, level + elapsed * limit)
+  if level >= window then
+    local after = level - window
+    local reset = ceil_div(cap - after, limit)
+    return true, after, reset, string.format('1 %d %d 0', math.floor(after / window), reset)
+  end
+  return false, level, 0, string.format('0 %d %d %d', math.floor(level / window),
+    ceil_div(cap - level, limit), ceil_div(window - level, limit))
+end
+
+-- n buckets whose stored values are `values` by position ("<level> <updated> …"), their
+-- limit, window and burst at ARGV[o + 1 .. o + 3], o = base + stride × (i − 1): admitted, the
+-- reply parts, the values to store by position, and the longest time until full.
+local function decide_values(values, base, stride, n)
+  local admitted, parts, out, ttl = true, {}, {}, 0
+  for i = 1, n do
+    local o = base + stride * (i - 1)
+    local limit, window, burst = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
+    local level, updated = burst * window, 0
+    if values[2 * i] then level, updated = values[2 * i - 1], values[2 * i] end
+    local ok, after, reset, part = bucket_step(level, updated, limit, window, burst)
+    parts[i] = part
+    if ok then
+      if reset > ttl then ttl = reset end
+      out[2 * i - 1], out[2 * i] = after, now
+    else
+      admitted = false
+    end
+  end
+  return admitted, parts, out, ttl
+end
+
 -- The form with ids: a member whose n (at ARGV[p]) is negative; its limits from ARGV[p + 1].
 local function decide_ids(key, p, n)
   local stored = redis.call('GET', key)
@@ -43,26 +80,20 @@ local function decide_ids(key, p, n)
     local o = p + 4 * (i - 1)
     local id = ARGV[o + 1]
     local limit, window, burst = tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4])
-    local cap = burst * window
-    local level, updated = cap, 0
+    local level, updated = burst * window, 0
     local line = state[id]
     if line then
       local l, u, e = string.match(line, ' (%d+) (%d+) (%d+)$')
       if tonumber(e) > now then level, updated = tonumber(l), tonumber(u) end
       state[id] = nil
     end
-    local elapsed = math.max(0, now - updated)
-    level = math.min(cap, level + elapsed * limit)
-    local need = window
-    if level >= need then
-      local after = level - need
-      local reset = ceil_div(cap - after, limit)
+    local ok, after, reset, part = bucket_step(level, updated, limit, window, burst)
+    parts[i] = part
+    if ok then
       if reset > ttl then ttl = reset end
       out[i] = string.format('%s %d %d %d\n', id, after, now, now + reset)
-      parts[i] = string.format('1 %d %d 0', math.floor(after / window), reset)
     else
       admitted = false
-      parts[i] = string.format('0 %d %d %d', math.floor(level / window), ceil_div(cap - level, limit), ceil_div(need - level, limit))
     end
   end
   if admitted then
@@ -86,46 +117,12 @@ local function decide_positional(key, p, n)
   if stored then
     for x in string.gmatch(stored, '%d+') do state[#state + 1] = tonumber(x) end
   end
-  local admitted, parts, out, ttl = true, {}, {}, 0
-  for i = 1, n do
-    local o = p + 3 * (i - 1)
-    local limit, window, burst = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
-    local cap = burst * window
-    local level, updated = cap, 0
-    if state[2 * i] then level, updated = state[2 * i - 1], state[2 * i] end
-    local elapsed = math.max(0, now - updated)
-    level = math.min(cap, level + elapsed * limit)
-    local need = window
-    if level >= need then
-      local after = level - need
-      local reset = ceil_div(cap - after, limit)
-      if reset > ttl then ttl = reset end
-      out[2 * i - 1], out[2 * i] = after, now
-      parts[i] = string.format('1 %d %d 0', math.floor(after / window), reset)
-    else
-      admitted = false
-      parts[i] = string.format('0 %d %d %d', math.floor(level / window), ceil_div(cap - level, limit), ceil_div(need - level, limit))
-    end
-  end
+  local admitted, parts, out, ttl = decide_values(state, p, 3, n)
   if admitted then
     local fmt = string.rep('%d %d ', n)
     redis.call('SET', key, string.format(fmt, unpack(out)), 'PX', ttl + 1000)
   end
   return string.format('%s %d ', admitted and '1' or '0', now) .. table.concat(parts, ' ') .. ' '
-end
-
--- A token bucket's step: the level at `now` after `cost` … as token_bucket.lua's.
-local function bucket_step(level, updated, limit, window, burst)
-  local cap = burst * window
-  local elapsed = math.max(0, now - updated)
-  level = math.min(cap, level + elapsed * limit)
-  if level >= window then
-    local after = level - window
-    local reset = ceil_div(cap - after, limit)
-    return true, after, reset, string.format('1 %d %d 0', math.floor(after / window), reset)
-  end
-  return false, level, 0, string.format('0 %d %d %d', math.floor(level / window),
-    ceil_div(cap - level, limit), ceil_div(window - level, limit))
 end
 
 -- The signature form: ARGV[p] is "s<n>", ARGV[p + 1] the signature, the limits after it.
@@ -155,21 +152,7 @@ local function decide_signed(key, p, n)
       end
     end
   end
-  local admitted, parts, out, ttl = true, {}, {}, 0
-  for i = 1, n do
-    local o = p + 2 + 4 * (i - 1)
-    local limit, window, burst = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
-    local level, updated = burst * window, 0
-    if values[2 * i] then level, updated = values[2 * i - 1], values[2 * i] end
-    local ok, after, reset, part = bucket_step(level, updated, limit, window, burst)
-    parts[i] = part
-    if ok then
-      if reset > ttl then ttl = reset end
-      out[2 * i - 1], out[2 * i] = after, now
-    else
-      admitted = false
-    end
-  end
+  local admitted, parts, out, ttl = decide_values(values, p + 2, 4, n)
   if admitted then
     local head = signature
     if others then
