@@ -9,19 +9,20 @@ member, the same formats), so that what the count shows is the representation al
 
 KEYS      one per member
 ARGV[1]   the number of members, m
-ARGV[2..] per member: n (limits), then per limit: limit, window_ms, burst — the positional
-          form, "<level> <updated> …" in the plan's order; or -n, then per limit: id, limit,
-          window_ms, burst — the form a product would need, one line per entry,
-          "<id> <level> <updated> <expires>\n": an entry is found by its id (the limit's
-          name and definition, so a plan change keeps the counts of unchanged limits),
-          entries of limits the request does not name (exemptions, other plans' limits) are
-          kept as they are until they expire, and the key's TTL is the latest entry's; or
+ARGV[2..] per member, in one of three forms:
+          n (limits), then per limit: limit, window_ms, burst — positional: the key holds
+            "<level> <updated> …" in the plan's order (the cheapest; not a product form);
+          -n, then per limit: id, limit, window_ms, burst — entries by id: one line per
+            limit, "<id> <level> <updated> <expires>\n", found by its id (the limit's name
+            and definition, so a plan change keeps the counts of unchanged limits); lines
+            of limits the request does not name (exemptions, other plans' limits) kept until
+            they expire; the key's TTL the latest line's;
           "s<n>", the plan's signature (its limits' ids joined by ","), then per limit: id,
-          limit, window_ms, burst — "<signature>\n<level> <updated> …": a request naming
-          the stored signature reads and writes positionally; any other (a plan changed,
-          an exemption) maps the stored values by id, keeps the entries it does not name
-          until their bucket would be full (their definition is in their id), and writes
-          its own signature first.
+            limit, window_ms, burst — the signature first: "<signature>\n<level> <updated> …";
+            a request naming the stored signature reads and writes by position; any other
+            (a plan changed, an exemption) maps the stored values by id, keeps the ones it
+            does not name until their bucket would be full (their definition is in their
+            id), and writes its own signature first.
 Reply     an array of m strings, as batch.lua's decisions'.
 ]]
 local t = redis.call('TIME')

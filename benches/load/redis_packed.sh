@@ -2,9 +2,11 @@
 # What "packed state" would buy Redis, counted before it is built: Redis's instructions per
 # batched decision with today's scripts (lua/batch.lua: one key per limit — a token bucket's
 # STRING, one GET and one SET … PX each; a HASH before, HMGET, HSET and PEXPIRE) next to benches/load/packed_probe.lua (a prototype, not the product: a
-# client's limits in one string — one GET, one SET … PX), for plans of 1 and 4 token buckets;
-# positional ("<level> <updated> …" in the plan's order) and with entries found by id, kept
-# for limits a request does not name, each with its own expiry (what a product would need).
+# client's limits in one string — one GET, one SET … PX), for plans of 1 and 4 token buckets,
+# in three forms: positional ("<level> <updated> …" in the plan's order: the ceiling), entries
+# found by id and each with its own expiry, and the plan's signature first (by position when it
+# matches, by id otherwise) — the last two keep what a product must: counts across a plan
+# change, an exempted limit's state, expiry of state no request names.
 # A private redis-server under callgrind, as benches/load/redis_count.sh; clients drawn from a
 # pool of $CLIENTS per row, the pool's keys written once before counting, so decisions read
 # state that exists (a returning client, the common case).
