@@ -164,9 +164,7 @@ fn metrics_count_a_scripted_sequence() {
     assert_eq!(gw.get("/nowhere").status, 404);
 
     // A request is counted when it ends, just after its response is on the wire.
-    wait_until("the six requests to be counted", || {
-        gw.metric("turnstile_requests_total", &[]) == 6.0
-    });
+    gw.assert_counted("turnstile_requests_total", &[], 6.0);
     let text = gw.admin("/metrics").text();
     let m = |name: &str, labels: &[(&str, &str)]| common::metric_value(&text, name, labels);
     assert_eq!(

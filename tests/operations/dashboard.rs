@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::redis::RedisServer;
-use common::{wait_until, Gateway, Upstream};
+use common::{Gateway, Upstream};
 use std::collections::BTreeSet;
 
 const KEY: &str = "dashboard-key-0123456789ab";
@@ -127,9 +127,7 @@ ip_limit = {{ rate = "100/s" }}
         .map(|_| gw.get_with("/orders", &[("X-Api-Key", KEY)]).status)
         .collect();
     assert_eq!(statuses, [200, 200, 200, 200, 200, 200, 429]);
-    wait_until("the requests to be counted", || {
-        gw.metric("turnstile_requests_total", &[]) == 7.0
-    });
+    gw.assert_counted("turnstile_requests_total", &[], 7.0);
     let text = gw.admin("/metrics").text();
     let exported: BTreeSet<&str> = text
         .lines()
