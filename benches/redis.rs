@@ -164,6 +164,7 @@ fn main() {
                 slot_ttl: Duration::from_secs(60),
                 batch_max,
                 batch_in_flight: 2,
+                startup_grace: std::time::Duration::from_secs(5),
             })
             .unwrap(),
         )

@@ -16,6 +16,7 @@ use crate::ops::metrics::Metrics;
 use crate::ops::trace::Tracer;
 use crate::proxy::conn::{Bounded, Guarded, HandshakeDeadline};
 use crate::proxy::tls::{CertResolver, LiveClientVerifier, PeerCertReader};
+use crate::proxy::warm::WarmingService;
 use crate::proxy::Gateway;
 use arc_swap::ArcSwap;
 use pingora::server::configuration::{Opt, ServerConf};
@@ -109,7 +110,14 @@ pub fn build(path: &Path, mut opt: Opt) -> anyhow::Result<Server> {
             tls_settings(tls.h2, &snapshots),
         );
     }
-    server.add_service(proxy);
+    let reloader = Arc::new(Reloader::new(
+        path.to_owned(),
+        &text,
+        Arc::clone(&snapshots),
+        Arc::clone(&metrics),
+        access_log,
+    ));
+    server.add_service(WarmingService::new(proxy, Arc::clone(&reloader)));
     server.add_service(background_service(
         "upstream health checks",
         HealthChecker::new(Arc::clone(&snapshots)),
@@ -129,13 +137,6 @@ pub fn build(path: &Path, mut opt: Opt) -> anyhow::Result<Server> {
     server.add_service(background_service(
         "store heartbeat",
         Heartbeat::new(Arc::clone(&snapshots)),
-    ));
-    let reloader = Arc::new(Reloader::new(
-        path.to_owned(),
-        &text,
-        Arc::clone(&snapshots),
-        Arc::clone(&metrics),
-        access_log,
     ));
     server.add_service(background_service(
         "config file watcher",

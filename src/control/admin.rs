@@ -1,9 +1,10 @@
 //! The admin listener (its own address, loopback by default): `GET /metrics` (Prometheus
 //! text), `GET /healthz` (the process is up), `GET /readyz` (ready to serve: configuration
-//! loaded, at least one healthy upstream server for every route, and keys for every token
-//! issuer a route accepts; the store is reported but never makes the gateway unready, since
-//! every route has decided what to do without it, and a JWKS endpoint failing once keys were
-//! had is reported per issuer, the keys in use staying), `GET /config` (the running
+//! loaded, at least one healthy upstream server for every route, keys for every token
+//! issuer a route accepts, and a new store warm — its request connection made, within
+//! `store.startup_grace`; after that the store is reported but never makes the gateway
+//! unready, since every route has decided what to do without it, and a JWKS endpoint
+//! failing once keys were had is reported per issuer, the keys in use staying), `GET /config` (the running
 //! configuration, secrets redacted, with its version and hash), `POST /reload` (reload the file now; 422 with the problems if it is invalid),
 //! `GET /refusals/{request_id}`, `GET /refusals`, `GET /limited` (the limiter's recent
 //! refusals and who is refused most, `refusals_api.rs`), and the operator console under `/ui/` (`console.rs`).
@@ -196,7 +197,20 @@ impl Admin {
             .filter(|r| r.issuers.iter().any(|i| i.source.keys().is_none()))
             .map(|r| &*r.rules.name)
             .collect();
-        let ready = unhealthy_routes.is_empty() && without_keys.is_empty();
+        // A new store's request connection not made yet (within its startup grace): requests
+        // on its routes would wait for it.
+        let warming = snapshot.store.warming();
+        let mut reasons: Vec<&str> = Vec::new();
+        if warming {
+            reasons.push("store warming");
+        }
+        if !unhealthy_routes.is_empty() {
+            reasons.push("routes without a healthy upstream server");
+        }
+        if !without_keys.is_empty() {
+            reasons.push("routes whose token issuers have no keys yet");
+        }
+        let ready = reasons.is_empty();
         let issuers: serde_json::Map<String, serde_json::Value> = snapshot
             .identity
             .issuers
@@ -230,6 +244,7 @@ impl Admin {
         });
         let body = json!({
             "ready": ready,
+            "not_ready_because": reasons,
             "config": "loaded",
             "registry": registry,
             "routes_without_healthy_upstream": unhealthy_routes,
@@ -237,6 +252,7 @@ impl Admin {
             "issuers": issuers,
             "store": {
                 "kind": snapshot.store.kind(),
+                "warming": warming,
                 "circuit_breaker": breaker.as_str(),
                 // From the latest call (decisions and the heartbeat every interval).
                 "status": health.as_str(),

@@ -10,7 +10,9 @@
 //! and counted; the last attempts, with what each changed, are kept for `GET /reloads`
 //! (`history.rs`). Settings that only take effect at start (listen addresses, threads, pid file,
 //! upgrade socket, grace periods, keep-alive pool size) keep their running value and are
-//! reported as needing a restart — see docs/operations.md on graceful upgrades.
+//! reported as needing a restart — see docs/operations.md on graceful upgrades. A reload that
+//! makes a new store (a new address, topology or credentials) warms it before the swap
+//! (`limit/store/redis/warmth.rs`), so no request meets it cold.
 
 use crate::control::config::restart::keep_restart_only_settings;
 use crate::control::config::view::render;
@@ -68,6 +70,9 @@ pub struct Reloader {
     loaded: Mutex<Loaded>,
     running: tokio::sync::Mutex<()>,
     history: History,
+    /// The runtime serving requests, once it runs: where a new store warms (its request
+    /// connection's reader runs there).
+    requests: std::sync::OnceLock<tokio::runtime::Handle>,
 }
 
 /// A reload's result before it is applied: the snapshot, its hash, the settings pending a
@@ -175,6 +180,31 @@ impl Reloader {
             loaded: Mutex::new(loaded),
             running: tokio::sync::Mutex::new(()),
             history,
+            requests: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The runtime serving requests has started (`proxy/warm.rs`): the store warms there now,
+    /// as will a new store a reload makes, before it is swapped in.
+    pub fn serving_from(&self, runtime: tokio::runtime::Handle) {
+        runtime.spawn(self.snapshots.load().store.warm());
+        let _ = self.requests.set(runtime);
+    }
+
+    /// Warms `snapshot`'s store, if a reload made it (not the running one), in the runtime
+    /// serving requests, before the swap: the running store answers meanwhile. Bounded by
+    /// the new store's startup grace.
+    async fn warm_new_store(&self, snapshot: &Snapshot) {
+        let running = self.snapshots.load();
+        let (Some(runtime), false) = (
+            self.requests.get(),
+            Arc::ptr_eq(&running.store, &snapshot.store),
+        ) else {
+            return;
+        };
+        drop(running);
+        if runtime.spawn(snapshot.store.warm()).await.is_err() {
+            log::warn!("the new limiter store's warm-up did not finish: it warms on first use");
         }
     }
 
@@ -264,6 +294,7 @@ impl Reloader {
                 Ok(Reloaded::Unchanged(loaded))
             }
             Ok(Some((snapshot, hash, pending, changed))) => {
+                self.warm_new_store(&snapshot).await;
                 // The log's new target first: every request that sees the new snapshot was
                 // started after this, so its line cannot be written to the old target.
                 self.reopen_access_log(&snapshot.config.access_log.target);

@@ -27,7 +27,8 @@
 //! `logging`.)
 //!
 //! `conn/` wraps every accepted connection (the header deadline and idle end on HTTP/1, the
-//! frame deadlines on HTTP/2; Pingora's own refusals as problem+json).
+//! frame deadlines on HTTP/2; Pingora's own refusals as problem+json); `warm.rs` starts the
+//! service with its store warming.
 
 mod charge;
 pub mod conn;
@@ -41,6 +42,7 @@ mod response;
 mod retry;
 pub mod tls;
 mod upstream;
+pub mod warm;
 
 pub use context::RequestCtx;
 

@@ -195,6 +195,7 @@ fn failing_store() -> Arc<Store> {
         slot_ttl: Duration::from_secs(60),
         batch_max: 64,
         batch_in_flight: 2,
+        startup_grace: std::time::Duration::from_secs(5),
     };
     let failure = FailureSettings {
         breaker_failures: 1000,

@@ -63,6 +63,10 @@ pub const STORE_BATCH_IN_FLIGHT: usize = 2;
 /// The largest `store.batch_in_flight` accepted.
 pub const STORE_BATCH_IN_FLIGHT_LIMIT: usize = 16;
 pub const BREAKER_COOLDOWN: Duration = Duration::from_secs(1);
+/// How long a new Redis store may take to warm before its routes take requests anyway.
+pub const STARTUP_GRACE: Duration = Duration::from_secs(5);
+/// The longest `store.startup_grace` may be: a fleet must not stay unready long.
+pub const STARTUP_GRACE_LIMIT: Duration = Duration::from_secs(30);
 pub const EXPECTED_INSTANCES: u64 = 1;
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
 pub const CONCURRENCY_SLOT_TTL: Duration = Duration::from_secs(60);

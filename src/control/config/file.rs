@@ -370,6 +370,8 @@ pub struct StoreFile {
     pub batch_max: Option<usize>,
     /// Calls in flight per connection before decisions queue for a batch.
     pub batch_in_flight: Option<usize>,
+    /// How long a new store may take to warm before its routes take requests anyway.
+    pub startup_grace: Option<HumanDuration>,
     /// Deprecated name of `concurrency_slot_ttl`.
     pub concurrency_lease: Option<HumanDuration>,
 }

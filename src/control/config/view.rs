@@ -268,6 +268,7 @@ fn store(store: &StoreConfig) -> Value {
                 "concurrency_slot_ttl": format_duration(r.slot_ttl),
                 "batch_max": r.batch_max,
                 "batch_in_flight": r.batch_in_flight,
+                "startup_grace": format_duration(r.startup_grace),
             })
         }
     }

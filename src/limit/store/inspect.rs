@@ -44,6 +44,29 @@ impl<C: Clock + Clone> Store<C> {
         }
     }
 
+    /// Warms the store in the runtime this runs in (the one serving requests): a Redis
+    /// store's request connection made and its scripts loaded, within its startup grace
+    /// (`redis/warmth.rs`). Nothing to do for the memory store.
+    pub fn warm(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let redis = match &self.backend {
+            Backend::Redis(r) => Some(r.warm()),
+            Backend::Memory(_) => None,
+        };
+        async move {
+            if let Some(warm) = redis {
+                warm.await;
+            }
+        }
+    }
+
+    /// Whether the store is warming (`/readyz`: not ready, `store warming`).
+    pub fn warming(&self) -> bool {
+        match &self.backend {
+            Backend::Redis(r) => r.warming(),
+            Backend::Memory(_) => false,
+        }
+    }
+
     /// The Redis store behind this one, for what shares its connections (the client
     /// registry); `None` for the memory store.
     pub fn redis_backend(&self) -> Option<Arc<RedisStore>> {

@@ -35,6 +35,7 @@ pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> 
         concurrency_lease,
         batch_max,
         batch_in_flight,
+        startup_grace,
         ..
     } = file;
     debug_assert_ne!(kind, StoreKindFile::Memory);
@@ -84,6 +85,7 @@ pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> 
             slot_ttl: slot_ttl(concurrency_slot_ttl, concurrency_lease, problems),
             batch_max: batch_size(batch_max, problems),
             batch_in_flight: in_flight(batch_in_flight, problems),
+            startup_grace: grace(startup_grace, problems),
         },
         FailureSettings {
             breaker_failures,
@@ -146,6 +148,7 @@ fn topology(file: &StoreFile, problems: &mut Problems) -> Option<Topology> {
             ("concurrency_lease", file.concurrency_lease.is_some()),
             ("batch_max", file.batch_max.is_some()),
             ("batch_in_flight", file.batch_in_flight.is_some()),
+            ("startup_grace", file.startup_grace.is_some()),
         ];
         for (field, set) in redis_only {
             if set {
@@ -328,6 +331,24 @@ fn in_flight(value: Option<usize>, problems: &mut Problems) -> usize {
             defaults::STORE_BATCH_IN_FLIGHT
         }
     }
+}
+
+/// `store.startup_grace`: 0 (requests never wait for a warm-up) to `STARTUP_GRACE_LIMIT`.
+fn grace(value: Option<HumanDuration>, problems: &mut Problems) -> Duration {
+    let Some(HumanDuration(grace)) = value else {
+        return defaults::STARTUP_GRACE;
+    };
+    if grace > defaults::STARTUP_GRACE_LIMIT {
+        problems.push(
+            "store.startup_grace",
+            format!(
+                "{grace:?} is too long: at most {:?} (after it the instance is ready, and a Redis still not warm is met by each route's failure mode)",
+                defaults::STARTUP_GRACE_LIMIT
+            ),
+        );
+        return defaults::STARTUP_GRACE;
+    }
+    grace
 }
 
 /// `store.batch_max`: 1 (no batching) to `STORE_BATCH_MAX_LIMIT`.

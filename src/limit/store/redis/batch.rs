@@ -15,10 +15,12 @@
 //! [`Enter::Idle`]), keeping its place until its reply; decisions arriving while every place
 //! is taken queue. When a place is given back (replied, or dropped at the request's timeout)
 //! and some wait, a task takes it and drives the queue until it is empty, one batch at a
-//! time. A decision whose
-//! request gave up while it waited is not sent. Each member keeps its own `store.timeout`
-//! (its caller bounds the wait) and its own route's failure mode; a batch call is bounded
-//! by `store.timeout` too, so a frozen Redis never holds a queue longer than that. The
+//! time. A decision whose request gave up while it waited is not sent. Each member keeps
+//! its own route's failure mode; a batch call is bounded by `store.timeout`, so a frozen
+//! Redis never holds a queue longer than that. `store.timeout` measures Redis: the wait for
+//! a turn on the connection is the gateway's own backlog (under load, on a machine whose
+//! CPUs are taken, it was most of a decision's time, and counted against Redis it sent
+//! `fail_closed` routes to 503 while Redis was fine), bounded apart by [`turn_bound`]. The
 //! sender reports each call it makes to the circuit breaker once (`SendBatch`), and members
 //! that queued are not counted again by the store.
 //!
@@ -28,11 +30,14 @@
 //! redirects; a member `batch.lua` could not decide fails alone.
 
 use super::landing::Landing;
+use super::making::connect_bound;
+use super::patient::patient;
 use crate::limit::store::error::StoreError;
 use redis::{Cmd, Value};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// What became of a batch call, as the connection's sender tells.
@@ -156,37 +161,51 @@ pub enum Enter<S: SendBatch> {
 
 impl<S: SendBatch> Enter<S> {
     /// This decision's reply. `send` makes a call of its own: on a free place, or after its
-    /// batch was refused as a whole. `queued` is set while the decision waits for, or rides
-    /// in, a call made for the queue — a call the sender reports to the breaker itself.
+    /// batch was refused as a whole; that call is bounded by `bound` (Redis's time). A
+    /// queued decision waits for its turn at most [`turn_bound`] — the gateway's own
+    /// backlog, not Redis's time — then for the call carrying it, bounded by its sender.
+    /// `queued` is set while the decision waits for, or rides in, a call made for the queue
+    /// — a call the sender reports to the breaker itself.
     pub async fn answer<F>(
         self,
         queued: &AtomicBool,
+        bound: Duration,
         send: impl Fn(Cmd) -> F,
     ) -> Result<Value, StoreError>
     where
         F: Future<Output = Result<Value, StoreError>>,
     {
+        let timed_out = |_| Err(StoreError::Timeout(bound));
         let answer = match self {
             Enter::Idle(cmd, turn) => {
-                let result = send(cmd).await;
+                let result = patient(bound, send(cmd)).await;
                 drop(turn);
-                return result;
+                return result.unwrap_or_else(timed_out);
             }
             Enter::Queued(answer) => answer,
         };
         queued.store(true, Ordering::Relaxed);
-        match answer.await {
-            Ok(Answer::Decided(value)) => Ok(value),
-            Ok(Answer::Alone(cmd)) => {
+        // Dropped at its bound, the answer's channel closes: a member not yet sent is not.
+        match patient(turn_bound(bound) + bound, answer).await {
+            Ok(Ok(Answer::Decided(value))) => Ok(value),
+            Ok(Ok(Answer::Alone(cmd))) => {
                 queued.store(false, Ordering::Relaxed);
-                send(cmd).await
+                patient(bound, send(cmd)).await.unwrap_or_else(timed_out)
             }
-            Ok(Answer::Failed(e)) => Err(e),
-            Err(_) => Err(StoreError::Unavailable(
+            Ok(Ok(Answer::Failed(e))) => Err(e),
+            Ok(Err(_)) => Err(StoreError::Unavailable(
                 "the batch carrying this decision was dropped".into(),
             )),
+            Err(elapsed) => timed_out(elapsed),
         }
     }
+}
+
+/// How long a queued call may wait for a turn on its connection: the calls in flight end
+/// within their own bounds, so this is only reached by a queue far longer than a batch —
+/// as long as making a connection may take (`making.rs`), at least 500 ms.
+pub fn turn_bound(bound: Duration) -> Duration {
+    connect_bound(bound)
 }
 
 /// How a batch is sent: `(cmd, is_batch)` → what Redis said. Cloned into the driver.

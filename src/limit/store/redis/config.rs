@@ -57,4 +57,8 @@ pub struct RedisConfig {
     pub batch_max: usize,
     /// Calls in flight per connection (per Cluster node) before decisions queue for a batch.
     pub batch_in_flight: usize,
+    /// How long a new store (at start, or made by a reload) may take to warm — its request
+    /// connection made, authenticated, every script loaded (every primary's, on a Cluster) —
+    /// before requests on its routes stop waiting for it (`warmth.rs`).
+    pub startup_grace: Duration,
 }

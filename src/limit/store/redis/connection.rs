@@ -14,8 +14,10 @@ use crate::limit::store::redis::cluster::ClusterLink;
 use crate::limit::store::redis::config::{RedisConfig, Topology};
 use crate::limit::store::redis::landing::Landing;
 use crate::limit::store::redis::making::{connect_bound, connection_timeout, Making};
+use crate::limit::store::redis::patient::patient;
 use crate::limit::store::redis::repair::{repair_loop, LaneWatch, OnDisconnect, Ping};
 use crate::limit::store::redis::scripts::{Call, Scripts};
+use crate::limit::store::redis::warmth::{Next, Warmth, FIRST_PAUSE, MAX_PAUSE};
 use crate::limit::store::redis::wire::{
     load, lost_connection, names_protocol, run, tls_certificates, with_auth, Lane, LATE_REPLY,
 };
@@ -27,7 +29,7 @@ use redis::{
     AsyncConnectionConfig, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo, RedisError,
 };
 use std::borrow::Cow;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::OnceCell;
@@ -103,6 +105,10 @@ pub struct Link {
     counts: Arc<BatchCounts>,
     /// The store's breaker (single node, Sentinel): each batch call reports to it once.
     breaker: Option<Arc<StoreBreaker>>,
+    /// Whether the request connection was made before requests needed it (`warmth.rs`).
+    warmth: Warmth,
+    /// Sentinel: calls that timed out since the last answered one.
+    timeouts_in_a_row: AtomicU32,
     me: Weak<Link>,
 }
 
@@ -187,8 +193,93 @@ impl Link {
             batcher,
             counts,
             breaker: shared,
+            warmth: Warmth::new(config.startup_grace),
+            timeouts_in_a_row: AtomicU32::new(0),
             me: me.clone(),
         }))
+    }
+
+    /// Warm, or the grace is over: decisions need not wait (one atomic load).
+    pub fn settled(&self) -> bool {
+        self.warmth.settled()
+    }
+
+    /// Between the start of the warm-up and its end: `/readyz` says not ready.
+    pub fn warming(&self) -> bool {
+        self.warmth.warming()
+    }
+
+    /// Warms the store (`warmth.rs`) in the runtime it is called from — the one serving
+    /// requests, whose connection this makes — unless a warm-up began already; returns once
+    /// it is warm, or the grace is over.
+    pub async fn warm(self: Arc<Link>) {
+        if self.warmth.begin() {
+            self.warm_up().await;
+        } else {
+            self.warmth.done().await;
+        }
+    }
+
+    /// For a decision that found the store not warm yet: starts the warm-up if nobody did
+    /// (a store used before the gateway warmed it), then waits for its next outcome, at
+    /// most until the grace ends.
+    pub async fn warmed(&self) {
+        if self.warmth.begin() {
+            if let Some(me) = self.me.upgrade() {
+                tokio::spawn(async move { me.warm_up().await });
+            }
+        }
+        self.warmth.next_outcome().await;
+    }
+
+    /// The warm-up loop: one attempt after another until the request connection is made
+    /// (each attempt bounded: `making.rs`), or the grace is over.
+    async fn warm_up(&self) {
+        let started = std::time::Instant::now();
+        let mut pause = FIRST_PAUSE;
+        loop {
+            let began = std::time::Instant::now();
+            let attempt = tokio::time::timeout(self.warmth.left(), self.request_lane()).await;
+            let error = match attempt {
+                Ok(Ok(())) => {
+                    self.warmth.warmed();
+                    log::info!(
+                        "limiter store warm in {:?}: the request connection is made and its scripts loaded",
+                        started.elapsed()
+                    );
+                    return;
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "no connection within the startup grace".to_owned(),
+            };
+            let at_once = began.elapsed() < self.store_timeout;
+            match self.warmth.failed(pause, at_once) {
+                Next::Pause(wait) => tokio::time::sleep(wait).await,
+                Next::GiveUp => {
+                    log::warn!(
+                        "limiter store not warm after its startup grace of {:?} ({error}): the instance is ready, and requests Redis cannot decide meet their route's failure mode",
+                        self.warmth.grace()
+                    );
+                    return;
+                }
+            }
+            pause = (pause * 2).min(MAX_PAUSE);
+        }
+    }
+
+    /// Makes the request lane's connection (every primary's, on a Cluster), scripts loaded.
+    async fn request_lane(&self) -> Result<(), StoreError> {
+        if self.watch.start() {
+            tokio::spawn(repair_loop(self.me.clone(), Arc::clone(&self.watch)));
+        }
+        match &self.nodes {
+            Nodes::Single { lanes, .. } => self.single(lanes, Lane::Requests).await.map(drop)?,
+            Nodes::Sentinel { lanes, .. } => {
+                self.sentinel(lanes, Lane::Requests).await.map(drop)?
+            }
+            Nodes::Cluster(cluster) => cluster.warm_up().await?,
+        }
+        Ok(())
     }
 
     /// The request connection is lost: requests wait for its repair.
@@ -205,11 +296,24 @@ impl Link {
     }
 
     /// A call on this lane timed out. On Sentinel the primary may be frozen while the
-    /// sentinels have promoted a replica: the next call asks them again.
+    /// sentinels have promoted a replica: after a second timeout in a row, the next call asks
+    /// them again. (One alone is not enough: on a machine whose CPUs are taken, a call can be
+    /// late once, and dropping the connection for it failed every request until a new one
+    /// was made.)
     pub fn timed_out(&self) {
         if let Nodes::Sentinel { lanes, .. } = &self.nodes {
-            lanes.requests.store(None);
-            self.watch.lost();
+            if self.timeouts_in_a_row.fetch_add(1, Ordering::Relaxed) >= 1 {
+                self.timeouts_in_a_row.store(0, Ordering::Relaxed);
+                lanes.requests.store(None);
+                self.watch.lost();
+            }
+        }
+    }
+
+    /// A call on this lane was answered: the timeouts in a row start again from none.
+    fn answered(&self) {
+        if self.timeouts_in_a_row.load(Ordering::Relaxed) != 0 {
+            self.timeouts_in_a_row.store(0, Ordering::Relaxed);
         }
     }
 
@@ -248,19 +352,22 @@ impl Link {
 
     /// Runs `call` — a `check.lua`, `charge.lua`, `refund.lua` or `release.lua` call;
     /// `member`: the keys it names and which of them it is — batched with the calls that
-    /// arrive while another is in flight on the request lane (`batch.rs`). Not bounded in
-    /// time: callers bound it. `landing`: a check taking concurrency slots holds it while a
+    /// arrive while another is in flight on the request lane (`batch.rs`), within `bound`
+    /// of Redis's time (a wait for a turn on the connection is the gateway's own, bounded
+    /// apart: `batch.rs`). `landing`: a check taking concurrency slots holds it while a
     /// call may carry it. `queued` is set while the call waits for, or rides in, a call made
     /// for the queue (which reports to the store's breaker itself).
     pub async fn batched(
         &self,
         call: Call<'_>,
         member: (usize, Kind),
-        landing: Option<Landing>,
+        (landing, bound): (Option<Landing>, Duration),
         queued: &AtomicBool,
     ) -> Result<redis::Value, StoreError> {
         if let Nodes::Cluster(cluster) = &self.nodes {
-            return cluster.batched(call, member, landing, queued).await;
+            return cluster
+                .batched(call, member, (landing, bound), queued)
+                .await;
         }
         let sender = LinkSender {
             link: self.me.clone(),
@@ -274,11 +381,17 @@ impl Link {
         let entered = self
             .batcher
             .enter(call.cmd.into_owned(), member, landing, &sender);
-        entered
-            .answer(queued, |cmd| async move {
+        let answer = entered
+            .answer(queued, bound, |cmd| async move {
                 self.invoke(&alone(cmd), Lane::Requests).await
             })
-            .await
+            .await;
+        match &answer {
+            Err(StoreError::Timeout(_)) => self.timed_out(),
+            Ok(_) => self.answered(),
+            Err(_) => {}
+        }
+        answer
     }
 
     /// What the batches carried so far.
@@ -364,7 +477,13 @@ impl Link {
                 return;
             };
             tokio::spawn(async move {
-                let bound = connect_bound(me.store_timeout);
+                // While the store warms, an attempt may take what is left of the grace (on a
+                // busy machine a connection and its scripts take long): cut and begun again,
+                // it would start from nothing each time.
+                let bound = match me.warmth.warming() {
+                    true => connect_bound(me.store_timeout).max(me.warmth.left()),
+                    false => connect_bound(me.store_timeout),
+                };
                 let error = match tokio::time::timeout(bound, me.connect(lane)).await {
                     Ok(Ok(())) => None,
                     Ok(Err(e)) => Some(e),
@@ -561,8 +680,7 @@ impl SendBatch for LinkSender {
                 },
                 cmd: Cow::Borrowed(cmd),
             };
-            let sent =
-                tokio::time::timeout(timeout, link.invoke::<redis::Value>(&call, Lane::Requests));
+            let sent = patient(timeout, link.invoke::<redis::Value>(&call, Lane::Requests));
             let result = match sent.await {
                 Ok(result) => result,
                 Err(_) => {
@@ -578,7 +696,10 @@ impl SendBatch for LinkSender {
                 }
             }
             match result {
-                Ok(value) => Sent::Replied(value),
+                Ok(value) => {
+                    link.answered();
+                    Sent::Replied(value)
+                }
                 Err(StoreError::Refused(message)) if batch => {
                     Sent::NotDecided(crate::limit::store::redis::batch::unsupported(&message))
                 }

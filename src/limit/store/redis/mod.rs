@@ -9,14 +9,17 @@
 //!   circuit breaker, redirects followed.
 //! - `repair.rs`: the request connection made again as soon as it is known lost.
 //! - `making.rs`: connections made in a task of their own, never cancelled by a request
-//!   giving up at its timeout.
+//!   giving up at its timeout; `warmth.rs`: a new store's request connection made before
+//!   requests need it (`/readyz` waits for it, within `store.startup_grace`).
+//! - `patient.rs`: the bound of a call, which measures Redis, not this process.
 //! - [`keys`]: key names, the client id as the Cluster hash tag.
 //! - [`scripts`]: which Lua files make each script, the arguments of each call.
 //! - `reply.rs`: the typed reading of each reply.
 //! - `across.rs`, `groups.rs`: a request whose limits fall in several Cluster hash slots.
 //!
-//! Every call here is bounded by `store.timeout` (a renewal of a quota lease is bounded by
-//! its caller, which may wait longer: see `lease/renewal.rs`).
+//! Every call here is bounded by `store.timeout` of Redis's time (a renewal of a quota lease
+//! is bounded by its caller, which may wait longer: see `lease/renewal.rs`); a decision's
+//! wait for its turn on a busy connection is bounded apart (`batch.rs`).
 
 mod across;
 mod batch;
@@ -27,10 +30,12 @@ mod groups;
 pub mod keys;
 mod landing;
 mod making;
+mod patient;
 mod repair;
 mod reply;
 pub mod scripts;
 mod sources;
+mod warmth;
 pub mod wire;
 
 pub use batch::BatchTotals;
@@ -57,7 +62,7 @@ use futures::FutureExt;
 use redis::Value;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,9 +73,6 @@ pub struct RedisStore {
     config: RedisConfig,
     link: Arc<Link>,
     scripts: Arc<Scripts>,
-    /// Whether a decision has ended since the store was made: until one has, decisions also
-    /// wait for the first connection to be made ([`decision_bound`](Self::decision_bound)).
-    decided_once: AtomicBool,
 }
 
 impl RedisStore {
@@ -95,8 +97,19 @@ impl RedisStore {
             link,
             config,
             scripts,
-            decided_once: AtomicBool::new(false),
         })
+    }
+
+    /// Warms the store in the runtime this is run in (the one serving requests): returns once
+    /// its request connection is made and its scripts loaded, or its startup grace is over
+    /// (`warmth.rs`).
+    pub fn warm(&self) -> impl Future<Output = ()> + Send + 'static {
+        Arc::clone(&self.link).warm()
+    }
+
+    /// Between the start of the warm-up and its end (`/readyz`: not ready).
+    pub fn warming(&self) -> bool {
+        self.link.warming()
     }
 
     /// Redis Cluster: every node met, with its own breaker and health.
@@ -165,6 +178,10 @@ impl RedisStore {
         queued: &AtomicBool,
         landing: Option<Landing>,
     ) -> Result<Verdict, StoreError> {
+        if !self.link.settled() {
+            // Boxed: only while the store warms (its first requests).
+            Box::pin(self.link.warmed()).await;
+        }
         let several_hash_slots = matches!(self.config.topology, Topology::Cluster(_))
             && (1..req.policies.len()).any(|i| req.partition_of(i) != req.partition_of(0));
         if several_hash_slots {
@@ -173,45 +190,9 @@ impl RedisStore {
             // connection machinery (deeper than the compiler's default recursion limit).
             let across: Pin<Box<dyn Future<Output = _> + Send + '_>> =
                 Box::pin(self.check_across_hash_slots(req, landing));
-            return self.first_or_bounded(across).await;
+            return self.bounded(across).await;
         }
-        self.first_or_bounded(self.check_one_hash_slot(req, queued, landing))
-            .await
-    }
-
-    /// A decision within [`decision_bound`](Self::decision_bound); the first to end (with
-    /// any outcome) ends the longer wait of the store's first decisions. A combinator, as
-    /// [`bounded`](Self::bounded) is.
-    fn first_or_bounded<'a>(
-        &'a self,
-        call: impl Future<Output = Result<Verdict, StoreError>> + 'a,
-    ) -> impl Future<Output = Result<Verdict, StoreError>> + 'a {
-        let (bound, first) = self.decision_bound();
-        self.within(bound, call).map(move |result| {
-            if first {
-                self.decided_once.store(true, Ordering::Relaxed);
-            }
-            result
-        })
-    }
-
-    /// How long a decision may take, and whether it is among the store's first. Until a
-    /// decision has ended, the connection it needs is most likely still being made (at
-    /// most `connect_bound`: `making.rs`; on a Cluster the slot map's connection, then the
-    /// node's), so the first decisions of a freshly started gateway wait for it before
-    /// their own `store.timeout` — instead of falling to their routes' failure mode (past
-    /// the limit on `fail_open`, refused on `fail_closed`) while Redis is fine. Once one has
-    /// ended, decided or not, every decision is bounded by `store.timeout` alone.
-    fn decision_bound(&self) -> (Duration, bool) {
-        let timeout = self.config.timeout;
-        if self.decided_once.load(Ordering::Relaxed) {
-            return (timeout, false);
-        }
-        let connections = match self.config.topology {
-            Topology::Cluster(_) => 2,
-            _ => 1,
-        };
-        (timeout + making::connect_bound(timeout) * connections, true)
+        self.check_one_hash_slot(req, queued, landing).await
     }
 
     async fn check_one_hash_slot(
@@ -222,10 +203,8 @@ impl RedisStore {
     ) -> Result<Verdict, StoreError> {
         let invocation = self.scripts.check_call(&self.config.prefix, req);
         let member = (req.policies.len(), Kind::Decide);
-        let reply = self
-            .link
-            .batched(invocation, member, landing, queued)
-            .await?;
+        let bound = (landing, self.config.timeout);
+        let reply = self.link.batched(invocation, member, bound, queued).await?;
         let Value::BulkString(reply) = reply else {
             return Err(StoreError::Protocol(format!(
                 "expected a string from check.lua, got {reply:?}"
@@ -264,17 +243,15 @@ impl RedisStore {
         let invocation = self
             .scripts
             .usage_call(read.iter().map(|&i| (keys[i].as_str(), &asks[i].1)));
-        let call = async {
-            let member = (read.len(), Kind::Usage);
-            let reply = self.link.batched(invocation, member, None, queued).await?;
-            let Value::BulkString(reply) = reply else {
-                return Err(StoreError::Protocol(format!(
-                    "expected a string from usage.lua, got {reply:?}"
-                )));
-            };
-            parse_reply(&reply, &policies)
+        let member = (read.len(), Kind::Usage);
+        let bound = (None, self.config.timeout);
+        let reply = self.link.batched(invocation, member, bound, queued).await?;
+        let Value::BulkString(reply) = reply else {
+            return Err(StoreError::Protocol(format!(
+                "expected a string from usage.lua, got {reply:?}"
+            )));
         };
-        let verdict = self.bounded(call).await?;
+        let verdict = parse_reply(&reply, &policies)?;
         Ok(slot_of.iter().map(|&at| verdict.decisions[at]).collect())
     }
 
@@ -360,8 +337,11 @@ impl RedisStore {
     ) -> Result<(), StoreError> {
         let member = (call.keys(), kind);
         let queued = AtomicBool::new(false);
-        let ran = self.link.batched(call, member, None, &queued);
-        self.within(within, ran).await.map(drop)
+        let bound = (None, within);
+        self.link
+            .batched(call, member, bound, &queued)
+            .await
+            .map(drop)
     }
 
     /// Frees the concurrency slots `slot_id` holds, waiting up to `within` (a call given up
@@ -534,14 +514,15 @@ impl RedisStore {
         self.within(self.config.timeout, call)
     }
 
-    /// `call` within `timeout`; at the timeout, the link is told (see `Link::timed_out`).
+    /// `call` within `timeout` (`patient.rs`); at the timeout, the link is told (see
+    /// `Link::timed_out`).
     fn within<'a, T: 'a>(
         &'a self,
         timeout: Duration,
         call: impl Future<Output = Result<T, StoreError>> + 'a,
     ) -> impl Future<Output = Result<T, StoreError>> + 'a {
         let link = &self.link;
-        tokio::time::timeout(timeout, call).map(move |result| {
+        patient::patient(timeout, call).map(move |result| {
             result.unwrap_or_else(|_| {
                 link.timed_out();
                 Err(StoreError::Timeout(timeout))

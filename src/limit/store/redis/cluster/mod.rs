@@ -172,7 +172,7 @@ impl ClusterLink {
         &self,
         call: Call<'_>,
         member: (usize, Kind),
-        landing: Option<Landing>,
+        (landing, bound): (Option<Landing>, std::time::Duration),
         queued: &AtomicBool,
     ) -> Result<redis::Value, StoreError> {
         let slot = call_slot(&call);
@@ -190,10 +190,24 @@ impl ClusterLink {
             .batcher
             .enter(call.cmd.into_owned(), member, landing, &sender);
         entered
-            .answer(queued, |cmd| async move {
+            .answer(queued, bound, |cmd| async move {
                 self.invoke(&alone(cmd), Lane::Requests).await
             })
             .await
+    }
+
+    /// Warms the request lane (`warmth.rs`): the slot map read, and the request connection of
+    /// every primary it names made, scripts loaded. Bounded by the caller.
+    pub async fn warm_up(&self) -> Result<(), StoreError> {
+        let table = self.first_table().await?;
+        let mut primaries: Vec<&Arc<Node>> = Vec::new();
+        for node in &table.nodes {
+            if !primaries.iter().any(|p| Arc::ptr_eq(p, node)) {
+                primaries.push(node);
+            }
+        }
+        let made = futures::future::join_all(primaries.iter().map(|n| n.warm_up())).await;
+        made.into_iter().collect()
     }
 
     /// The call in hand sent where a `MOVED` or `ASK` said, once.

@@ -13,6 +13,7 @@ use crate::limit::store::error::StoreError;
 use crate::limit::store::health::{HealthCell, StoreHealth};
 use crate::limit::store::redis::batch::{unsupported, BatchCounts, Batcher, SendBatch, Sent};
 use crate::limit::store::redis::making::{connect_bound, connection_timeout};
+use crate::limit::store::redis::patient::patient;
 use crate::limit::store::redis::scripts::{Call, Scripts};
 use crate::limit::store::redis::wire::{load, lost_connection, run, Lane, LATE_REPLY};
 use arc_swap::ArcSwapOption;
@@ -221,6 +222,11 @@ impl Node {
         }
     }
 
+    /// Makes this node's request connection (scripts loaded), for the store's warm-up.
+    pub async fn warm_up(self: &Arc<Self>) -> Result<(), StoreError> {
+        self.conn(Lane::Requests).await.map(drop)
+    }
+
     /// The connection of `lane`, waiting for one being made (by a task of its own) if there
     /// is none.
     async fn conn(self: &Arc<Self>, lane: Lane) -> Result<Arc<MultiplexedConnection>, StoreError> {
@@ -374,7 +380,7 @@ impl SendBatch for NodeSender {
                 },
                 cmd: std::borrow::Cow::Borrowed(cmd),
             };
-            let sent = tokio::time::timeout(
+            let sent = patient(
                 timeout,
                 node.call::<redis::Value>(&call, Lane::Requests, false),
             );
