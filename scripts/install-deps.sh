@@ -13,6 +13,7 @@
 #   chromium, chromium-driver — the operator console's test in a real browser (WebDriver)
 #   firefox-esr (or firefox), and geckodriver from crates.io (cargo install, pinned) — the
 #                  console's test in Firefox
+#   stress-ng    — the startup test keeps the CPUs busy (an instance started under load)
 # Uses apt-get when root (or via passwordless sudo); otherwise says what to install.
 set -euo pipefail
 
@@ -26,6 +27,7 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 if [ "$set_" = test ]; then
   command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
   command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+  command -v stress-ng >/dev/null 2>&1 || need+=(stress-ng)
   command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
   command -v openssl >/dev/null 2>&1 || need+=(openssl)
   command -v python3 >/dev/null 2>&1 || need+=(python3)

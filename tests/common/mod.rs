@@ -286,9 +286,25 @@ impl Gateway {
         config: &str,
         env: &[(&str, &str)],
     ) -> Gateway {
+        let ports = (free_port(), free_port());
+        let binary = Path::new(env!("CARGO_BIN_EXE_turnstile"));
+        Gateway::launch(binary, ports, (server_extra, admin_extra), (config, env))
+    }
+
+    /// The gateway `binary` listening on `port`, its admin listener on `admin_port` (chosen by
+    /// the test with [`free_port`], e.g. for clients started before it that wait for it to
+    /// accept).
+    pub fn start_on(binary: &Path, (port, admin_port): (u16, u16), config: &str) -> Gateway {
+        Gateway::launch(binary, (port, admin_port), ("", ""), (config, &[]))
+    }
+
+    fn launch(
+        binary: &Path,
+        (port, admin_port): (u16, u16),
+        (server_extra, admin_extra): (&str, &str),
+        (config, env): (&str, &[(&str, &str)]),
+    ) -> Gateway {
         let dir = tempfile::tempdir().expect("temp dir");
-        let port = free_port();
-        let admin_port = free_port();
         let header = format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\npid_file = \"{pid}\"\nupgrade_sock = \"{sock}\"\n{server_extra}\n\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n{admin_extra}\n\n",
             pid = dir.path().join("turnstile.pid").display(),
@@ -299,7 +315,7 @@ impl Gateway {
         std::fs::write(&config_path, text).expect("write config");
         let mut proc = Proc::spawn(
             "turnstile",
-            Command::new(env!("CARGO_BIN_EXE_turnstile"))
+            Command::new(binary)
                 .arg("--config")
                 .arg(&config_path)
                 .env("RUST_LOG", "info")

@@ -3,6 +3,7 @@
 //! `redis-cli --cluster create`. Only servers started here are ever touched (and flushed).
 
 use super::{free_port, wait_until, Proc};
+use std::path::Path;
 use std::process::Command;
 
 pub struct RedisServer {
@@ -249,5 +250,99 @@ impl RedisCluster {
                 keys.into_iter().map(move |k| (n.port, k))
             })
             .collect()
+    }
+}
+
+/// A `redis-server` on loopback, logging to `dir`/`name`.log, without persistence.
+pub fn redis(dir: &Path, name: &str, args: &[&str]) -> Proc {
+    Proc::spawn(
+        &format!("redis-server {name}"),
+        Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .args(args),
+        dir.join(format!("{name}.log")),
+    )
+}
+
+/// `redis-cli` with `args`: its output when it succeeded.
+pub fn cli(args: &[&str]) -> Option<String> {
+    let out = Command::new("redis-cli").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// One primary, one replica and three sentinels watching them (quorum 2, a primary is down
+/// after 1 s), all in `dir`, ready: the replica in sync and known to every sentinel.
+pub struct SentinelSetup {
+    pub procs: Vec<Proc>,
+    pub primary: u16,
+    pub replica: u16,
+    pub sentinels: Vec<u16>,
+}
+
+impl SentinelSetup {
+    pub fn start(dir: &Path) -> SentinelSetup {
+        let (primary, replica) = (free_port(), free_port());
+        let mut procs = vec![
+            redis(dir, "primary", &["--port", &primary.to_string()]),
+            redis(
+                dir,
+                "replica",
+                &[
+                    "--port",
+                    &replica.to_string(),
+                    "--replicaof",
+                    "127.0.0.1",
+                    &primary.to_string(),
+                ],
+            ),
+        ];
+        let sentinels: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        for (i, port) in sentinels.iter().enumerate() {
+            let conf = dir.join(format!("sentinel-{i}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\nsentinel monitor main 127.0.0.1 {primary} 2\nsentinel down-after-milliseconds main 1000\nsentinel failover-timeout main 5000\n"
+                ),
+            )
+            .unwrap();
+            procs.push(Proc::spawn(
+                &format!("redis-sentinel {i}"),
+                Command::new("redis-server").arg(&conf).arg("--sentinel"),
+                dir.join(format!("sentinel-{i}.log")),
+            ));
+        }
+        wait_until("the replica and the sentinels to be ready", || {
+            let synced = cli(&["-p", &replica.to_string(), "INFO", "replication"])
+                .is_some_and(|i| i.contains("master_link_status:up"));
+            let known = sentinels.iter().all(|s| {
+                cli(&["-p", &s.to_string(), "SENTINEL", "replicas", "main"])
+                    .is_some_and(|r| r.contains(&replica.to_string()))
+            });
+            synced && known
+        });
+        SentinelSetup {
+            procs,
+            primary,
+            replica,
+            sentinels,
+        }
+    }
+
+    /// The `[store]` table of a gateway using these sentinels.
+    pub fn store(&self, extra: &str) -> String {
+        let list: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|p| format!("\"redis://127.0.0.1:{p}\""))
+            .collect();
+        format!(
+            "[store]\nkind = \"redis_sentinel\"\nmaster_name = \"main\"\nsentinels = [{}]\n{extra}",
+            list.join(", ")
+        )
     }
 }

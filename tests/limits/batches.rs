@@ -36,6 +36,7 @@ fn store_with(
         slot_ttl: std::time::Duration::from_secs(60),
         batch_max,
         batch_in_flight: in_flight,
+        startup_grace: std::time::Duration::from_secs(5),
     })
     .unwrap()
 }

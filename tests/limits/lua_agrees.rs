@@ -74,6 +74,7 @@ async fn lua_and_rust_decide_identically_on_random_sequences() {
         slot_ttl: std::time::Duration::from_secs(60),
         batch_max: 64,
         batch_in_flight: 2,
+        startup_grace: std::time::Duration::from_secs(5),
     })
     .unwrap();
     let mut compared = 0;
@@ -149,6 +150,7 @@ async fn a_sliding_log_counts_every_unit_after_a_refund_in_the_same_millisecond(
         slot_ttl: std::time::Duration::from_secs(60),
         batch_max: 64,
         batch_in_flight: 2,
+        startup_grace: std::time::Duration::from_secs(5),
     })
     .unwrap();
     let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
@@ -203,6 +205,7 @@ async fn calendar_windows_agree_across_a_month_boundary_and_a_dst_change() {
         slot_ttl: std::time::Duration::from_secs(60),
         batch_max: 64,
         batch_in_flight: 2,
+        startup_grace: std::time::Duration::from_secs(5),
     })
     .unwrap();
     let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
@@ -293,6 +296,7 @@ async fn lua_and_rust_charge_identically() {
         slot_ttl: std::time::Duration::from_secs(60),
         batch_max: 64,
         batch_in_flight: 2,
+        startup_grace: std::time::Duration::from_secs(5),
     })
     .unwrap();
     let mut compared = 0;

@@ -44,6 +44,7 @@ fn store(server: &RedisServer, prefix: &str) -> RedisStore {
         slot_ttl: Duration::from_secs(60),
         batch_max: 64,
         batch_in_flight: 2,
+        startup_grace: std::time::Duration::from_secs(5),
     })
     .unwrap()
 }
@@ -325,6 +326,7 @@ async fn cluster_keys_of_one_client_share_a_slot_and_the_limit_is_exact() {
             slot_ttl: Duration::from_secs(60),
             batch_max: 64,
             batch_in_flight: 2,
+            startup_grace: std::time::Duration::from_secs(5),
         })
         .unwrap(),
     );
@@ -570,6 +572,7 @@ async fn the_slots_of_many_requests_are_renewed_in_one_call_per_redis_or_per_clu
         slot_ttl: Duration::from_secs(2),
         batch_max: 64,
         batch_in_flight: 2,
+        startup_grace: std::time::Duration::from_secs(5),
     })
     .unwrap();
     let mut due = Vec::new();

@@ -6,9 +6,9 @@
 
 use crate::common;
 
+use common::redis::{cli, redis, SentinelSetup};
 use common::tls::Ca;
 use common::{free_port, wait_until, Gateway, Proc, Upstream};
-use std::path::Path;
 use std::process::Command;
 
 const KEY: &str = "redis-transport-key-012345";
@@ -55,31 +55,12 @@ fn statuses(gw: &Gateway, n: usize) -> Vec<u16> {
 }
 
 /// A redis-server with its own arguments, in `dir`.
-fn redis(dir: &Path, name: &str, args: &[&str]) -> Proc {
-    Proc::spawn(
-        &format!("redis-server {name}"),
-        Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir)
-            .args(args),
-        dir.join(format!("{name}.log")),
-    )
-}
-
 /// A number of `INFO replication` (e.g. `master_repl_offset`) of the server on `port`.
 fn replication_offset(port: u16, field: &str) -> Option<u64> {
     let info = cli(&["-p", &port.to_string(), "INFO", "replication"])?;
     info.lines()
         .find_map(|l| l.strip_prefix(&format!("{field}:")))
         .and_then(|v| v.trim().parse().ok())
-}
-
-fn cli(args: &[&str]) -> Option<String> {
-    let out = Command::new("redis-cli").args(args).output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 #[test]
@@ -200,79 +181,6 @@ fn an_acl_user_with_a_password_from_the_environment() {
         err.contains("store.password") && err.contains("TURNSTILE_TEST_SURELY_UNSET"),
         "{err}"
     );
-}
-
-/// One primary, one replica and three sentinels watching them (quorum 2, a primary is down
-/// after 1 s), all in `dir`, ready: the replica in sync and known to every sentinel.
-struct SentinelSetup {
-    procs: Vec<Proc>,
-    primary: u16,
-    replica: u16,
-    sentinels: Vec<u16>,
-}
-
-impl SentinelSetup {
-    fn start(dir: &Path) -> SentinelSetup {
-        let (primary, replica) = (free_port(), free_port());
-        let mut procs = vec![
-            redis(dir, "primary", &["--port", &primary.to_string()]),
-            redis(
-                dir,
-                "replica",
-                &[
-                    "--port",
-                    &replica.to_string(),
-                    "--replicaof",
-                    "127.0.0.1",
-                    &primary.to_string(),
-                ],
-            ),
-        ];
-        let sentinels: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        for (i, port) in sentinels.iter().enumerate() {
-            let conf = dir.join(format!("sentinel-{i}.conf"));
-            std::fs::write(
-                &conf,
-                format!(
-                    "port {port}\nbind 127.0.0.1\nsentinel monitor main 127.0.0.1 {primary} 2\nsentinel down-after-milliseconds main 1000\nsentinel failover-timeout main 5000\n"
-                ),
-            )
-            .unwrap();
-            procs.push(Proc::spawn(
-                &format!("redis-sentinel {i}"),
-                Command::new("redis-server").arg(&conf).arg("--sentinel"),
-                dir.join(format!("sentinel-{i}.log")),
-            ));
-        }
-        wait_until("the replica and the sentinels to be ready", || {
-            let synced = cli(&["-p", &replica.to_string(), "INFO", "replication"])
-                .is_some_and(|i| i.contains("master_link_status:up"));
-            let known = sentinels.iter().all(|s| {
-                cli(&["-p", &s.to_string(), "SENTINEL", "replicas", "main"])
-                    .is_some_and(|r| r.contains(&replica.to_string()))
-            });
-            synced && known
-        });
-        SentinelSetup {
-            procs,
-            primary,
-            replica,
-            sentinels,
-        }
-    }
-
-    /// The `[store]` table of a gateway using these sentinels.
-    fn store(&self, extra: &str) -> String {
-        let list: Vec<String> = self
-            .sentinels
-            .iter()
-            .map(|p| format!("\"redis://127.0.0.1:{p}\""))
-            .collect();
-        format!(
-            "[store]\nkind = \"redis_sentinel\"\nmaster_name = \"main\"\nsentinels = [{}]\n{extra}",
-            list.join(", ")
-        )
-    }
 }
 
 /// Three gateways finding the primary through the sentinels, 600 parallel requests (batched
