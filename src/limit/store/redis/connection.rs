@@ -3,21 +3,19 @@
 //! script loaded when a connection is made. The request lane's connection is repaired as
 //! soon as it is known lost (`repair.rs`); single-node and Sentinel connections speak RESP3
 //! unless the URL says `protocol=resp2`, so that a dropped connection reports itself. A
-//! Cluster is handed to `cluster/`, node by node.
+//! Cluster is handed to `cluster/`, node by node. Beside it: `link_sender.rs` (how its
+//! batches are sent), `link_ping.rs` (the repair task's ping), `warmth.rs` (its warm-up).
 
-use crate::clock::{Clock, MonotonicClock};
-use crate::limit::store::breaker::Attempt;
 use crate::limit::store::error::StoreError;
-use crate::limit::store::redis::batch::{BatchCounts, BatchTotals, Batcher, Kind, SendBatch, Sent};
+use crate::limit::store::redis::batch::{BatchCounts, BatchTotals, Batcher, Kind};
 use crate::limit::store::redis::cluster::node::NodeStatus;
 use crate::limit::store::redis::cluster::ClusterLink;
 use crate::limit::store::redis::config::{RedisConfig, Topology};
 use crate::limit::store::redis::landing::Landing;
 use crate::limit::store::redis::making::{connect_bound, connection_timeout, Making};
-use crate::limit::store::redis::patient::patient;
-use crate::limit::store::redis::repair::{repair_loop, LaneWatch, OnDisconnect, Ping};
+use crate::limit::store::redis::repair::{repair_loop, LaneWatch, OnDisconnect};
 use crate::limit::store::redis::scripts::{Call, Scripts};
-use crate::limit::store::redis::warmth::{Next, Warmth, FIRST_PAUSE, MAX_PAUSE};
+use crate::limit::store::redis::warmth::{warm_up, WarmUp, Warmth};
 use crate::limit::store::redis::wire::{
     load, lost_connection, names_protocol, run, tls_certificates, with_auth, Lane, LATE_REPLY,
 };
@@ -36,7 +34,7 @@ use tokio::sync::OnceCell;
 
 // One per process, created once and never moved: variant sizes do not matter.
 #[allow(clippy::large_enum_variant)]
-enum Nodes {
+pub(super) enum Nodes {
     Single {
         client: redis::Client,
         lanes: Lanes<ConnectionManager>,
@@ -52,8 +50,8 @@ enum Nodes {
 }
 
 #[derive(Default)]
-struct SentinelLanes {
-    requests: arc_swap::ArcSwapOption<MultiplexedConnection>,
+pub(super) struct SentinelLanes {
+    pub(super) requests: arc_swap::ArcSwapOption<MultiplexedConnection>,
     background: arc_swap::ArcSwapOption<MultiplexedConnection>,
 }
 
@@ -66,7 +64,7 @@ impl SentinelLanes {
     }
 }
 
-struct Lanes<C> {
+pub(super) struct Lanes<C> {
     requests: OnceCell<C>,
     background: OnceCell<C>,
 }
@@ -89,27 +87,27 @@ impl<C> Lanes<C> {
 
 /// The connections of one Redis store.
 pub struct Link {
-    nodes: Nodes,
+    pub(super) nodes: Nodes,
     /// The store timeout: a batch call's bound (and, through `making.rs`, what bounds making
     /// a connection).
-    store_timeout: Duration,
+    pub(super) store_timeout: Duration,
     /// Each lane's connection being made in a task of its own (single node, Sentinel).
     making: [Making; 2],
-    scripts: Arc<Scripts>,
+    pub(super) scripts: Arc<Scripts>,
     /// Whether the request lane's connection is known lost (and being repaired).
-    watch: Arc<LaneWatch>,
+    pub(super) watch: Arc<LaneWatch>,
     /// RESP3: the connections report a drop (single node, Sentinel).
     resp3: bool,
     /// The request lane's decisions (single node, Sentinel; a Cluster's are node by node).
     batcher: Arc<Batcher>,
     counts: Arc<BatchCounts>,
     /// The store's breaker (single node, Sentinel): each batch call reports to it once.
-    breaker: Option<Arc<StoreBreaker>>,
+    pub(super) breaker: Option<Arc<StoreBreaker>>,
     /// Whether the request connection was made before requests needed it (`warmth.rs`).
     warmth: Warmth,
     /// Sentinel: calls that timed out since the last answered one.
     timeouts_in_a_row: AtomicU32,
-    me: Weak<Link>,
+    pub(super) me: Weak<Link>,
 }
 
 impl Link {
@@ -214,7 +212,7 @@ impl Link {
     /// it is warm, or the grace is over.
     pub async fn warm(self: Arc<Link>) {
         if self.warmth.begin() {
-            self.warm_up().await;
+            warm_up(&*self).await;
         } else {
             self.warmth.done().await;
         }
@@ -226,45 +224,10 @@ impl Link {
     pub async fn warmed(&self) {
         if self.warmth.begin() {
             if let Some(me) = self.me.upgrade() {
-                tokio::spawn(async move { me.warm_up().await });
+                tokio::spawn(async move { warm_up(&*me).await });
             }
         }
         self.warmth.next_outcome().await;
-    }
-
-    /// The warm-up loop: one attempt after another until the request connection is made
-    /// (each attempt bounded: `making.rs`), or the grace is over.
-    async fn warm_up(&self) {
-        let started = std::time::Instant::now();
-        let mut pause = FIRST_PAUSE;
-        loop {
-            let began = std::time::Instant::now();
-            let attempt = tokio::time::timeout(self.warmth.left(), self.request_lane()).await;
-            let error = match attempt {
-                Ok(Ok(())) => {
-                    self.warmth.warmed();
-                    log::info!(
-                        "limiter store warm in {:?}: the request connection is made and its scripts loaded",
-                        started.elapsed()
-                    );
-                    return;
-                }
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => "no connection within the startup grace".to_owned(),
-            };
-            let at_once = began.elapsed() < self.store_timeout;
-            match self.warmth.failed(pause, at_once) {
-                Next::Pause(wait) => tokio::time::sleep(wait).await,
-                Next::GiveUp => {
-                    log::warn!(
-                        "limiter store not warm after its startup grace of {:?} ({error}): the instance is ready, and requests Redis cannot decide meet their route's failure mode",
-                        self.warmth.grace()
-                    );
-                    return;
-                }
-            }
-            pause = (pause * 2).min(MAX_PAUSE);
-        }
     }
 
     /// Makes the request lane's connection (every primary's, on a Cluster), scripts loaded.
@@ -311,7 +274,7 @@ impl Link {
     }
 
     /// A call on this lane was answered: the timeouts in a row start again from none.
-    fn answered(&self) {
+    pub(super) fn answered(&self) {
         if self.timeouts_in_a_row.load(Ordering::Relaxed) != 0 {
             self.timeouts_in_a_row.store(0, Ordering::Relaxed);
         }
@@ -369,10 +332,7 @@ impl Link {
                 .batched(call, member, (landing, bound), queued)
                 .await;
         }
-        let sender = LinkSender {
-            link: self.me.clone(),
-            timeout: self.store_timeout,
-        };
+        let sender = self.sender();
         let script = call.script;
         let alone = |cmd| Call {
             script,
@@ -432,7 +392,7 @@ impl Link {
     }
 
     /// The single node's connection for `lane`, made (with every script loaded) if needed.
-    async fn single<'a>(
+    pub(super) async fn single<'a>(
         &self,
         lanes: &'a Lanes<ConnectionManager>,
         lane: Lane,
@@ -447,7 +407,7 @@ impl Link {
 
     /// The Sentinel primary's connection for `lane`, made (with every script loaded) if
     /// needed.
-    async fn sentinel(
+    pub(super) async fn sentinel(
         &self,
         lanes: &SentinelLanes,
         lane: Lane,
@@ -562,62 +522,17 @@ impl Link {
     }
 }
 
-impl Ping for Link {
-    fn watch(&self) -> &LaneWatch {
-        &self.watch
+impl WarmUp for Link {
+    fn warmth(&self) -> &Warmth {
+        &self.warmth
     }
 
-    /// One PING through the request lane's connection (made anew if the old one is gone;
-    /// on Sentinel, to the primary the sentinels name now), bounded by the time making a
-    /// connection may take plus a call's.
-    async fn ping(&self) -> bool {
-        let ping = async {
-            match &self.nodes {
-                Nodes::Single { lanes, .. } => {
-                    let conn = self.single(lanes, Lane::Requests).await?;
-                    let pong = redis::cmd("PING")
-                        .query_async::<()>(&mut conn.clone())
-                        .await;
-                    match pong {
-                        // The manager's last reconnection failed (Redis was down then): this
-                        // error started a new one, which the second ping waits for.
-                        Err(e) if lost_connection(&e) => {
-                            redis::cmd("PING")
-                                .query_async::<()>(&mut conn.clone())
-                                .await
-                        }
-                        pong => pong,
-                    }
-                }
-                Nodes::Cluster(cluster) => match cluster.ping().await {
-                    true => Ok(()),
-                    false => Err(RedisError::from((
-                        redis::ErrorKind::Io,
-                        "no node of the cluster answered",
-                    ))),
-                },
-                Nodes::Sentinel { lanes, .. } => {
-                    let slot = &lanes.requests;
-                    let conn = self.sentinel(lanes, Lane::Requests).await?;
-                    let pong = redis::cmd("PING")
-                        .query_async::<()>(&mut (*conn).clone())
-                        .await;
-                    if pong.is_err() {
-                        slot.compare_and_swap(&conn, None);
-                    }
-                    pong
-                }
-            }
-        };
-        matches!(
-            tokio::time::timeout(
-                connect_bound(self.store_timeout)
-                    + self.store_timeout.max(Duration::from_millis(100)),
-                ping
-            )
-            .await,
-            Ok(Ok(()))
-        )
+    fn store_timeout(&self) -> Duration {
+        self.store_timeout
+    }
+
+    fn attempt(&self) -> impl std::future::Future<Output = Result<(), StoreError>> + Send + '_ {
+        self.request_lane()
     }
 }
 
@@ -648,63 +563,6 @@ impl Link {
                 c.redirects.ask.load(std::sync::atomic::Ordering::Relaxed),
             ),
             _ => (0, 0),
-        }
-    }
-}
-
-/// Sends a single node's or Sentinel primary's batches, within the store timeout.
-#[derive(Clone)]
-struct LinkSender {
-    link: Weak<Link>,
-    timeout: Duration,
-}
-
-impl SendBatch for LinkSender {
-    fn send(
-        &self,
-        cmd: &redis::Cmd,
-        batch: bool,
-    ) -> impl std::future::Future<Output = Sent> + Send {
-        let link = self.link.upgrade();
-        let timeout = self.timeout;
-        async move {
-            let Some(link) = link else {
-                return Sent::Failed(StoreError::Unavailable("the store was replaced".into()));
-            };
-            let scripts = &link.scripts;
-            let call = Call {
-                script: if batch {
-                    &scripts.batch
-                } else {
-                    &scripts.check
-                },
-                cmd: Cow::Borrowed(cmd),
-            };
-            let sent = patient(timeout, link.invoke::<redis::Value>(&call, Lane::Requests));
-            let result = match sent.await {
-                Ok(result) => result,
-                Err(_) => {
-                    link.timed_out();
-                    Err(StoreError::Timeout(timeout))
-                }
-            };
-            // One call for the breaker, however many decisions it carried.
-            if let Some(breaker) = &link.breaker {
-                let now = MonotonicClock.now_ms();
-                if breaker.ended(Attempt::Call, result.as_ref().map(|_| ()), now) {
-                    link.lost();
-                }
-            }
-            match result {
-                Ok(value) => {
-                    link.answered();
-                    Sent::Replied(value)
-                }
-                Err(StoreError::Refused(message)) if batch => {
-                    Sent::NotDecided(crate::limit::store::redis::batch::unsupported(&message))
-                }
-                Err(e) => Sent::Failed(e),
-            }
         }
     }
 }

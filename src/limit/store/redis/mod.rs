@@ -7,7 +7,9 @@
 //!   Sentinel, the primary the sentinels name (asked again after a failover or a timeout).
 //! - [`cluster`]: Redis Cluster node by node — the slot map, each node's connections and
 //!   circuit breaker, redirects followed.
-//! - `repair.rs`: the request connection made again as soon as it is known lost.
+//! - `repair.rs`: the request connection made again as soon as it is known lost
+//!   (`link_ping.rs`: its ping); `link_sender.rs`: a single node's or Sentinel primary's
+//!   batches sent.
 //! - `making.rs`: connections made in a task of their own, never cancelled by a request
 //!   giving up at its timeout; `warmth.rs`: a new store's request connection made before
 //!   requests need it (`/readyz` waits for it, within `store.startup_grace`).
@@ -29,6 +31,8 @@ pub mod connection;
 mod groups;
 pub mod keys;
 mod landing;
+mod link_ping;
+mod link_sender;
 mod making;
 mod patient;
 mod repair;

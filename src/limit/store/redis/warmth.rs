@@ -19,6 +19,7 @@
 //! Warm is a state of the store, not of each connection: a connection lost later is repaired
 //! as ever (`repair.rs`), with requests bounded by their `store.timeout` meanwhile.
 
+use crate::limit::store::error::StoreError;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -150,6 +151,50 @@ impl Warmth {
                 return;
             }
         }
+    }
+}
+
+/// What the warm-up loop needs of the connections: one attempt at making the request lane.
+pub trait WarmUp: Send + Sync {
+    fn warmth(&self) -> &Warmth;
+    fn store_timeout(&self) -> Duration;
+    fn attempt(&self) -> impl std::future::Future<Output = Result<(), StoreError>> + Send + '_;
+}
+
+/// The warm-up: one attempt after another until the request connection is made (each
+/// attempt bounded: `making.rs`), or the grace is over. An attempt that failed within the
+/// store timeout failed at once (Redis or the network said no).
+pub async fn warm_up<L: WarmUp>(link: &L) {
+    let warmth = link.warmth();
+    let started = std::time::Instant::now();
+    let mut pause = FIRST_PAUSE;
+    loop {
+        let began = std::time::Instant::now();
+        let attempt = tokio::time::timeout(warmth.left(), link.attempt()).await;
+        let error = match attempt {
+            Ok(Ok(())) => {
+                warmth.warmed();
+                log::info!(
+                    "limiter store warm in {:?}: the request connection is made and its scripts loaded",
+                    started.elapsed()
+                );
+                return;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "no connection within the startup grace".to_owned(),
+        };
+        let at_once = began.elapsed() < link.store_timeout();
+        match warmth.failed(pause, at_once) {
+            Next::Pause(wait) => tokio::time::sleep(wait).await,
+            Next::GiveUp => {
+                log::warn!(
+                    "limiter store not warm after its startup grace of {:?} ({error}): the instance is ready, and requests Redis cannot decide meet their route's failure mode",
+                    warmth.grace()
+                );
+                return;
+            }
+        }
+        pause = (pause * 2).min(MAX_PAUSE);
     }
 }
 
