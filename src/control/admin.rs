@@ -16,6 +16,7 @@
 //! a page whose name was rebound to this address (DNS rebinding) cannot read or change
 //! anything, token or not.
 
+use crate::control::admin_guard::{bearer, cross_site_write, host_allowed, Throttle};
 use crate::control::refusals_api;
 use crate::control::reload::{ReloadError, Reloaded, Reloader};
 use crate::control::snapshot::{IpTableId, Snapshot, SnapshotHandle};
@@ -34,6 +35,8 @@ pub struct Admin {
     metrics: Arc<Metrics>,
     reloader: Arc<Reloader>,
     files: crate::control::clients_file::FileClients,
+    /// Wrong tokens, per address (`admin_guard.rs`).
+    throttle: Throttle,
 }
 
 impl Admin {
@@ -43,6 +46,7 @@ impl Admin {
             metrics,
             reloader,
             files: Default::default(),
+            throttle: Throttle::default(),
         }
     }
 
@@ -276,15 +280,6 @@ impl Admin {
     }
 }
 
-/// The token of `Authorization: Bearer <token>`, if that is what the header says.
-fn bearer(header: Option<&http::HeaderValue>) -> Option<&[u8]> {
-    let value = header?.as_bytes();
-    match value.get(..7) {
-        Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => Some(value[7..].trim_ascii()),
-        _ => None,
-    }
-}
-
 /// The request body, at most [`crate::control::clients_api::MAX_BODY`] bytes, each read
 /// bounded by `pause`.
 async fn read_body(
@@ -315,42 +310,6 @@ async fn read_body(
             }
         }
     }
-}
-
-/// Whether the admin listener answers a request naming `host` (`Host`, or the absolute-form
-/// target's authority; a port is ignored): none named (HTTP/1.0), an IP literal (no name to
-/// rebind), `localhost`, this machine's name, or one of `extra`.
-fn host_allowed(host: Option<&[u8]>, extra: &[String]) -> bool {
-    let Some(host) = host else {
-        return true;
-    };
-    let Ok(host) = std::str::from_utf8(host) else {
-        return false;
-    };
-    let host = host.trim();
-    // `[v6]:port`, `[v6]`, `name:port`, `name`, `v4:port`.
-    let name = match host.strip_prefix('[') {
-        Some(rest) => match rest.split_once(']') {
-            Some((v6, _)) => return v6.parse::<std::net::Ipv6Addr>().is_ok(),
-            None => return false,
-        },
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
-    };
-    if name.parse::<std::net::Ipv4Addr>().is_ok() {
-        return true;
-    }
-    let name = name.trim_end_matches('.').to_ascii_lowercase();
-    name == "localhost" || name == machine_name() || extra.contains(&name)
-}
-
-/// This machine's host name (lower case; empty when unknown).
-fn machine_name() -> &'static str {
-    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    NAME.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_ascii_lowercase())
-            .unwrap_or_default()
-    })
 }
 
 fn answer((status, body): refusals_api::Answer) -> Response<Vec<u8>> {
@@ -402,10 +361,34 @@ impl ServeHttp for Admin {
                 &json!({"error": "more than one Authorization header"}),
             );
         }
+        let peer = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
+        if !admin.tokens.is_empty() {
+            if let Some(retry) = self.throttle.refused(peer) {
+                self.metrics
+                    .admin_auth_failures
+                    .with_label_values(&["throttled"])
+                    .inc();
+                let mut resp = json_response(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    &json!({"error": "too many wrong admin tokens from this address: try again later"}),
+                );
+                resp.headers_mut()
+                    .insert(http::header::RETRY_AFTER, http::HeaderValue::from(retry));
+                return resp;
+            }
+        }
         let actor = bearer(first)
             .and_then(|presented| admin.token_named(presented))
             .map(str::to_owned);
         if !admin.tokens.is_empty() && actor.is_none() {
+            self.throttle.failed(peer);
+            self.metrics
+                .admin_auth_failures
+                .with_label_values(&["refused"])
+                .inc();
             let mut resp = json_response(
                 StatusCode::UNAUTHORIZED,
                 &json!({"error": "admin token required"}),
@@ -416,6 +399,9 @@ impl ServeHttp for Admin {
             );
             return resp;
         }
+        if let Some((status, why)) = cross_site_write(req) {
+            return json_response(status, &json!({ "error": why }));
+        }
         let reading = matches!(req.method, http::Method::GET | http::Method::HEAD);
         if let Some(name) = actor.as_deref().filter(|n| !reading && !admin.may_write(n)) {
             return json_response(
@@ -424,6 +410,7 @@ impl ServeHttp for Admin {
             );
         }
         let (method, path) = (req.method.as_str().to_owned(), req.uri.path().to_owned());
+        let query = req.uri.query().map(str::to_owned);
         if path.starts_with("/clients") || path == "/registry/restore" {
             let body = match read_body(session, snapshot.config.server.limits.header_timeout).await
             {
@@ -440,8 +427,8 @@ impl ServeHttp for Admin {
                 return resp;
             }
         }
-        self.route(&snapshot, &method, &path, actor.as_deref())
-            .await
+        let asked = (method.as_str(), path.as_str(), query.as_deref());
+        self.route(&snapshot, asked, actor.as_deref()).await
     }
 }
 
@@ -450,8 +437,7 @@ impl Admin {
     async fn route(
         &self,
         snapshot: &Snapshot,
-        method: &str,
-        path: &str,
+        (method, path, query): (&str, &str, Option<&str>),
         actor: Option<&str>,
     ) -> Response<Vec<u8>> {
         match (method, path) {
@@ -467,7 +453,10 @@ impl Admin {
             }
             ("GET", "/healthz") => json_response(StatusCode::OK, &json!({"status": "ok"})),
             ("GET", "/limited") => answer(refusals_api::limited(snapshot).await),
-            ("GET", "/refusals") => answer(refusals_api::latest(snapshot)),
+            ("GET", "/refusals") => match refusals_api::id_in_query(query) {
+                Some(raw) => answer(refusals_api::refusal(snapshot, raw)),
+                None => answer(refusals_api::latest(snapshot)),
+            },
             ("GET", path) if path.starts_with("/refusals/") => {
                 answer(refusals_api::refusal(snapshot, &path["/refusals/".len()..]))
             }
@@ -504,59 +493,5 @@ impl Admin {
                 &json!({"error": "not found", "path": path}),
             ),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bearer_tokens_must_match_exactly() {
-        let config = crate::control::config::AdminConfig {
-            listen: "127.0.0.1:9090".parse().unwrap(),
-            tokens: vec![
-                ("admin".into(), "admin-token-0123456789".into()),
-                ("ci".into(), "ci-token-0123456789abc".into()),
-            ],
-            readers: Vec::new(),
-            hosts: Vec::new(),
-        };
-        let h = |v: &str| http::HeaderValue::from_str(v).unwrap();
-        let who = |v: &str| bearer(Some(&h(v))).and_then(|t| config.token_named(t));
-        assert_eq!(who("Bearer admin-token-0123456789"), Some("admin"));
-        assert_eq!(who("bearer  ci-token-0123456789abc "), Some("ci"));
-        assert_eq!(who("Bearer admin-token-012345678"), None);
-        assert_eq!(who("Basic admin-token-0123456789"), None);
-        assert_eq!(bearer(None), None);
-    }
-
-    #[test]
-    fn only_the_listeners_own_names_and_ip_literals_are_answered() {
-        let extra = vec!["turnstile-admin.internal".to_owned()];
-        let allowed = |h: &str| host_allowed(Some(h.as_bytes()), &extra);
-        for ok in [
-            "127.0.0.1:9090",
-            "10.1.2.3",
-            "[::1]:9090",
-            "[::1]",
-            "localhost:9090",
-            "LOCALHOST",
-            "localhost.",
-            "turnstile-admin.internal:9090",
-        ] {
-            assert!(allowed(ok), "{ok}");
-        }
-        for refused in [
-            "attacker.example",
-            "attacker.example:9090",
-            "localhost.attacker.example",
-            "[::1",
-            "127.0.0.1.attacker.example",
-        ] {
-            assert!(!allowed(refused), "{refused}");
-        }
-        assert!(!host_allowed(Some(b"\xff"), &extra));
-        assert!(host_allowed(None, &extra));
     }
 }

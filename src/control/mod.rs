@@ -10,6 +10,7 @@
 //! reloads (and serves the metrics and health endpoints operators scrape).
 
 pub mod admin;
+pub mod admin_guard;
 pub mod client_auth;
 pub mod clients_api;
 pub mod clients_file;

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! GET /refusals/{request_id}   why that request was refused (429 or 503)
+//! GET /refusals?id={request_id}  the same (any id, even one of dots)
 //! GET /refusals                this instance's latest refusals
 //! GET /limited                 who was refused most in the last minute and hour
 //! ```
@@ -81,9 +82,14 @@ pub fn latest(snapshot: &Snapshot) -> Answer {
 }
 
 /// `GET /refusals/{request_id}`: why that request was refused (429 or 503), if it is among
-/// this instance's latest.
-pub fn refusal(snapshot: &Snapshot, request_id: &str) -> Answer {
-    match snapshot.refusals.find(request_id) {
+/// this instance's latest. `raw` is the path's last segment as sent: percent-decoded once,
+/// strictly ([`request_id_of`]).
+pub fn refusal(snapshot: &Snapshot, raw: &str) -> Answer {
+    let request_id = match request_id_of(raw) {
+        Ok(id) => id,
+        Err(why) => return (StatusCode::BAD_REQUEST, json!({ "error": why })),
+    };
+    match snapshot.refusals.find(&request_id) {
         Some(refusal) => (StatusCode::OK, json!(refusal)),
         None => (
             StatusCode::NOT_FOUND,
@@ -93,5 +99,77 @@ pub fn refusal(snapshot: &Snapshot, request_id: &str) -> Answer {
                 ),
             }),
         ),
+    }
+}
+
+/// `GET /refusals?id=<request id>`: the id's raw (percent-encoded) value, if the query names
+/// one. The console asks this way: a browser resolves a path segment of dots (`..`, even as
+/// `%2E%2E`) away before it sends it, and `..` is an id the gateway keeps.
+pub fn id_in_query(query: Option<&str>) -> Option<&str> {
+    query?.split('&').find_map(|p| p.strip_prefix("id="))
+}
+
+/// The request id a path segment (or the query's `id`) names: percent-decoded once (`order%3A42` → `order:42`,
+/// `tenant%2F7` → `tenant/7`, `a%2Bb%3D%3D` → `a+b==`; `%252F` stays `%2F`, never decoded
+/// twice). An id is any of the visible ASCII characters the gateway keeps in `X-Request-Id`,
+/// so one id has exactly one spelling here: a `/` must come encoded (a raw one would make
+/// `a/b` and `a%2Fb` two paths to one id), and a malformed escape or a decoded byte the
+/// gateway would never have kept is refused rather than guessed at.
+pub fn request_id_of(raw: &str) -> Result<String, String> {
+    if raw.contains('/') {
+        return Err("a request id's `/` must be sent percent-encoded (%2F)".into());
+    }
+    let bytes = raw.as_bytes();
+    let mut id = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = |b: u8| (b as char).to_digit(16);
+            let pair = bytes
+                .get(i + 1..i + 3)
+                .and_then(|p| Some((hex(p[0])?, hex(p[1])?)));
+            let Some((high, low)) = pair else {
+                return Err("a malformed percent-escape in the request id".into());
+            };
+            id.push((high * 16 + low) as u8);
+            i += 3;
+        } else {
+            id.push(bytes[i]);
+            i += 1;
+        }
+    }
+    if !crate::chain::request_id::is_acceptable(&id) {
+        return Err(format!(
+            "not a request id the gateway keeps: 1 to {} visible ASCII characters",
+            crate::chain::request_id::MAX_LEN
+        ));
+    }
+    Ok(String::from_utf8(id).expect("visible ASCII"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::request_id_of;
+
+    #[test]
+    fn ids_real_systems_send_are_decoded_once_and_strictly() {
+        for (raw, id) in [
+            ("order%3A42", "order:42"),
+            ("order:42", "order:42"),
+            ("tenant%2F7%2Freq-1", "tenant/7/req-1"),
+            (
+                "Root%3D1-67891233-abcdef012345678912345678",
+                "Root=1-67891233-abcdef012345678912345678",
+            ),
+            ("a%2Bb%3D%3D", "a+b=="),
+            ("a+b==", "a+b=="),
+            ("%252F", "%2F"),
+            ("0f3a%3Fq%23x", "0f3a?q#x"),
+        ] {
+            assert_eq!(request_id_of(raw).as_deref(), Ok(id), "{raw}");
+        }
+        for bad in ["tenant/7", "a%2", "a%zz", "%", "", "a%20b", "%00", "%C3%A9"] {
+            assert!(request_id_of(bad).is_err(), "{bad:?} accepted");
+        }
     }
 }

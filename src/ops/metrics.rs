@@ -48,6 +48,9 @@ pub struct Metrics {
     /// Per upstream pool and server.
     pub upstream: UpstreamMetrics,
     pub reloads: IntCounterVec,
+    /// Admin requests refused for their token: `refused` (a wrong or missing token) and
+    /// `throttled` (from an address that sent too many wrong ones lately).
+    pub admin_auth_failures: IntCounterVec,
     pub config_version: IntGauge,
     pub config_info: IntGaugeVec,
     pub tracked_entries: IntGaugeVec,
@@ -254,6 +257,7 @@ impl Metrics {
             ],
             upstream: UpstreamMetrics::new(r),
             reloads: counter_vec(r, "turnstile_config_reloads_total", "Configuration reloads by result", &["result"]),
+            admin_auth_failures: counter_vec(r, "turnstile_admin_auth_failures_total", "Admin requests refused for their token: refused (wrong or missing), throttled (too many wrong ones from the address lately)", &["outcome"]),
             config_version: gauge(r, "turnstile_config_version", "Number of configurations loaded since start (1 = the initial one)"),
             config_info: gauge_vec(r, "turnstile_config_info", "The loaded configuration's content hash (value 1)", &["hash"]),
             tracked_entries: gauge_vec(r, "turnstile_tracked_entries", "Entries held by in-process limiter tables (per-IP tables, local stores)", &["table"]),

@@ -54,9 +54,14 @@ pub struct DegradedLog {
 impl DegradedLog {
     /// Counts one degraded decision at `now_ms`; `Some(count)` when it is time to log.
     pub fn note(&self, now_ms: u64) -> Option<u64> {
+        self.note_every(now_ms, DEGRADED_LOG_EVERY)
+    }
+
+    /// Counts one event at `now_ms`; `Some(count since the last)` at most once per `every`.
+    pub fn note_every(&self, now_ms: u64, every: Duration) -> Option<u64> {
         self.since.fetch_add(1, Ordering::Relaxed);
         let last = self.last_ms.load(Ordering::Relaxed);
-        let due = now_ms >= last + DEGRADED_LOG_EVERY.as_millis() as u64;
+        let due = now_ms >= last + every.as_millis() as u64;
         (due && self
             .last_ms
             .compare_exchange(last, now_ms, Ordering::AcqRel, Ordering::Relaxed)
