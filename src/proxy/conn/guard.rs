@@ -5,7 +5,8 @@
 
 use super::deadline::{Deadlines, Due};
 use super::h2::{Expiry, H2Watch, Limits};
-use super::refusal::replace_bodiless_error;
+use super::head::{HeadGuard, HeadScan};
+use super::refusal::{problem_response, replace_bodiless_error};
 use super::timer::{ms_since_start, Timer};
 use async_trait::async_trait;
 use pingora::protocols::{
@@ -29,6 +30,9 @@ pub struct GuardedStream {
     replacing: Option<(Vec<u8>, usize)>,
     /// HTTP/2: the deadlines read off the frames.
     h2: Option<Box<H2Watch>>,
+    /// The admin listener: its request head measured as it arrives (`head.rs`), and the
+    /// answer being written when it broke a bound.
+    head: Option<Box<HeadGuard>>,
 }
 
 impl GuardedStream {
@@ -40,6 +44,47 @@ impl GuardedStream {
             timer: Timer::default(),
             replacing: None,
             h2: None,
+            head: None,
+        }
+    }
+
+    /// The admin listener's connections: a request line longer than `target_max` (plus a
+    /// method and version) is answered 414, a head longer than `head_max` 431, and the
+    /// connection ends (`head.rs`).
+    pub fn with_head_limits(mut self, target_max: usize, head_max: usize) -> GuardedStream {
+        self.head = Some(Box::new(HeadGuard {
+            scan: HeadScan::new(target_max, head_max),
+            answer: None,
+        }));
+        self
+    }
+
+    /// Writes the answer to a head that broke its bound, then fails the read (Pingora then
+    /// closes the connection without writing anything of its own).
+    fn poll_refuse(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let Some(HeadGuard {
+            answer: Some((bytes, written)),
+            ..
+        }) = self.head.as_deref_mut()
+        else {
+            return Poll::Ready(Ok(()));
+        };
+        while *written < bytes.len() {
+            match Pin::new(&mut self.inner).poll_write(cx, &bytes[*written..]) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()))
+                }
+                Poll::Ready(Ok(n)) => *written += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        match Pin::new(&mut self.inner).poll_flush(cx) {
+            Poll::Pending => Poll::Pending,
+            _ => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "request head too large: answered",
+            ))),
         }
     }
 
@@ -54,6 +99,7 @@ impl GuardedStream {
                 limits,
                 ms_since_start(Instant::now()),
             ))),
+            head: None,
         }
     }
 
@@ -95,6 +141,21 @@ impl GuardedStream {
         let read = Pin::new(&mut self.inner).poll_read(cx, buf);
         if due == Due::Idle && buf.filled().len() > filled {
             self.deadlines.request_began();
+        }
+        if let Some(head) = self.head.as_deref_mut() {
+            if head.answer.is_none() {
+                if let Some(over) = head.scan.feed(&buf.filled()[filled..]) {
+                    let detail = match over.status() {
+                        414 => "the request target is longer than this listener accepts",
+                        _ => "the request head is larger than this listener accepts",
+                    };
+                    head.answer = Some((problem_response(over.status(), detail), 0));
+                }
+            }
+            if head.answer.is_some() {
+                buf.set_filled(filled);
+                return self.poll_refuse(cx);
+            }
         }
         read
     }

@@ -10,6 +10,7 @@ mod deadline;
 mod guard;
 pub mod h2;
 mod handshake;
+mod head;
 mod refusal;
 mod timer;
 
@@ -99,7 +100,8 @@ async fn is_http2(stream: &mut Stream, h2c: bool) -> bool {
 /// The admin listener's connections: one request each (the admin answers with
 /// `Connection: close`), its head due `header_timeout` after the connection opened — Pingora
 /// would wait 60 s for a half-sent request, and the admin has no hook to re-arm a deadline
-/// between kept-alive requests.
+/// between kept-alive requests — and no longer than the server's `max_uri_length` and
+/// `max_header_bytes` (414, 431: `head.rs`).
 pub struct Bounded<A> {
     inner: Arc<A>,
     snapshots: SnapshotHandle,
@@ -121,8 +123,10 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Bounded<A> {
         stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
-        let header_timeout = self.snapshots.load().config.server.limits.header_timeout;
-        let guarded = GuardedStream::new(stream, header_timeout);
+        let snapshot = self.snapshots.load();
+        let limits = &snapshot.config.server.limits;
+        let guarded = GuardedStream::new(stream, limits.header_timeout)
+            .with_head_limits(limits.max_uri_length, limits.max_header_bytes);
         self.inner.process_new(Box::new(guarded), shutdown).await
     }
 

@@ -34,6 +34,13 @@ pub fn replace_bodiless_error(head: &[u8]) -> Option<Vec<u8>> {
         405 => "this method is not supported by the gateway",
         _ => kind.title(),
     };
+    Some(problem_response(status, detail))
+}
+
+/// A whole response: `status` with a problem+json body saying `detail`, and the connection
+/// closed.
+pub fn problem_response(status: u16, detail: &str) -> Vec<u8> {
+    let kind = Kind::from_status(status);
     let body = render(kind, detail, None);
     let reason = http::StatusCode::from_u16(status)
         .ok()
@@ -46,7 +53,7 @@ pub fn replace_bodiless_error(head: &[u8]) -> Option<Vec<u8>> {
     )
     .into_bytes();
     out.extend_from_slice(&body);
-    Some(out)
+    out
 }
 
 #[cfg(test)]
