@@ -61,6 +61,8 @@ pub(super) fn admin_config(file: AdminFile, problems: &mut Problems) -> AdminCon
                 &path,
                 format!("must be at least {MIN_ADMIN_TOKEN_LEN} visible ASCII characters"),
             );
+        } else if let Some(why) = guessable(&value) {
+            problems.push(&path, why);
         } else if tokens.iter().any(|(n, t)| *n == name || *t == value) {
             problems.push(&path, "the same name or token twice");
         } else {
@@ -91,5 +93,73 @@ pub(super) fn admin_config(file: AdminFile, problems: &mut Problems) -> AdminCon
         tokens,
         readers,
         hosts,
+    }
+}
+
+/// The least estimated entropy of an admin token, in bits.
+pub const MIN_TOKEN_BITS: f64 = 48.0;
+
+/// Why `token` is too easy to guess, judged by more than its length: too few distinct
+/// characters, mostly repeats or steps (`aaaa…`, `abab…`, `abcd…`, `1234…`), or too little
+/// entropy as estimated from how often each character occurs (a lower bound for a random
+/// value: 16 random hex digits come out near 55 bits). Never echoes the token.
+pub fn guessable(token: &str) -> Option<String> {
+    let bytes = token.as_bytes();
+    let mut counts = [0usize; 256];
+    for &b in bytes {
+        counts[b as usize] += 1;
+    }
+    let distinct = counts.iter().filter(|&&c| c > 0).count();
+    let n = bytes.len() as f64;
+    let bits: f64 = counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = c as f64 / n;
+            -p * p.log2() * n
+        })
+        .sum();
+    let steps = bytes
+        .windows(2)
+        .filter(|w| w[0].abs_diff(w[1]) <= 1)
+        .count();
+    let patterned = 2 * steps > bytes.len().saturating_sub(1);
+    let advice = "use a random value, e.g. `openssl rand -hex 32`";
+    if distinct < 8 || patterned {
+        return Some(format!(
+            "too easy to guess: a repeated or sequential pattern ({distinct} distinct characters); {advice}"
+        ));
+    }
+    (bits < MIN_TOKEN_BITS).then(|| {
+        format!("too easy to guess: about {bits:.0} bits, at least {MIN_TOKEN_BITS:.0} needed; {advice}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::guessable;
+
+    #[test]
+    fn a_token_is_judged_by_more_than_its_length() {
+        for weak in [
+            "aaaaaaaaaaaaaaaa",
+            "abababababababab",
+            "abcdefghijklmnop",
+            "0123456789012345",
+            "aaaaaaaaaaaaaaab",
+            "abcdabcdabcdabcdabcd",
+        ] {
+            assert!(guessable(weak).is_some(), "{weak} accepted");
+            assert!(!guessable(weak).unwrap().contains(weak), "echoed");
+        }
+        for strong in [
+            "c0nsole-admin-token-0123456789",
+            "admin-token-0123456789",
+            "9f86d081884c7d659a2feaa0c55ad015",
+            "Zq7-Yv2_pL9xR4tW",
+            "demo-admin-token-0001",
+        ] {
+            assert_eq!(guessable(strong), None, "{strong}");
+        }
     }
 }
