@@ -5,6 +5,7 @@
 'use strict';
 
 const TOKEN_KEY = 'turnstile-admin-token';
+const SIGNED_OUT_KEY = 'turnstile-signed-out';
 const POLL_MS = 2000;
 const WINDOW_POINTS = (15 * 60 * 1000) / POLL_MS;
 const CLASSES = [
@@ -15,7 +16,36 @@ const state = { token: sessionStorage.getItem(TOKEN_KEY) || '', page: 'overview'
 
 const $ = (selector) => document.querySelector(selector);
 
-/** An element with attributes and children (strings become text nodes, never HTML). */
+// Characters that change how text reads without showing themselves: controls, bidirectional
+// overrides and isolates (U+202E makes "\u202Eexe.gnp" read "png.exe" and reorders what
+// follows), zero-width and other invisible ones. Shown escaped, in a box of their own.
+const HIDDEN = /[\u0000-\u001f\u007f-\u009f\u00ad\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb]/g;
+
+/** `text` as nodes: as it is, but for the characters HIDDEN finds, each shown as `\uXXXX`. */
+function visible(text) {
+  const out = [];
+  let at = 0;
+  for (const m of text.matchAll(HIDDEN)) {
+    if (m.index > at) out.push(document.createTextNode(text.slice(at, m.index)));
+    const code = m[0].charCodeAt(0).toString(16).toUpperCase().padStart(4, '0');
+    const shown = document.createElement('span');
+    shown.className = 'hidden-char';
+    shown.title = `an invisible or direction-changing character, U+${code}`;
+    shown.textContent = `\\u${code}`;
+    out.push(shown);
+    at = m.index + m[0].length;
+  }
+  if (at < text.length || !out.length) out.push(document.createTextNode(text.slice(at)));
+  return out;
+}
+
+/** Replaces what `node` shows with `text`, made visible. */
+function setText(node, text) {
+  node.replaceChildren(...visible(text == null ? '' : String(text)));
+}
+
+/** An element with attributes and children (strings become text nodes, never HTML; their
+ *  invisible characters shown escaped). */
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
@@ -23,17 +53,18 @@ function el(tag, attrs = {}, ...children) {
     else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v);
   }
-  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(c == null ? '' : String(c)));
+  for (const c of children) e.append(...(c instanceof Node ? [c] : visible(c == null ? '' : String(c))));
   return e;
 }
 
 function say(text, bad = false) {
   const s = $('#status');
-  s.textContent = text;
+  setText(s, text);
   s.className = bad ? 'error' : 'muted';
 }
 
 class Unauthorized extends Error {}
+class Throttled extends Error {}
 
 /** One admin API call: JSON in and out (or text), the token in the header. */
 async function api(method, path, body) {
@@ -44,6 +75,9 @@ async function api(method, path, body) {
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   if (response.status === 401) throw new Unauthorized('the token was refused');
+  if (response.status === 429 && path === '/healthz') {
+    throw new Throttled(`too many wrong tokens from this address: try again in ${response.headers.get('retry-after') || 'a few'} s`);
+  }
   const text = await response.text();
   let data = text;
   if ((response.headers.get('content-type') || '').includes('json')) {
@@ -53,12 +87,15 @@ async function api(method, path, body) {
 }
 
 async function signIn(token) {
+  if (!token) return;
   state.token = token;
   try {
     await api('GET', '/healthz');
   } catch (e) {
     state.token = '';
-    $('#sign-in-error').textContent = e instanceof Unauthorized ? 'That token was refused.' : `No answer: ${e.message}`;
+    $('#token').value = '';
+    $('#sign-in-error').textContent = e instanceof Unauthorized ? 'That token was refused.'
+      : e instanceof Throttled ? `Refused: ${e.message}.` : `No answer: ${e.message}`;
     return;
   }
   sessionStorage.setItem(TOKEN_KEY, token);
@@ -69,19 +106,22 @@ async function signIn(token) {
   tick();
 }
 
+// Signing out forgets everything: the token (storage, field, memory) and every view drawn
+// with it — a key shown once included — by loading the page anew, in place of this one in
+// the history (Back does not bring it back). Why, if the token was refused, survives it.
 function signOut(message) {
-  sessionStorage.removeItem(TOKEN_KEY);
-  state.token = '';
   clearInterval(state.timer);
-  state.timer = null;
-  for (const page of document.querySelectorAll('.page')) page.hidden = true;
-  $('#tabs').hidden = true;
-  $('#sign-in').hidden = false;
-  $('#sign-in-error').textContent = message || '';
+  state.token = '';
+  $('#token').value = '';
+  sessionStorage.clear();
+  if (message) sessionStorage.setItem(SIGNED_OUT_KEY, message);
+  for (const page of document.querySelectorAll('.page')) page.replaceChildren();
+  location.replace(location.pathname);
 }
 
 function show(page) {
   state.page = page;
+  say('');
   for (const p of document.querySelectorAll('.page')) p.hidden = p.id !== page;
   for (const b of document.querySelectorAll('#tabs [data-page]')) {
     if (b.dataset.page === page) b.setAttribute('aria-current', 'page');
@@ -188,26 +228,26 @@ function draw() {
     line.setAttribute('points', points.map((p, i) => `${x(i).toFixed(1)},${y(p.rates[c]).toFixed(1)}`).join(' '));
     svg.append(line);
   }
-  const label = document.createElementNS(ns, 'text');
-  label.setAttribute('x', '4');
-  label.setAttribute('y', '14');
-  label.setAttribute('fill', 'currentColor');
-  label.setAttribute('font-size', '11');
-  label.textContent = `max ${max.toFixed(1)}/s`;
-  svg.append(label);
+  // Beside the chart, not in it: the chart stretches to the page's width, its text would too.
+  $('#chart-max').textContent = `top of the chart: ${max.toFixed(1)}/s`;
 }
 
 async function overview() {
-  const [{ data: config }, { data: ready }, { data: history }, { data: fleet }] = await Promise.all([
+  const [{ data: config }, { data: ready }, { data: history }, { data: fleet, status: fleetStatus }] = await Promise.all([
     api('GET', '/config'), api('GET', '/readyz'), api('GET', '/reloads'), api('GET', '/fleet'),
   ]);
   const utc = (s) => new Date(s * 1000).toISOString().replace('T', ' ').slice(0, 19);
-  fillTable('#fleet-list', (fleet.instances || []).map((i) => ({
-    instance: i.this ? `${i.id} (this one)` : i.id,
-    version: i.version || 'not announced',
-    started: i.started_at ? utc(i.started_at) : '–',
-    seen: `${(i.last_seen_ms / 1000).toFixed(1)} s ago`,
-  })), ['instance', 'version', 'started', 'seen']);
+  if (fleetStatus !== 200 || !Array.isArray(fleet.instances)) {
+    // The store did not answer: say so, never "nobody".
+    failTable('#fleet-list', 4, `Unknown: ${(fleet && fleet.error) || `the fleet's answer was ${fleetStatus}`}.`);
+  } else {
+    fillTable('#fleet-list', fleet.instances.map((i) => ({
+      instance: i.this ? `${i.id} (this one)` : i.id,
+      version: i.version || 'not announced',
+      started: i.started_at ? utc(i.started_at) : '–',
+      seen: `${(i.last_seen_ms / 1000).toFixed(1)} s ago`,
+    })), ['instance', 'version', 'started', 'seen']);
+  }
   fillTable('#reload-list', (history.reloads || []).slice(0, 10).map((r) => ({
     when: utc(r.at),
     trigger: r.trigger,
@@ -215,11 +255,12 @@ async function overview() {
     version: r.version,
     what: [...r.changed, ...r.problems].join('; ') + (r.more ? ` (+${r.more} more)` : ''),
   })), ['when', 'trigger', 'result', 'version', 'what']);
-  $('#config-version').textContent = `version ${config.version} (${String(config.hash).slice(0, 12)})`;
+  setText($('#config-version'), `version ${config.version} (${String(config.hash).slice(0, 12)})`);
   const store = ready.store || {};
   const nodes = (store.nodes || []).filter((n) => n.slots > 0);
   const shards = nodes.length ? `; ${nodes.filter((n) => n.circuit_breaker === 'closed').length}/${nodes.length} shards closed` : '';
-  $('#store-state').textContent = `${store.kind}: ${store.status}, breaker ${store.circuit_breaker}${shards}`;
+  const warming = store.warming ? ' (warming)' : '';
+  setText($('#store-state'), `${store.kind}: ${store.status}${warming}, breaker ${store.circuit_breaker}${shards}`);
   if (!$('#legend').childElementCount) {
     for (const [c, color] of CLASSES) {
       const swatch = el('i');
@@ -237,15 +278,20 @@ function fillTable(selector, rows, columns) {
   if (!rows.length) body.append(el('tr', {}, el('td', { colspan: String(columns.length), class: 'muted' }, 'nobody')));
 }
 
+/** A table whose data could not be had: one row saying why. */
+function failTable(selector, columns, why) {
+  $(`${selector} tbody`).replaceChildren(el('tr', {}, el('td', { colspan: String(columns), class: 'error' }, why)));
+}
+
 async function limited() {
   const { data } = await api('GET', '/limited');
   // The fleet's view where a shared store has one; else (or when it did not answer) this
   // instance's own.
   const fleet = data.fleet && data.fleet.minute ? data.fleet : null;
   const view = fleet || data;
-  $('#limited-scope').textContent = fleet
+  setText($('#limited-scope'), fleet
     ? `the fleet: ${fleet.merged.length} of ${fleet.instances} instance(s) merged, as of their last heartbeat`
-    : `this instance (${data.instance})${data.fleet && data.fleet.error ? `; the fleet: ${data.fleet.error}` : ''}`;
+    : `this instance (${data.instance})${data.fleet && data.fleet.error ? `; the fleet: ${data.fleet.error}` : ''}`);
   $('#minute-count').textContent = String(view.minute.refusals);
   $('#hour-count').textContent = String(view.hour.refusals);
   $('#minute-floor').textContent = String(view.minute.floor);
@@ -255,9 +301,15 @@ async function limited() {
   fillTable('#limited-hour', view.hour.top, columns);
 }
 
+/** `id` as one path segment (client ids and key ids, never only dots: the API's rule). */
+function segment(id) {
+  return encodeURIComponent(id);
+}
+
 async function lookup(id) {
   const out = $('#lookup-result');
-  const { status, data } = await api('GET', `/refusals/${encodeURIComponent(id)}`);
+  // In the query: a path segment of dots would be resolved away by the browser.
+  const { status, data } = await api('GET', `/refusals?id=${encodeURIComponent(id)}`);
   if (status !== 200) {
     out.replaceChildren(el('p', { class: 'error' }, data.error || `answer ${status}`));
     return;
@@ -267,8 +319,8 @@ async function lookup(id) {
     ['retry after', `${data.retry_after_s} s`], ['when', new Date(data.at_unix_ms).toISOString()], ['instance', data.instance],
   ];
   for (const l of data.limits) {
-    const key = l.key ? ` (key ${l.key})` : '';
-    rows.push([`limit ${l.name}${key}`, `${l.remaining} of ${l.limit} left, resets in ${Math.ceil(l.reset_ms / 1000)} s, retry in ${Math.ceil(l.retry_after_ms / 1000)} s`]);
+    rows.push([`limit ${l.name}`, `${l.remaining} of ${l.limit} left, resets in ${Math.ceil(l.reset_ms / 1000)} s, retry in ${Math.ceil(l.retry_after_ms / 1000)} s`]);
+    if (l.key) rows.push([`${l.name}: key`, el('code', {}, l.key)]);
   }
   out.replaceChildren(el('dl', { id: 'refusal' }, ...rows.flatMap(([k, v]) => [el('dt', {}, k), el('dd', {}, v)])));
 }
@@ -358,11 +410,25 @@ async function clients() {
     el('td', {}, c.plan), el('td', {}, String((c.keys || []).length)), el('td', {}, c.source))));
 }
 
+/** Why `id` cannot be a client id (the API's own rule), or null. */
+function badClientId(id) {
+  return /^[A-Za-z0-9_.-]{1,64}$/.test(id) && !/^\.+$/.test(id) ? null
+    : 'a client id is 1 to 64 of A-Z a-z 0-9 _ - ., and not only dots';
+}
+
+/** Metadata as a table of names and values (a value that is not text as JSON). */
+function metadataTable(metadata) {
+  const entries = Object.entries(metadata || {});
+  if (!entries.length) return el('p', { class: 'muted' }, 'no metadata');
+  return el('table', { id: 'metadata' }, el('thead', {}, el('tr', {}, el('th', {}, 'name'), el('th', {}, 'value'))),
+    el('tbody', {}, ...entries.map(([k, v]) => el('tr', {}, el('td', {}, k), el('td', {}, typeof v === 'string' ? v : JSON.stringify(v))))));
+}
+
 async function detail(id, issued) {
-  const path = `/clients/${encodeURIComponent(id)}`;
+  const path = `/clients/${segment(id)}`;
   const [{ data: client }, { data: usage }] = await Promise.all([api('GET', path), api('GET', `${path}/usage`)]);
   const parts = [el('h3', { id: 'detail-id' }, client.id)];
-  parts.push(el('p', {}, `plan ${client.plan}; metadata `, el('code', {}, JSON.stringify(client.metadata || {}))));
+  parts.push(el('p', {}, `plan ${client.plan}`), el('h4', {}, 'Metadata'), metadataTable(client.metadata));
   if (issued) parts.push(el('p', {}, 'New key (shown once): ', el('span', { class: 'secret', id: 'issued-key' }, issued)));
   const keys = (client.keys || []).map((k) => el('li', {}, el('code', {}, k.id), ' ',
     el('button', { type: 'button', class: 'revoke', 'data-key': k.id, onclick: () => guarded(() => revoke(id, k.id)) }, 'Revoke')));
@@ -377,7 +443,9 @@ async function detail(id, issued) {
 }
 
 async function create(id, plan) {
-  const { status, data } = await api('PUT', `/clients/${encodeURIComponent(id)}`, { plan });
+  const bad = badClientId(id);
+  if (bad) { say(`${JSON.stringify(id)}: ${bad}`, true); return; }
+  const { status, data } = await api('PUT', `/clients/${segment(id)}`, { plan });
   if (status >= 300) { say(refusal(data, status), true); return; }
   say(`client ${id} ${data.result || 'saved'}`);
   await clients();
@@ -385,15 +453,17 @@ async function create(id, plan) {
 }
 
 async function issue(id) {
-  const { status, data } = await api('POST', `/clients/${encodeURIComponent(id)}/keys`);
+  const { status, data } = await api('POST', `/clients/${segment(id)}/keys`);
   if (status >= 300) { say(refusal(data, status), true); return; }
+  await clients();
   await detail(id, data.key);
 }
 
 async function revoke(id, keyId) {
-  const { status, data } = await api('DELETE', `/clients/${encodeURIComponent(id)}/keys/${encodeURIComponent(keyId)}`);
+  const { status, data } = await api('DELETE', `/clients/${segment(id)}/keys/${segment(keyId)}`);
   if (status >= 300) { say(refusal(data, status), true); return; }
   say(`key ${keyId} revoked`);
+  await clients();
   await detail(id);
 }
 
@@ -404,5 +474,8 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#lookup-form').addEventListener('submit', (e) => { e.preventDefault(); guarded(() => lookup($('#request-id').value.trim())); });
   $('#create-form').addEventListener('submit', (e) => { e.preventDefault(); guarded(() => create($('#new-id').value.trim(), $('#new-plan').value.trim())); });
   $('#client-search').addEventListener('input', refresh);
+  const why = sessionStorage.getItem(SIGNED_OUT_KEY);
+  sessionStorage.removeItem(SIGNED_OUT_KEY);
+  if (why) $('#sign-in-error').textContent = why;
   if (state.token) signIn(state.token);
 });
