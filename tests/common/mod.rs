@@ -363,9 +363,11 @@ impl Gateway {
         &self.header
     }
 
-    /// `POST /reload` on the admin listener.
+    /// `POST /reload` on the admin listener (a change: with the JSON content type an HTML
+    /// form cannot send).
     pub fn reload(&self) -> http::Response {
-        http::request(self.admin_port, "POST", "/reload", &[], b"")
+        let json = [("Content-Type", "application/json")];
+        http::request(self.admin_port, "POST", "/reload", &json, b"")
     }
 
     /// The running configuration's version (1 = as started).

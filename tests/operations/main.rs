@@ -13,6 +13,7 @@ mod cli;
 mod compose;
 mod config;
 mod console;
+mod console_shift;
 mod container;
 mod dashboard;
 mod kubernetes;

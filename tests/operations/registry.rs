@@ -385,7 +385,7 @@ fn writes_need_a_named_token() {
         open.admin_port,
         "PUT",
         "/clients/x",
-        &[],
+        &[("Content-Type", "application/json")],
         br#"{"plan":"small"}"#,
     );
     assert_eq!(write.status, 403, "{}", write.text());
