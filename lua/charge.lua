@@ -3,13 +3,14 @@
 A limit with `cost_from_response` counted a request's estimate when it was admitted; the
 response says what it really cost (tokens an LLM used). This script counts the difference.
 
-KEYS[i]   the keys of the charged limits (fixed or sliding window counters, one slot)
+KEYS[i]   the keys of the charged limits (fixed or sliding window counters, one slot), then
+          the charge's marker: sent again (a retry after a timeout), it is applied once
 ARGV[1]   "" for the server's clock; tests only: an explicit time or "+<ms>" (lib.lua's now_ms)
 ARGV[2]   the time the request was admitted at (check.lua's now_ms)
 ARGV[3..] four per key: algorithm (fw | cw | sw), limit, window_ms (cw: the calendar bounds
           "previous:start:end:next" around now), delta (the units to add; negative: to give
           back)
-Reply     the number of keys changed
+Reply     the number of keys changed (0 for a charge applied before)
 Effect    more: counted in the window current now (a fixed window that ended starts afresh;
           a sliding window rolls as check.lua rolls it), never beyond twice the limit (a
           budget goes below zero by at most one budget; beyond, the rest is not counted).

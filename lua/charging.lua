@@ -3,8 +3,10 @@ each charge member of batch.lua.
 
 Function  charge_request(kb, n, ab, argc, clock) -> the number of keys changed, or nil and an
           error message
-  KEYS[kb + 1 .. kb + n]    the keys of the charged limits (fixed or sliding window counters,
-                            one slot)
+  KEYS[kb + 1 .. kb + n - 1] the keys of the charged limits (fixed or sliding window
+                            counters, one slot)
+  KEYS[kb + n]              the charge's marker (lib.lua's applied_before): a charge sent
+                            again is applied once
   ARGV[ab + 1 .. ab + argc] charge.lua's arguments (see there): the time spec, the time the
                             request was admitted at, then four per key
   clock                     the time spec -> now in milliseconds (now_ms, or batch.lua's: one
@@ -61,8 +63,10 @@ local function charge_more(key, algorithm, raw_window, delta, most, now)
 end
 
 local function charge_request(kb, n, ab, argc, clock)
-  if argc ~= 2 + CHARGE_PER * n then
-    return nil, 'expected 2 + 4 arguments per key, got ' .. argc .. ' for ' .. n .. ' keys'
+  local marker = KEYS[kb + n]
+  n = n - 1
+  if n < 1 or argc ~= 2 + CHARGE_PER * n then
+    return nil, 'expected keys and a marker, and 2 + 4 arguments per key, got ' .. argc .. ' for ' .. n .. ' keys'
   end
   -- Every algorithm is known before anything is written: a charge is all or nothing.
   for i = 1, n do
@@ -71,6 +75,7 @@ local function charge_request(kb, n, ab, argc, clock)
       return nil, 'cannot charge ' .. tostring(algorithm)
     end
   end
+  if applied_before(marker) then return 0 end
   local now, at = clock(ARGV[ab + 1]), tonumber(ARGV[ab + 2])
   local changed = 0
   for i = 1, n do
@@ -92,5 +97,6 @@ local function charge_request(kb, n, ab, argc, clock)
       changed = changed + 1
     end
   end
+  mark_applied(marker)
   return changed
 end

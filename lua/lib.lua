@@ -36,6 +36,15 @@ end
 -- explicit times run slightly behind Redis's clock.
 local TTL_GRACE_MS = 1000
 
+-- A call after a decision (a charge, a refund) is applied once however often it is sent: a
+-- retry after a timeout may follow a first attempt that did run. Each carries a marker key of
+-- its own (its last key, in its keys' slot), written with what it applied and kept
+-- ONCE_TTL_MS — longer than the gateway tries a call again (ONCE_HORIZON in
+-- src/limit/store/redis/settlements.rs).
+local ONCE_TTL_MS = 300000
+local function applied_before(marker) return redis.call('EXISTS', marker) == 1 end
+local function mark_applied(marker) redis.call('SET', marker, '1', 'PX', ONCE_TTL_MS) end
+
 local function expire(key, ttl_ms)
   redis.call('PEXPIRE', key, ttl_ms + TTL_GRACE_MS)
 end

@@ -10,7 +10,8 @@ The script sent to Redis is lib.lua (how a bucket's string reads and is written)
 leaky_bucket.lua (a leaky bucket's turns after it), return_units.lua, refunding.lua (the refund itself, shared with
 batch.lua) and this file (src/limit/store/redis/sources.rs).
 
-KEYS[i]   the keys check.lua committed (one slot)
+KEYS[i]   the keys check.lua committed (one slot), then the refund's marker: sent again (a
+          retry after a timeout), it gives back once
 ARGV[1]   the time check.lua decided at (its reply's now_ms)
 ARGV[2]   the request's slot id ("" when it took no concurrency slot)
 ARGV[3..] five per key: algorithm (tb | lb | fw | cw | sw | sl | cc), the units the request

@@ -3,7 +3,9 @@ and of each refund member of batch.lua.
 
 Function  refund_request(kb, n, ab, argc) -> the number of keys given something back, or nil
           and an error message
-  KEYS[kb + 1 .. kb + n]    the keys check.lua committed (one slot)
+  KEYS[kb + 1 .. kb + n - 1] the keys check.lua committed (one slot)
+  KEYS[kb + n]              the refund's marker (lib.lua's applied_before): a refund sent
+                            again gives back once
   ARGV[ab + 1 .. ab + argc] refund.lua's arguments (see there): the time the request was
                             decided at, its slot id, then five per key
 Effect    as refund.lua's (see there). Every algorithm is known before anything is written: a
@@ -43,8 +45,10 @@ local function refund_leaky(key, cost, window, wait, now)
 end
 
 local function refund_request(kb, n, ab, argc)
-  if argc ~= 2 + REFUND_PER * n then
-    return nil, 'expected 2 + 5 arguments per key, got ' .. argc .. ' for ' .. n .. ' keys'
+  local marker = KEYS[kb + n]
+  n = n - 1
+  if n < 1 or argc ~= 2 + REFUND_PER * n then
+    return nil, 'expected keys and a marker, and 2 + 5 arguments per key, got ' .. argc .. ' for ' .. n .. ' keys'
   end
   for i = 1, n do
     local algorithm = ARGV[ab + 2 + REFUND_PER * (i - 1) + 1]
@@ -52,6 +56,7 @@ local function refund_request(kb, n, ab, argc)
       return nil, 'unknown algorithm ' .. tostring(algorithm)
     end
   end
+  if applied_before(marker) then return 0 end
   local now, slot_id = tonumber(ARGV[ab + 1]), ARGV[ab + 2]
   local changed = 0
   for i = 1, n do
@@ -84,5 +89,6 @@ local function refund_request(kb, n, ab, argc)
     end
     if back > 0 then changed = changed + 1 end
   end
+  mark_applied(marker)
   return changed
 end

@@ -108,10 +108,11 @@ batch_row "l. 4 limits (tb, sw, sw, fw), batches of 16" 16 4 - @ 1 @ a tb $BIG 1
 batch_row "m. plan + keyed (sw + sw), batches of 32" 32 2 - @ 1 @ a sw $BIG 60000 0 0 b sw $BIG 900000 0 0
 # A response's cost charged (charge.lua: one more unit on a fixed window; the time admitted
 # is not read for a charge of more), one call each and in batches (as charges arriving with
-# decisions ride in theirs). Charges per row = calls × B.
+# decisions ride in theirs). Each charge names its marker last (applied once: lib.lua's
+# applied_before), a key of its own. Charges per row = calls × B.
 charge=$(cli SCRIPT LOAD "$(source_of CHARGE_FILES)")
-rows["p. charge, 1 limit (fw): charge.lua"]="EVALSHA $charge 1 $(k a) @ 0 fw $BIG 60000 1"
-batch_row "q. charges, 1 limit (fw), batches of 64" 64 1 c @ 0 fw $BIG 60000 1
+rows["p. charge, 1 limit (fw) and its marker: charge.lua"]="EVALSHA $charge 2 $(k a) $(k once) @ 0 fw $BIG 60000 1"
+batch_row "q. charges, 1 limit (fw) and its marker, batches of 64" 64 2 c @ 0 fw $BIG 60000 1
 if [[ -n ${NATIVE:-} ]]; then
   # The same decisions as k and t, by the probe: per member n, then key limit window burst.
   native_row() { # label B limits [command]

@@ -182,6 +182,7 @@ impl Admin {
         m.set_breaker_state(snapshot.store.breaker_state());
         m.set_store_nodes(&snapshot.store.nodes(), snapshot.store.redirects());
         m.set_store_batches(snapshot.store.batches());
+        m.set_store_settlements(snapshot.store.settlements());
     }
 
     fn readiness(&self, snapshot: &Snapshot) -> (bool, serde_json::Value) {

@@ -37,6 +37,8 @@ pub struct Metrics {
     /// refunds, releases, quota questions), members sent alone after a batch was refused
     /// whole (set at scrape).
     batches: [IntCounter; 4],
+    /// Redis: charges, refunds and releases sent again (`retried`) or `given_up`, by kind.
+    settlements: IntCounterVec,
     /// Whole requests (first byte in to response done) per route.
     request_duration: HistogramVec,
     /// How long leaky buckets held requests before forwarding them, per route.
@@ -255,6 +257,7 @@ impl Metrics {
                 counter(r, "turnstile_store_batched_settlements_total", "Redis: charges (costs responses reported), refunds (shed requests), releases (concurrency slots) and quota questions sent in batch calls with the decisions"),
                 counter(r, "turnstile_store_batch_fallbacks_total", "Redis: decisions, charges, refunds, releases and quota questions sent one by one after their batch was refused whole (a Cluster slot on the move, a Redis older than 7)"),
             ],
+            settlements: counter_vec(r, "turnstile_store_settlements_total", "Redis: charges, refunds and releases of concurrency slots that failed and were sent again until acknowledged (retried), or given up (given_up: what they would fix had expired, the queue was full, or Redis refused them)", &["kind", "result"]),
             upstream: UpstreamMetrics::new(r),
             reloads: counter_vec(r, "turnstile_config_reloads_total", "Configuration reloads by result", &["result"]),
             admin_auth_failures: counter_vec(r, "turnstile_admin_auth_failures_total", "Admin requests refused for their token: refused (wrong or missing), throttled (too many wrong ones from the address lately)", &["outcome"]),
@@ -351,6 +354,20 @@ impl Metrics {
         let totals = [t.batches, t.decisions, t.settlements, t.alone];
         for (counter, total) in self.batches.iter().zip(totals) {
             counter.inc_by(total.saturating_sub(counter.get()));
+        }
+    }
+
+    pub fn set_store_settlements(
+        &self,
+        t: crate::limit::store::redis::settlements::SettlementTotals,
+    ) {
+        use crate::limit::store::redis::settlements::KINDS;
+        for (i, kind) in KINDS.iter().enumerate() {
+            let kind = format!("{kind:?}").to_ascii_lowercase();
+            for (result, total) in [("retried", t.retried[i]), ("given_up", t.given_up[i])] {
+                let counter = self.settlements.with_label_values(&[&kind, result]);
+                counter.inc_by(total.saturating_sub(counter.get()));
+            }
         }
     }
 

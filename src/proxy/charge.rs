@@ -1,19 +1,15 @@
 //! After the upstream's response header: charge the limits whose cost the response reports
-//! (`cost_from_response`), as a task of its own, off the response's path. The store call is
-//! bounded by the store timeout and tried up to [`ATTEMPTS`] times with a pause between;
-//! a charge that still fails is counted (`turnstile_response_costs_total{result="failed"}`)
-//! and logged — never silently dropped, never holding the response.
+//! (`cost_from_response`), as a task of its own, off the response's path. The store applies
+//! it once however often it is sent, and sends it again after a timeout or an outage
+//! (`limit/store/redis/settlements.rs`: a retry here, with no id of its own, was applied once
+//! per attempt when the first had run late); a charge Redis refuses is counted
+//! (`turnstile_response_costs_total{result="failed"}`) and logged — never silently dropped,
+//! never holding the response.
 
 use crate::chain::cost::Reported;
 use crate::proxy::context::RequestCtx;
 use pingora::http::ResponseHeader;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// Store calls a charge may take.
-const ATTEMPTS: u32 = 3;
-/// The pause before the second attempt (doubled before the third).
-const PAUSE: Duration = Duration::from_millis(100);
 
 pub fn charge_from_response(response: &ResponseHeader, ctx: &mut RequestCtx) {
     // The final response's header only, once (not a 100 Continue).
@@ -51,22 +47,12 @@ pub fn charge_from_response(response: &ResponseHeader, ctx: &mut RequestCtx) {
     }
     let (store, taken, metrics) = (Arc::clone(store), taken.clone(), Arc::clone(metrics));
     tokio::spawn(async move {
-        let mut pause = PAUSE;
-        for attempt in 1..=ATTEMPTS {
-            match store.charge(&taken, &deltas).await {
-                Ok(()) => return,
-                Err(e) if attempt == ATTEMPTS => {
-                    metrics.response_cost("failed");
-                    log::warn!(
-                        "charging a response's cost to client {} failed {ATTEMPTS} times, not counted: {e}",
-                        taken.client
-                    );
-                }
-                Err(_) => {
-                    tokio::time::sleep(pause).await;
-                    pause *= 2;
-                }
-            }
+        if let Err(e) = store.charge(&taken, &deltas).await {
+            metrics.response_cost("failed");
+            log::warn!(
+                "charging a response's cost to client {} was refused, not counted: {e}",
+                taken.client
+            );
         }
     });
 }

@@ -134,6 +134,14 @@ impl<C: Clock + Clone> Store<C> {
         }
     }
 
+    /// Redis: charges, refunds and releases sent again, and given up.
+    pub fn settlements(&self) -> super::redis::settlements::SettlementTotals {
+        match &self.backend {
+            Backend::Redis(r) => r.settlements(),
+            Backend::Memory(_) => Default::default(),
+        }
+    }
+
     /// Redis Cluster: every node met, with its own breaker and health (empty otherwise).
     pub fn nodes(&self) -> Vec<super::redis::NodeStatus> {
         match &self.backend {

@@ -17,8 +17,8 @@ use crate::limit::Policy;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long a release of concurrency slots may wait for Redis: as long as a late reply is
-/// waited for (it runs as a task of its own, after its request ended).
+/// How long the release of an unanswered check's slots waits for the call that may carry
+/// the check to end: as long as a late reply is waited for.
 const RELEASE_WAIT: Duration = LATE_REPLY;
 
 impl<C: Clock + Clone> Store<C> {
@@ -27,7 +27,8 @@ impl<C: Clock + Clone> Store<C> {
     /// nothing would release before their lease ends. Release them now: on the same
     /// connection, once no call can carry the check any more (`landed`: at once unless it
     /// queued for a batch), so Redis runs the release after the check (a release of slots
-    /// never taken removes nothing). Each of the two waits is bounded by [`RELEASE_WAIT`].
+    /// never taken removes nothing). That wait is bounded by [`RELEASE_WAIT`]; the release,
+    /// as every release (`redis/settlements.rs`).
     pub(super) fn release_unanswered(
         &self,
         redis: &Arc<RedisStore>,
@@ -47,11 +48,9 @@ impl<C: Clock + Clone> Store<C> {
             // Past the bound the release goes anyway: its slots would otherwise stay taken
             // until their lease ends.
             let _ = tokio::time::timeout(RELEASE_WAIT, landed.wait()).await;
-            let released = redis
-                .release(&client, &route, &policies, &slot_id, RELEASE_WAIT)
-                .await;
+            let released = redis.release(&client, &route, &policies, &slot_id).await;
             if let Err(e) = released {
-                log::debug!("releasing the slots of an unanswered check failed: {e}");
+                log::debug!("Redis refused the release of an unanswered check's slots: {e}");
             }
         });
     }
@@ -126,15 +125,13 @@ impl<C: Clock + Clone> Store<C> {
         match &self.backend {
             Backend::Memory(m) => m.release(client, route, policies),
             Backend::Redis(r) => {
-                // Runs as a task of its own (the request is over): it may wait for Redis as
-                // long as a late reply is waited for, rather than be dropped unsent behind a
-                // busy connection. A slot that cannot be released expires with its lease.
-                let released = r
-                    .release(client, route, policies, slot_id, RELEASE_WAIT)
-                    .await;
+                // Runs as a task of its own (the request is over). Each attempt is bounded as
+                // a decision is; one that fails is sent again while the slot would live
+                // (`redis/settlements.rs`).
+                let released = r.release(client, route, policies, slot_id).await;
                 if let Err(e) = released {
                     log::debug!(
-                        "releasing concurrency slots failed (they expire with their lease): {e}"
+                        "Redis refused a release of concurrency slots (they expire with their lease): {e}"
                     );
                 }
             }

@@ -50,15 +50,17 @@ impl RedisStore {
                     ..g.request(req)
                 };
                 let committed = |i: usize| verdict.decisions[i].allowed;
+                let once = super::settlements::once_id();
+                let at = (verdict.at_ms, once.as_str());
                 let Some(invocation) =
                     self.scripts
-                        .refund_call(&self.config.prefix, &sub, committed, verdict.at_ms)
+                        .refund_call(&self.config.prefix, &sub, committed, at)
                 else {
                     continue;
                 };
                 // Batched on the slot's node like the checks were (a refund member).
                 match self
-                    .settle(invocation, Kind::Refund, self.config.timeout)
+                    .settle(invocation, Kind::Refund, super::settlements::ONCE_HORIZON)
                     .await
                 {
                     Ok(_) => refunded[i] = true,

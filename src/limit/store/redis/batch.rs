@@ -208,9 +208,18 @@ pub fn turn_bound(bound: Duration) -> Duration {
     connect_bound(bound)
 }
 
-/// How a batch is sent: `(cmd, is_batch)` → what Redis said. Cloned into the driver.
+/// What a call made for the queue carries: a batch (`batch.lua`), or one member alone — run
+/// as its own kind's script, so that a `NOSCRIPT` reply (Redis restarted, its scripts
+/// flushed) loads that script, not the decisions'.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sending {
+    Batch,
+    Alone(Kind),
+}
+
+/// How a batch is sent: `(cmd, what it is)` → what Redis said. Cloned into the driver.
 pub trait SendBatch: Clone + Send + Sync + 'static {
-    fn send(&self, cmd: &Cmd, batch: bool) -> impl Future<Output = Sent> + Send;
+    fn send(&self, cmd: &Cmd, what: Sending) -> impl Future<Output = Sent> + Send;
 }
 
 /// Whether Redis refused a batch because it cannot run the script at all (older than 7:
@@ -316,7 +325,7 @@ impl Batcher {
         if members.len() == 1 || self.off.load(Ordering::Relaxed) {
             // One waiting (or batching off): its own call, as an idle connection sends it.
             for m in members {
-                let answer = match sender.send(&m.cmd, false).await {
+                let answer = match sender.send(&m.cmd, Sending::Alone(m.kind)).await {
                     Sent::Replied(value) => Answer::Decided(value),
                     // A redirect: the ordinary path follows it.
                     Sent::NotDecided(_) => Answer::Alone(m.cmd),
@@ -336,7 +345,7 @@ impl Batcher {
         counts
             .settlements
             .fetch_add((members.len() - decisions) as u64, Ordering::Relaxed);
-        match sender.send(&cmd, true).await {
+        match sender.send(&cmd, Sending::Batch).await {
             Sent::Replied(Value::Array(replies)) if replies.len() == members.len() => {
                 for (m, value) in members.into_iter().zip(replies) {
                     let _ = m.reply.send(member_answer(value));
@@ -506,12 +515,12 @@ mod tests {
     /// Answers every call with its own arguments' count, after being let go.
     #[derive(Clone, Default)]
     struct Echo {
-        calls: Arc<Mutex<Vec<bool>>>,
+        calls: Arc<Mutex<Vec<Sending>>>,
     }
 
     impl SendBatch for Echo {
-        async fn send(&self, cmd: &Cmd, batch: bool) -> Sent {
-            self.calls.lock().unwrap().push(batch);
+        async fn send(&self, cmd: &Cmd, what: Sending) -> Sent {
+            self.calls.lock().unwrap().push(what);
             Sent::Replied(Value::Int(cmd.args_iter().count() as i64))
         }
     }
@@ -537,7 +546,7 @@ mod tests {
             };
             drop(turns.pop());
             assert!(matches!(answer.await, Ok(Answer::Decided(Value::Int(5)))));
-            assert_eq!(*echo.calls.lock().unwrap(), [false]);
+            assert_eq!(*echo.calls.lock().unwrap(), [Sending::Alone(Kind::Decide)]);
             drop(turns);
             // Every place given back: the next decision goes at once again, and holds one.
             assert_eq!(lock(&batcher.queue).in_flight, 0);

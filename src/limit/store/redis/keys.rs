@@ -5,6 +5,17 @@
 use crate::limit::{Algorithm, Policy, Scope};
 use std::fmt::Write;
 
+/// The marker of a call after a decision (a charge, a refund: `lua/lib.lua`'s
+/// `applied_before`), in the hash slot of `sibling` (one of the call's keys, whose `{tag}` it
+/// takes), so that a Cluster routes it with them.
+pub fn once_key(prefix: &str, sibling: &str, id: &str) -> String {
+    let tag = sibling
+        .split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map_or("", |(tag, _)| tag);
+    format!("{prefix}:{{{tag}}}:once:{id}")
+}
+
 /// `<prefix>:{<client>}:<route>:<name>@<definition>`; `*` as the route of a client-wide
 /// (all routes) limit.
 pub fn key(prefix: &str, client: &str, route: &str, policy: &Policy) -> String {

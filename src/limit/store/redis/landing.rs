@@ -38,7 +38,9 @@ impl Landed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::store::redis::batch::{Answer, Batcher, Enter, Kind, SendBatch, Sent};
+    use crate::limit::store::redis::batch::{
+        Answer, Batcher, Enter, Kind, SendBatch, Sending, Sent,
+    };
     use redis::{Cmd, Value};
     use std::sync::Mutex;
 
@@ -59,10 +61,10 @@ mod tests {
     }
 
     impl SendBatch for Gate {
-        async fn send(&self, cmd: &Cmd, batch: bool) -> Sent {
+        async fn send(&self, cmd: &Cmd, what: Sending) -> Sent {
             *self.calls.lock().unwrap() += 1;
             let _ = self.open.acquire().await.map(|p| p.forget());
-            if !batch {
+            if what != Sending::Batch {
                 return Sent::Replied(Value::BulkString(b"1".to_vec()));
             }
             let members = number(cmd, 3 + number(cmd, 2));

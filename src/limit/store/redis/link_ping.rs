@@ -1,10 +1,11 @@
 //! The repair task's ping through a single node's or Sentinel primary's request connection
-//! (`repair.rs`), made anew if the old one is gone.
+//! (`repair.rs`), made anew if the old one is gone — with every script loaded again on a
+//! single node's (whose manager reconnects by itself, to a Redis that may have restarted).
 
 use crate::limit::store::redis::connection::{Link, Nodes};
 use crate::limit::store::redis::making::connect_bound;
 use crate::limit::store::redis::repair::{LaneWatch, Ping};
-use crate::limit::store::redis::wire::{lost_connection, Lane};
+use crate::limit::store::redis::wire::{load, lost_connection, Lane};
 use redis::RedisError;
 use std::time::Duration;
 
@@ -30,10 +31,14 @@ impl Ping for Link {
                         Err(e) if lost_connection(&e) => {
                             redis::cmd("PING")
                                 .query_async::<()>(&mut conn.clone())
-                                .await
+                                .await?
                         }
-                        pong => pong,
+                        pong => pong?,
                     }
+                    // The manager connected again by itself: a Redis that restarted knows
+                    // none of the scripts. Loaded before requests use the connection again,
+                    // so a release queued meanwhile still runs in the order it was sent.
+                    load(&self.scripts, &mut conn.clone()).await
                 }
                 Nodes::Cluster(cluster) => match cluster.ping().await {
                     true => Ok(()),

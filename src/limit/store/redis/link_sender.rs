@@ -4,7 +4,7 @@
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::store::breaker::Attempt;
 use crate::limit::store::error::StoreError;
-use crate::limit::store::redis::batch::{SendBatch, Sent};
+use crate::limit::store::redis::batch::{SendBatch, Sending, Sent};
 use crate::limit::store::redis::connection::Link;
 use crate::limit::store::redis::patient::patient;
 use crate::limit::store::redis::scripts::Call;
@@ -34,7 +34,7 @@ impl SendBatch for LinkSender {
     fn send(
         &self,
         cmd: &redis::Cmd,
-        batch: bool,
+        what: Sending,
     ) -> impl std::future::Future<Output = Sent> + Send {
         let link = self.link.upgrade();
         let timeout = self.timeout;
@@ -42,13 +42,8 @@ impl SendBatch for LinkSender {
             let Some(link) = link else {
                 return Sent::Failed(StoreError::Unavailable("the store was replaced".into()));
             };
-            let scripts = &link.scripts;
             let call = Call {
-                script: if batch {
-                    &scripts.batch
-                } else {
-                    &scripts.check
-                },
+                script: link.scripts.sending(what),
                 cmd: Cow::Borrowed(cmd),
             };
             let sent = patient(timeout, link.invoke::<redis::Value>(&call, Lane::Requests));
@@ -71,7 +66,7 @@ impl SendBatch for LinkSender {
                     link.answered();
                     Sent::Replied(value)
                 }
-                Err(StoreError::Refused(message)) if batch => {
+                Err(StoreError::Refused(message)) if what == Sending::Batch => {
                     Sent::NotDecided(crate::limit::store::redis::batch::unsupported(&message))
                 }
                 Err(e) => Sent::Failed(e),

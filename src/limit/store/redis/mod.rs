@@ -38,6 +38,7 @@ mod patient;
 mod repair;
 mod reply;
 pub mod scripts;
+pub mod settlements;
 mod sources;
 mod warmth;
 pub mod wire;
@@ -55,6 +56,7 @@ use self::connection::Link;
 use self::groups::HashSlotGroups;
 use self::reply::{parse_grant, parse_reply};
 use self::scripts::Scripts;
+use self::settlements::{Outcome, Pending, SettlementTotals, Settlements, ONCE_HORIZON};
 use self::wire::Lane;
 use crate::limit::store::error::StoreError;
 use crate::limit::store::held::Due;
@@ -77,6 +79,8 @@ pub struct RedisStore {
     config: RedisConfig,
     link: Arc<Link>,
     scripts: Arc<Scripts>,
+    /// Charges, refunds and releases that failed, sent again (`settlements.rs`).
+    settlements: Arc<Settlements>,
 }
 
 impl RedisStore {
@@ -101,7 +105,13 @@ impl RedisStore {
             link,
             config,
             scripts,
+            settlements: Arc::default(),
         })
+    }
+
+    /// Charges, refunds and releases sent again, or given up, so far.
+    pub fn settlements(&self) -> SettlementTotals {
+        self.settlements.totals()
     }
 
     /// Warms the store in the runtime this is run in (the one serving requests): returns once
@@ -271,18 +281,20 @@ impl RedisStore {
         } else {
             groups.iter().map(|g| g.request(req)).collect()
         };
+        let once = settlements::once_id();
         for sub in &subs {
             let prefix = &self.config.prefix;
-            if let Some(call) = self.scripts.refund_call(prefix, sub, |_| true, at) {
-                self.settle(call, Kind::Refund, self.config.timeout).await?;
+            if let Some(call) = self.scripts.refund_call(prefix, sub, |_| true, (at, &once)) {
+                self.settle(call, Kind::Refund, ONCE_HORIZON).await?;
             }
         }
         Ok(())
     }
 
     /// Charges `deltas` (policy index, units) of `req`, admitted at `at`: per Cluster slot,
-    /// one `charge.lua` call each, batched with the decisions on its connection, bounded by
-    /// the store timeout.
+    /// one `charge.lua` call each, batched with the decisions on its connection, each
+    /// attempt bounded by the store timeout, applied once however often it is sent
+    /// (`settlements.rs`).
     pub async fn charge(
         &self,
         req: &CheckRequest<'_>,
@@ -293,6 +305,8 @@ impl RedisStore {
             Topology::Cluster(_) => HashSlotGroups::of(req),
             _ => Vec::new(),
         };
+        let once = settlements::once_id();
+        let at = (at, once.as_str());
         if groups.is_empty() {
             return self.charge_one(req, at, deltas).await;
         }
@@ -318,47 +332,61 @@ impl RedisStore {
     async fn charge_one(
         &self,
         req: &CheckRequest<'_>,
-        at: u64,
+        at: (u64, &str),
         deltas: &[(usize, i64)],
     ) -> Result<(), StoreError> {
         match self
             .scripts
             .charge_call(&self.config.prefix, req, at, deltas)
         {
-            Some(call) => self.settle(call, Kind::Charge, self.config.timeout).await,
+            Some(call) => self.settle(call, Kind::Charge, ONCE_HORIZON).await,
             None => Ok(()),
         }
     }
 
     /// A charge, a refund or a release: batched with the decisions on the request connection
     /// (`batch.rs`: under load it rides in their batches rather than costing Redis a call of
-    /// its own), bounded by `within`. Its reply (a count of keys changed) is not needed.
+    /// its own), bounded by the store timeout like a decision. One that fails for anything
+    /// but Redis refusing it is sent again until `horizon` has passed (`settlements.rs`):
+    /// `Ok` once acknowledged or queued, `Err` when Redis refused it. Its reply (a count of
+    /// keys changed) is not needed.
     async fn settle(
         &self,
         call: scripts::Call<'_>,
         kind: Kind,
-        within: Duration,
+        horizon: Duration,
     ) -> Result<(), StoreError> {
         let member = (call.keys(), kind);
+        let again = call.cmd.clone().into_owned();
         let queued = AtomicBool::new(false);
-        let bound = (None, within);
-        self.link
-            .batched(call, member, bound, &queued)
-            .await
-            .map(drop)
+        let bound = (None, self.config.timeout);
+        match self.link.batched(call, member, bound, &queued).await {
+            Ok(_) => Ok(()),
+            Err(e @ StoreError::Refused(_)) => Err(e),
+            Err(_) => {
+                self.send_again(Pending::new(again, (kind, member.0), horizon));
+                Ok(())
+            }
+        }
     }
 
-    /// Frees the concurrency slots `slot_id` holds, waiting up to `within` (a call given up
-    /// on before it reached the connection would not be sent at all, so releases, which run
-    /// as tasks of their own, may wait longer than decisions): batched with the decisions on
-    /// the request connection, as charges and refunds are.
+    /// Queues `pending` to be sent again; starts the task sending the queue if none runs.
+    fn send_again(&self, pending: Pending) {
+        if !self.settlements.push(pending) {
+            return;
+        }
+        let (link, queue) = (Arc::downgrade(&self.link), Arc::clone(&self.settlements));
+        tokio::spawn(resend(link, queue, self.config.timeout));
+    }
+
+    /// Frees the concurrency slots `slot_id` holds: batched with the decisions on the request
+    /// connection, as charges and refunds are; sent again while the slot would live.
     pub async fn release(
         &self,
         client: &str,
         route: &str,
         policies: &[Policy],
         slot_id: &str,
-        within: Duration,
     ) -> Result<(), StoreError> {
         let prefix = &self.config.prefix;
         let Some(invocation) = self
@@ -367,7 +395,8 @@ impl RedisStore {
         else {
             return Ok(());
         };
-        self.settle(invocation, Kind::Release, within).await
+        self.settle(invocation, Kind::Release, self.config.slot_ttl)
+            .await
     }
 
     /// Renews the concurrency slots `due` (those still held live their time to live from
@@ -532,5 +561,51 @@ impl RedisStore {
                 Err(StoreError::Timeout(timeout))
             })
         })
+    }
+}
+
+/// Sends the calls `queue` holds again, each when its pause is over, until none waits
+/// (`settlements.rs`); gives them up if the store was replaced.
+async fn resend(link: std::sync::Weak<Link>, queue: Arc<Settlements>, timeout: Duration) {
+    use crate::clock::{Clock, MonotonicClock};
+    loop {
+        let now = MonotonicClock.now_ms();
+        let due = match queue.next(now) {
+            settlements::Next::Done => return,
+            settlements::Next::Wait(ms) => {
+                let wait = Duration::from_millis(ms);
+                let _ = tokio::time::timeout(wait, queue.wake.notified()).await;
+                continue;
+            }
+            settlements::Next::Send(due) => due,
+        };
+        let Some(link) = link.upgrade() else {
+            for p in due {
+                queue.after(p, Outcome::Refused, now);
+            }
+            return;
+        };
+        let sent = due.into_iter().map(|p| {
+            let link = &link;
+            async move {
+                let call = scripts::Call {
+                    script: link.scripts.sending(batch::Sending::Alone(p.kind)),
+                    cmd: std::borrow::Cow::Borrowed(&p.cmd),
+                };
+                let queued = AtomicBool::new(false);
+                let result = link
+                    .batched(call, (p.keys, p.kind), (None, timeout), &queued)
+                    .await;
+                let outcome = match result {
+                    Ok(_) => Outcome::Done,
+                    Err(StoreError::Refused(_)) => Outcome::Refused,
+                    Err(_) => Outcome::Failed,
+                };
+                (p, outcome)
+            }
+        });
+        for (p, outcome) in futures::future::join_all(sent).await {
+            queue.after(p, outcome, MonotonicClock.now_ms());
+        }
     }
 }

@@ -2,9 +2,10 @@
 //! argument list each call sends (`reply.rs` reads what they answer). Every script opens with
 //! the same contract in Lua.
 
+use crate::limit::store::redis::batch::{Kind, Sending};
 use crate::limit::store::redis::keys::{
-    algorithm_code, instances_info_key, instances_key, instances_limited_key, key, policy_code,
-    registry_keys,
+    algorithm_code, instances_info_key, instances_key, instances_limited_key, key, once_key,
+    policy_code, registry_keys,
 };
 pub use crate::limit::store::redis::sources::*;
 use crate::limit::store::request::{CheckRequest, DecideAt};
@@ -30,6 +31,18 @@ pub struct Scripts {
 }
 
 impl Scripts {
+    /// The script a call made for a batch queue runs: `batch.lua`, or a lone member's own.
+    pub fn sending(&self, what: Sending) -> &Script {
+        match what {
+            Sending::Batch => &self.batch,
+            Sending::Alone(Kind::Decide) => &self.check,
+            Sending::Alone(Kind::Charge) => &self.charge,
+            Sending::Alone(Kind::Refund) => &self.refund,
+            Sending::Alone(Kind::Release) => &self.release,
+            Sending::Alone(Kind::Usage) => &self.usage,
+        }
+    }
+
     pub fn new() -> Scripts {
         Scripts {
             check: Script::new(CHECK_SOURCE),
@@ -67,22 +80,22 @@ impl Scripts {
         &self,
         prefix: &str,
         req: &CheckRequest<'_>,
-        at: u64,
+        (at, once): (u64, &str),
         deltas: &[(usize, i64)],
     ) -> Option<Call<'_>> {
         let charged: Vec<&(usize, i64)> = deltas.iter().filter(|(_, d)| *d != 0).collect();
         if charged.is_empty() {
             return None;
         }
-        let mut invocation = Call::new(&self.charge, charged.len());
-        for &&(i, _) in &charged {
-            invocation.arg(key(
-                prefix,
-                req.partition_of(i),
-                req.route,
-                &req.policies[i],
-            ));
+        let mut invocation = Call::new(&self.charge, charged.len() + 1);
+        let keys: Vec<String> = charged
+            .iter()
+            .map(|&&(i, _)| key(prefix, req.partition_of(i), req.route, &req.policies[i]))
+            .collect();
+        for k in &keys {
+            invocation.arg(k.as_str());
         }
+        invocation.arg(once_key(prefix, &keys[0], once));
         push_time(&mut invocation, req.at);
         invocation.arg(at);
         let unix_now = match req.at {
@@ -158,21 +171,21 @@ impl Scripts {
         prefix: &str,
         req: &CheckRequest<'_>,
         committed: impl Fn(usize) -> bool,
-        now: u64,
+        (now, once): (u64, &str),
     ) -> Option<Call<'_>> {
         let refunded: Vec<usize> = (0..req.policies.len()).filter(|&i| committed(i)).collect();
         if refunded.is_empty() {
             return None;
         }
-        let mut invocation = Call::new(&self.refund, refunded.len());
-        for &i in &refunded {
-            invocation.arg(key(
-                prefix,
-                req.partition_of(i),
-                req.route,
-                &req.policies[i],
-            ));
+        let mut invocation = Call::new(&self.refund, refunded.len() + 1);
+        let keys: Vec<String> = refunded
+            .iter()
+            .map(|&i| key(prefix, req.partition_of(i), req.route, &req.policies[i]))
+            .collect();
+        for k in &keys {
+            invocation.arg(k.as_str());
         }
+        invocation.arg(once_key(prefix, &keys[0], once));
         invocation.arg(now).arg(req.slot_id);
         for &i in &refunded {
             let p = &req.policies[i];

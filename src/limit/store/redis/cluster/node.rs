@@ -11,7 +11,9 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::limit::store::breaker::{Attempt, BreakerState, CircuitBreaker, Transition};
 use crate::limit::store::error::StoreError;
 use crate::limit::store::health::{HealthCell, StoreHealth};
-use crate::limit::store::redis::batch::{unsupported, BatchCounts, Batcher, SendBatch, Sent};
+use crate::limit::store::redis::batch::{
+    unsupported, BatchCounts, Batcher, SendBatch, Sending, Sent,
+};
 use crate::limit::store::redis::making::{connect_bound, connection_timeout};
 use crate::limit::store::redis::patient::patient;
 use crate::limit::store::redis::scripts::{Call, Scripts};
@@ -366,18 +368,13 @@ impl SendBatch for NodeSender {
     fn send(
         &self,
         cmd: &redis::Cmd,
-        batch: bool,
+        what: Sending,
     ) -> impl std::future::Future<Output = Sent> + Send {
         let node = Arc::clone(&self.node);
         let timeout = self.timeout;
         async move {
-            let scripts = &node.scripts;
             let call = Call {
-                script: if batch {
-                    &scripts.batch
-                } else {
-                    &scripts.check
-                },
+                script: node.scripts.sending(what),
                 cmd: std::borrow::Cow::Borrowed(cmd),
             };
             let sent = patient(
@@ -388,7 +385,7 @@ impl SendBatch for NodeSender {
                 Ok(Ok(value)) => Sent::Replied(value),
                 // A slot on the move: nothing was decided, the ordinary path follows it.
                 Ok(Err(Failure::Redirect { .. } | Failure::TryAgain)) => Sent::NotDecided(false),
-                Ok(Err(Failure::Store(StoreError::Refused(message)))) if batch => {
+                Ok(Err(Failure::Store(StoreError::Refused(message)))) if what == Sending::Batch => {
                     Sent::NotDecided(unsupported(&message))
                 }
                 Ok(Err(Failure::Store(e))) => Sent::Failed(e),
