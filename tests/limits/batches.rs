@@ -220,7 +220,6 @@ enum Slot {
 /// in flight at a time, for the order (see the test above).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency_checks_and_releases_in_batches_agree_with_rust() {
-    use std::time::Duration;
     use turnstile::limit::Scope;
     let server = RedisServer::start();
     let redis = store_with(&server, "slots", 64, 1);
@@ -269,9 +268,8 @@ async fn concurrency_checks_and_releases_in_batches_agree_with_rust() {
                     Slot::Check(i) => Some(redis.check(&requests[*i]).await.unwrap()),
                     Slot::Release(t) => {
                         let (client, slot_id) = &ending[*t];
-                        let wait = Duration::from_secs(5);
                         redis
-                            .release(&clients[*client], &route, &policies, slot_id, wait)
+                            .release(&clients[*client], &route, &policies, slot_id)
                             .await
                             .unwrap();
                         None
@@ -518,13 +516,22 @@ fn a_charge_or_refund_redis_cannot_run_fails_alone_in_a_batch() {
     let decision = ["", "1", "", "a", "fw", "5", "60000", "5", "0"];
     let members: [(&str, &[&str], &[&str]); 5] = [
         ("", &["fw:{x}"], &decision),
+        // A charge's and a refund's last key is its marker (applied once: lib.lua).
         (
             "c",
-            &["bad-fw:{x}", "bad-tb:{x}"],
+            &["bad-fw:{x}", "bad-tb:{x}", "once:{x}:1"],
             &["", "0", "fw", "5", "60000", "2", "tb", "5", "1000", "2"],
         ),
-        ("r", &["fw:{x}"], &["0", "", "zz", "1", "5", "60000", "5"]),
-        ("c", &["fw:{x}"], &["", "0", "fw", "5", "60000", "2"]),
+        (
+            "r",
+            &["fw:{x}", "once:{x}:2"],
+            &["0", "", "zz", "1", "5", "60000", "5"],
+        ),
+        (
+            "c",
+            &["fw:{x}", "once:{x}:3"],
+            &["", "0", "fw", "5", "60000", "2"],
+        ),
         ("x", &["fw:{x}"], &decision),
     ];
     let script = redis::Script::new(BATCH_SOURCE);
@@ -559,6 +566,9 @@ fn a_charge_or_refund_redis_cannot_run_fails_alone_in_a_batch() {
     // The decision counted 1 and the charge 2 more: 3 of 5 in the window.
     let count: String = server.cmd(&["HGET", "fw:{x}", "c"]);
     assert_eq!(count, "3");
+    // Only the charge that was applied left its marker.
+    let markers: u64 = server.cmd(&["EXISTS", "once:{x}:1", "once:{x}:2", "once:{x}:3"]);
+    assert_eq!(markers, 1);
 }
 
 /// `store.batch_max = 1`: requests sent at once are each their own `check.lua` call, and

@@ -100,10 +100,16 @@ fn at_once(ports: &[u16], n: usize, client: &str) -> Vec<common::http::Response>
     readers.into_iter().map(|r| r.join().unwrap()).collect()
 }
 
+/// `client`'s limiter keys (not the markers of refunds applied once: `:once:`).
+fn bucket_keys(redis: &RedisServer, client: &str) -> Vec<String> {
+    let keys: Vec<String> = redis.cmd(&["KEYS", &format!("turnstile:{{{client}}}:*")]);
+    keys.into_iter().filter(|k| !k.contains(":once:")).collect()
+}
+
 /// The backlog Redis holds for `client`'s bucket (request·ms, as last stored; `None` once
 /// the bucket has drained and expired).
 fn level(redis: &RedisServer, client: &str) -> Option<u64> {
-    let keys: Vec<String> = redis.cmd(&["KEYS", &format!("turnstile:{{{client}}}:*")]);
+    let keys = bucket_keys(redis, client);
     assert!(keys.len() <= 1, "one bucket: {keys:?}");
     // "<level> <updated>[ <turn> …]"
     let bucket: Option<String> = redis.cmd(&["GET", keys.first()?]);
@@ -112,7 +118,7 @@ fn level(redis: &RedisServer, client: &str) -> Option<u64> {
 
 /// The turns given back that `client`'s bucket remembers.
 fn holes(redis: &RedisServer, client: &str) -> usize {
-    let keys: Vec<String> = redis.cmd(&["KEYS", &format!("turnstile:{{{client}}}:*")]);
+    let keys = bucket_keys(redis, client);
     let Some(key) = keys.first() else { return 0 };
     let bucket: Option<String> = redis.cmd(&["GET", key]);
     bucket.map_or(0, |b| b.split_whitespace().skip(2).count())

@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod after_decision;
 mod batches;
 mod cluster_failover;
 mod concurrency_and_shadow;

@@ -542,7 +542,6 @@ async fn the_slots_of_many_requests_are_renewed_in_one_call_per_redis_or_per_clu
         &due[0].route,
         std::slice::from_ref(&slot),
         "slot-0",
-        Duration::from_secs(5),
     )
     .await
     .unwrap();
