@@ -13,7 +13,9 @@ Cluster a batch holds the keys of many clients, so of many slots — every one s
 node it is sent to (else Redis refuses the whole call with MOVED or ASK, and the gateway sends
 its members one by one).
 
-KEYS      every member's keys, member after member
+KEYS      every member's keys, member after member — or, on a Redis Cluster, none: Redis
+          refuses (CROSSSLOT) a call whose declared keys span slots, even with the flag
+          above, so there the keys follow the arguments (see "keys as arguments")
 ARGV[1]   the number of members, m
 ARGV[2..] per member: a decision's key count n, its argument count a, then its a arguments
           exactly as check.lua's ARGV; any other member opens with its kind (c: a charge,
@@ -28,6 +30,13 @@ Reply     an array of m strings, in member order: a decision's check.lua reply, 
           may have freed its slot in the keys before a wrong one: releasing.lua; the others
           run as if it were not there)
 Writes    as m calls of those scripts, in order.
+
+Keys as arguments (a Cluster): no key declared, ARGV[1] is "a<m>", and after the members'
+arguments come every member's keys, member after member, then their number K. They are moved into KEYS before
+anything runs. Each member's keys (one slot) are then looked up first (EXISTS): a slot this
+node does not serve — the gateway's slot map behind a move, or a slot migrating — answers
+"M <message>" for that member, which wrote nothing; the gateway sends it alone, following the
+redirect.
 ]]
 local clock_ms, clock_text
 -- One TIME for the whole batch, and its decimal text, formatted once for the decisions'
@@ -40,6 +49,20 @@ local function batch_clock(spec)
     clock_text = string.format('%d', clock_ms)
   end
   return clock_ms, clock_text
+end
+
+-- Keys as arguments (a Cluster): moved into KEYS, and out of ARGV, before anything reads them.
+local keys_in_args = string.sub(ARGV[1] or '', 1, 1) == 'a'
+if keys_in_args then
+  ARGV[1] = string.sub(ARGV[1], 2)
+  local total = #ARGV
+  local k = tonumber(ARGV[total])
+  if not k or k < 0 or k > total - 2 then
+    return redis.error_reply('turnstile batch.lua: the key count after the arguments is wrong')
+  end
+  local base = total - 1 - k
+  for i = 1, k do KEYS[i] = ARGV[base + i] end
+  for i = total, base + 1, -1 do ARGV[i] = nil end
 end
 
 local m = tonumber(ARGV[1])
@@ -62,7 +85,18 @@ for j = 1, m do
   end
   local run = decide_request
   if kind then run = RUN[kind] end
-  if not run then
+  local here = true
+  if keys_in_args and n > 0 then
+    -- A slot this node does not serve (or one migrating): not run here, nothing written.
+    local found = redis.pcall('EXISTS', unpack(KEYS, kb + 1, kb + n))
+    if type(found) == 'table' and found.err then
+      here = false
+      replies[j] = 'M ' .. found.err
+    end
+  end
+  if not here then
+    -- Sent alone by the gateway, which follows the redirect.
+  elseif not run then
     replies[j] = 'E unknown member kind ' .. kind
   else
     local ok, reply, err = pcall(run, kb, n, h + 1, a, batch_clock)

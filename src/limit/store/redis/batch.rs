@@ -149,6 +149,10 @@ pub struct Batcher {
     places: usize,
     off: AtomicBool,
     counts: Arc<BatchCounts>,
+    /// A Cluster node: the keys go after the arguments (`batch.lua`'s "keys as
+    /// arguments"), none declared, so that Redis does not refuse a batch whose keys span
+    /// slots (`CROSSSLOT`).
+    keys_in_args: bool,
 }
 
 /// A call's way to Redis (a decision, a charge or a refund).
@@ -239,7 +243,14 @@ impl Batcher {
             places: places.max(1),
             off: AtomicBool::new(max <= 1),
             counts,
+            keys_in_args: false,
         }
+    }
+
+    /// For a Cluster node: batches pass their keys as arguments.
+    pub fn keys_in_args(mut self) -> Batcher {
+        self.keys_in_args = true;
+        self
     }
 
     /// Takes `cmd`'s way to Redis: at once when a place is free, else the queue.
@@ -335,7 +346,7 @@ impl Batcher {
             }
             return;
         }
-        let cmd = batch_cmd(&self.sha, &members);
+        let cmd = batch_cmd(&self.sha, &members, self.keys_in_args);
         let decisions = members.iter().filter(|m| m.kind == Kind::Decide).count();
         let counts = &self.counts;
         counts.batches.fetch_add(1, Ordering::Relaxed);
@@ -348,7 +359,15 @@ impl Batcher {
         match sender.send(&cmd, Sending::Batch).await {
             Sent::Replied(Value::Array(replies)) if replies.len() == members.len() => {
                 for (m, value) in members.into_iter().zip(replies) {
-                    let _ = m.reply.send(member_answer(value));
+                    let answer = match member_answer(value) {
+                        Some(answer) => answer,
+                        // A slot the node does not serve (now): alone, following the redirect.
+                        None => {
+                            self.counts.alone.fetch_add(1, Ordering::Relaxed);
+                            Answer::Alone(m.cmd)
+                        }
+                    };
+                    let _ = m.reply.send(answer);
                 }
             }
             Sent::Replied(other) => {
@@ -396,9 +415,11 @@ impl<S: SendBatch> Drop for Turn<S> {
 }
 
 /// A member's reply in the batch's array: check.lua's string (a decision), a count as a
-/// string (a charge, a refund), or "E <message>".
-fn member_answer(value: Value) -> Answer {
-    match value {
+/// string (a charge, a refund), "E <message>", or `None` for "M <message>" (a Cluster
+/// node that does not serve the member's slot: not run there).
+fn member_answer(value: Value) -> Option<Answer> {
+    Some(match value {
+        Value::BulkString(bytes) if bytes.starts_with(b"M ") => return None,
         Value::BulkString(bytes) if bytes.starts_with(b"E ") => Answer::Failed(
             StoreError::Refused(String::from_utf8_lossy(&bytes[2..]).into_owned()),
         ),
@@ -406,12 +427,14 @@ fn member_answer(value: Value) -> Answer {
         other => Answer::Failed(StoreError::Protocol(format!(
             "expected a string per member from batch.lua, got {other:?}"
         ))),
-    }
+    })
 }
 
 /// `EVALSHA <batch> <all keys> <keys…> <m> ([<kind>] <n> <a> <args…>)…` from the members' own
-/// `EVALSHA <script> <n> <keys…> <args…>` commands (a decision names no kind).
-fn batch_cmd(sha: &str, members: &[Member]) -> Cmd {
+/// `EVALSHA <script> <n> <keys…> <args…>` commands (a decision names no kind). With
+/// `keys_in_args` (a Cluster): `EVALSHA <batch> 0 a<m> ([<kind>] <n> <a> <args…>)… <keys…>
+/// <all keys>`.
+fn batch_cmd(sha: &str, members: &[Member], keys_in_args: bool) -> Cmd {
     let keys: usize = members.iter().map(|m| m.keys).sum();
     let args: usize = members.iter().map(|m| m.cmd.args_iter().count()).sum();
     let bytes: usize = members
@@ -420,13 +443,21 @@ fn batch_cmd(sha: &str, members: &[Member]) -> Cmd {
         .map(|p| p.len() + 4)
         .sum();
     let mut cmd = Cmd::with_capacity(args + members.len() * 3 + 4, bytes + 64);
-    cmd.arg("EVALSHA").arg(sha).arg(keys);
-    for m in members {
-        for arg in parts(&m.cmd).skip(3).take(m.keys) {
-            cmd.arg(arg);
+    let each_key = |cmd: &mut Cmd| {
+        for m in members {
+            for arg in parts(&m.cmd).skip(3).take(m.keys) {
+                cmd.arg(arg);
+            }
         }
+    };
+    cmd.arg("EVALSHA").arg(sha);
+    if keys_in_args {
+        cmd.arg(0).arg(format!("a{}", members.len()));
+    } else {
+        cmd.arg(keys);
+        each_key(&mut cmd);
+        cmd.arg(members.len());
     }
-    cmd.arg(members.len());
     for m in members {
         let args = parts(&m.cmd).count().saturating_sub(3 + m.keys);
         if let Some(kind) = m.kind.code() {
@@ -436,6 +467,10 @@ fn batch_cmd(sha: &str, members: &[Member]) -> Cmd {
         for arg in parts(&m.cmd).skip(3 + m.keys) {
             cmd.arg(arg);
         }
+    }
+    if keys_in_args {
+        each_key(&mut cmd);
+        cmd.arg(keys);
     }
     cmd
 }
@@ -487,29 +522,39 @@ mod tests {
                 _landing: None,
             },
         ];
-        let cmd = batch_cmd("bsha", &members);
-        let got: Vec<String> = parts(&cmd)
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .collect();
+        let text = |cmd: &Cmd| -> Vec<String> {
+            parts(cmd)
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+                .collect()
+        };
         let want = [
             "EVALSHA", "bsha", "3", "a1", "a2", "b1", "2", "2", "3", "", "1", "s", "c", "1", "3",
             "", "2", "",
         ];
-        assert_eq!(got, want);
+        assert_eq!(text(&batch_cmd("bsha", &members, false)), want);
+        // On a Cluster: no key declared, the member count marked, the keys after the
+        // arguments, then their number.
+        let want = [
+            "EVALSHA", "bsha", "0", "a2", "2", "3", "", "1", "s", "c", "1", "3", "", "2", "", "a1",
+            "a2", "b1", "3",
+        ];
+        assert_eq!(text(&batch_cmd("bsha", &members, true)), want);
     }
 
     #[test]
     fn a_member_error_is_its_own_and_other_replies_pass_through() {
         let bad = member_answer(Value::BulkString(b"E unknown algorithm zz".to_vec()));
         assert!(
-            matches!(bad, Answer::Failed(StoreError::Refused(m)) if m == "unknown algorithm zz")
+            matches!(bad, Some(Answer::Failed(StoreError::Refused(m))) if m == "unknown algorithm zz")
         );
         let good = member_answer(Value::BulkString(b"1 5 1 9 100 0 ".to_vec()));
-        assert!(matches!(good, Answer::Decided(Value::BulkString(_))));
+        assert!(matches!(good, Some(Answer::Decided(Value::BulkString(_)))));
         assert!(matches!(
             member_answer(Value::Int(1)),
-            Answer::Failed(StoreError::Protocol(_))
+            Some(Answer::Failed(StoreError::Protocol(_)))
         ));
+        let elsewhere = b"M ERR Script attempted to access a non local key in a cluster node";
+        assert!(member_answer(Value::BulkString(elsewhere.to_vec())).is_none());
     }
 
     /// Answers every call with its own arguments' count, after being let go.

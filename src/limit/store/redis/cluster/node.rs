@@ -89,7 +89,8 @@ impl Node {
         trouble: Arc<Notify>,
         (batching, counts): ((usize, usize), Arc<BatchCounts>),
     ) -> Node {
-        let batcher = Arc::new(Batcher::new(scripts.batch.get_hash(), batching, counts));
+        let batcher =
+            Arc::new(Batcher::new(scripts.batch.get_hash(), batching, counts).keys_in_args());
         Node {
             batcher,
             addr,
