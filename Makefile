@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping bench-resilience bench-redis-core bench-redis-native bench-modes bench-console bench-console-count bench-count fuzz clean
+.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping bench-resilience bench-redis-core bench-cluster-batching bench-redis-native bench-modes bench-console bench-console-count bench-count fuzz clean
 
 all: build
 
@@ -104,6 +104,10 @@ bench-resilience: deps
 # redis-benchmark, Redis and the load pinned to their own CPUs).
 bench-redis-core: deps
 	benches/load/redis_core.sh
+
+# Batching on a 3-master Redis Cluster with many clients: batch_max = 64 against 1, same run.
+bench-cluster-batching: deps
+	benches/load/cluster_batching.sh
 
 # Redis's instructions per decision, Lua (lua/batch.lua) against the same decisions in native
 # code (benches/native_probe: a Redis module probe, not the product; needs libclang-dev).
