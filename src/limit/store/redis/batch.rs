@@ -29,6 +29,7 @@
 //! back to be sent one by one ([`Answer::Alone`]) by the ordinary path, which follows
 //! redirects; a member `batch.lua` could not decide fails alone.
 
+use super::batch_call::{batch_cmd, member_reply, Part, Reply};
 use super::landing::Landing;
 use super::making::connect_bound;
 use super::patient::patient;
@@ -346,7 +347,12 @@ impl Batcher {
             }
             return;
         }
-        let cmd = batch_cmd(&self.sha, &members, self.keys_in_args);
+        let parts = members.iter().map(|m| Part {
+            cmd: &m.cmd,
+            keys: m.keys,
+            kind: m.kind.code(),
+        });
+        let cmd = batch_cmd(&self.sha, parts, self.keys_in_args);
         let decisions = members.iter().filter(|m| m.kind == Kind::Decide).count();
         let counts = &self.counts;
         counts.batches.fetch_add(1, Ordering::Relaxed);
@@ -359,10 +365,11 @@ impl Batcher {
         match sender.send(&cmd, Sending::Batch).await {
             Sent::Replied(Value::Array(replies)) if replies.len() == members.len() => {
                 for (m, value) in members.into_iter().zip(replies) {
-                    let answer = match member_answer(value) {
-                        Some(answer) => answer,
+                    let answer = match member_reply(value) {
+                        Reply::Ran(value) => Answer::Decided(value),
+                        Reply::Failed(e) => Answer::Failed(e),
                         // A slot the node does not serve (now): alone, following the redirect.
-                        None => {
+                        Reply::Elsewhere => {
                             self.counts.alone.fetch_add(1, Ordering::Relaxed);
                             Answer::Alone(m.cmd)
                         }
@@ -414,148 +421,14 @@ impl<S: SendBatch> Drop for Turn<S> {
     }
 }
 
-/// A member's reply in the batch's array: check.lua's string (a decision), a count as a
-/// string (a charge, a refund), "E <message>", or `None` for "M <message>" (a Cluster
-/// node that does not serve the member's slot: not run there).
-fn member_answer(value: Value) -> Option<Answer> {
-    Some(match value {
-        Value::BulkString(bytes) if bytes.starts_with(b"M ") => return None,
-        Value::BulkString(bytes) if bytes.starts_with(b"E ") => Answer::Failed(
-            StoreError::Refused(String::from_utf8_lossy(&bytes[2..]).into_owned()),
-        ),
-        value @ Value::BulkString(_) => Answer::Decided(value),
-        other => Answer::Failed(StoreError::Protocol(format!(
-            "expected a string per member from batch.lua, got {other:?}"
-        ))),
-    })
-}
-
-/// `EVALSHA <batch> <all keys> <keys…> <m> ([<kind>] <n> <a> <args…>)…` from the members' own
-/// `EVALSHA <script> <n> <keys…> <args…>` commands (a decision names no kind). With
-/// `keys_in_args` (a Cluster): `EVALSHA <batch> 0 a<m> ([<kind>] <n> <a> <args…>)… <keys…>
-/// <all keys>`.
-fn batch_cmd(sha: &str, members: &[Member], keys_in_args: bool) -> Cmd {
-    let keys: usize = members.iter().map(|m| m.keys).sum();
-    let args: usize = members.iter().map(|m| m.cmd.args_iter().count()).sum();
-    let bytes: usize = members
-        .iter()
-        .flat_map(|m| parts(&m.cmd))
-        .map(|p| p.len() + 4)
-        .sum();
-    let mut cmd = Cmd::with_capacity(args + members.len() * 3 + 4, bytes + 64);
-    let each_key = |cmd: &mut Cmd| {
-        for m in members {
-            for arg in parts(&m.cmd).skip(3).take(m.keys) {
-                cmd.arg(arg);
-            }
-        }
-    };
-    cmd.arg("EVALSHA").arg(sha);
-    if keys_in_args {
-        cmd.arg(0).arg(format!("a{}", members.len()));
-    } else {
-        cmd.arg(keys);
-        each_key(&mut cmd);
-        cmd.arg(members.len());
-    }
-    for m in members {
-        let args = parts(&m.cmd).count().saturating_sub(3 + m.keys);
-        if let Some(kind) = m.kind.code() {
-            cmd.arg(kind);
-        }
-        cmd.arg(m.keys).arg(args);
-        for arg in parts(&m.cmd).skip(3 + m.keys) {
-            cmd.arg(arg);
-        }
-    }
-    if keys_in_args {
-        each_key(&mut cmd);
-        cmd.arg(keys);
-    }
-    cmd
-}
-
-fn parts(cmd: &Cmd) -> impl Iterator<Item = &[u8]> {
-    cmd.args_iter().map(|arg| match arg {
-        redis::Arg::Simple(bytes) => bytes,
-        _ => &[][..],
-    })
-}
-
 fn lock(m: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::batch_call::tests::check;
     use super::*;
-
-    fn check(keys: &[&str], args: &[&str]) -> Cmd {
-        let mut cmd = Cmd::new();
-        cmd.arg("EVALSHA").arg("sha").arg(keys.len());
-        for k in keys {
-            cmd.arg(*k);
-        }
-        for a in args {
-            cmd.arg(*a);
-        }
-        cmd
-    }
-
-    #[test]
-    fn a_batch_lists_every_members_keys_then_each_members_kind_counts_and_arguments() {
-        let (tx, _rx) = oneshot::channel();
-        let (tx2, _rx2) = oneshot::channel();
-        let members = vec![
-            Member {
-                cmd: check(&["a1", "a2"], &["", "1", "s"]),
-                keys: 2,
-                kind: Kind::Decide,
-                reply: tx,
-                _landing: None,
-            },
-            Member {
-                cmd: check(&["b1"], &["", "2", ""]),
-                keys: 1,
-                kind: Kind::Charge,
-                reply: tx2,
-                _landing: None,
-            },
-        ];
-        let text = |cmd: &Cmd| -> Vec<String> {
-            parts(cmd)
-                .map(|p| String::from_utf8_lossy(p).into_owned())
-                .collect()
-        };
-        let want = [
-            "EVALSHA", "bsha", "3", "a1", "a2", "b1", "2", "2", "3", "", "1", "s", "c", "1", "3",
-            "", "2", "",
-        ];
-        assert_eq!(text(&batch_cmd("bsha", &members, false)), want);
-        // On a Cluster: no key declared, the member count marked, the keys after the
-        // arguments, then their number.
-        let want = [
-            "EVALSHA", "bsha", "0", "a2", "2", "3", "", "1", "s", "c", "1", "3", "", "2", "", "a1",
-            "a2", "b1", "3",
-        ];
-        assert_eq!(text(&batch_cmd("bsha", &members, true)), want);
-    }
-
-    #[test]
-    fn a_member_error_is_its_own_and_other_replies_pass_through() {
-        let bad = member_answer(Value::BulkString(b"E unknown algorithm zz".to_vec()));
-        assert!(
-            matches!(bad, Some(Answer::Failed(StoreError::Refused(m))) if m == "unknown algorithm zz")
-        );
-        let good = member_answer(Value::BulkString(b"1 5 1 9 100 0 ".to_vec()));
-        assert!(matches!(good, Some(Answer::Decided(Value::BulkString(_)))));
-        assert!(matches!(
-            member_answer(Value::Int(1)),
-            Some(Answer::Failed(StoreError::Protocol(_)))
-        ));
-        let elsewhere = b"M ERR Script attempted to access a non local key in a cluster node";
-        assert!(member_answer(Value::BulkString(elsewhere.to_vec())).is_none());
-    }
 
     /// Answers every call with its own arguments' count, after being let go.
     #[derive(Clone, Default)]

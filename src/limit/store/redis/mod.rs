@@ -25,6 +25,7 @@
 
 mod across;
 mod batch;
+mod batch_call;
 pub mod cluster;
 pub mod config;
 pub mod connection;
@@ -37,6 +38,7 @@ mod making;
 mod patient;
 mod repair;
 mod reply;
+mod resend;
 pub mod scripts;
 pub mod settlements;
 mod sources;
@@ -56,7 +58,7 @@ use self::connection::Link;
 use self::groups::HashSlotGroups;
 use self::reply::{parse_grant, parse_reply};
 use self::scripts::Scripts;
-use self::settlements::{Outcome, Pending, SettlementTotals, Settlements, ONCE_HORIZON};
+use self::settlements::{Pending, SettlementTotals, Settlements, ONCE_HORIZON};
 use self::wire::Lane;
 use crate::limit::store::error::StoreError;
 use crate::limit::store::held::Due;
@@ -376,7 +378,7 @@ impl RedisStore {
             return;
         }
         let (link, queue) = (Arc::downgrade(&self.link), Arc::clone(&self.settlements));
-        tokio::spawn(resend(link, queue, self.config.timeout));
+        tokio::spawn(resend::resend(link, queue, self.config.timeout));
     }
 
     /// Frees the concurrency slots `slot_id` holds: batched with the decisions on the request
@@ -561,51 +563,5 @@ impl RedisStore {
                 Err(StoreError::Timeout(timeout))
             })
         })
-    }
-}
-
-/// Sends the calls `queue` holds again, each when its pause is over, until none waits
-/// (`settlements.rs`); gives them up if the store was replaced.
-async fn resend(link: std::sync::Weak<Link>, queue: Arc<Settlements>, timeout: Duration) {
-    use crate::clock::{Clock, MonotonicClock};
-    loop {
-        let now = MonotonicClock.now_ms();
-        let due = match queue.next(now) {
-            settlements::Next::Done => return,
-            settlements::Next::Wait(ms) => {
-                let wait = Duration::from_millis(ms);
-                let _ = tokio::time::timeout(wait, queue.wake.notified()).await;
-                continue;
-            }
-            settlements::Next::Send(due) => due,
-        };
-        let Some(link) = link.upgrade() else {
-            for p in due {
-                queue.after(p, Outcome::Refused, now);
-            }
-            return;
-        };
-        let sent = due.into_iter().map(|p| {
-            let link = &link;
-            async move {
-                let call = scripts::Call {
-                    script: link.scripts.sending(batch::Sending::Alone(p.kind)),
-                    cmd: std::borrow::Cow::Borrowed(&p.cmd),
-                };
-                let queued = AtomicBool::new(false);
-                let result = link
-                    .batched(call, (p.keys, p.kind), (None, timeout), &queued)
-                    .await;
-                let outcome = match result {
-                    Ok(_) => Outcome::Done,
-                    Err(StoreError::Refused(_)) => Outcome::Refused,
-                    Err(_) => Outcome::Failed,
-                };
-                (p, outcome)
-            }
-        });
-        for (p, outcome) in futures::future::join_all(sent).await {
-            queue.after(p, outcome, MonotonicClock.now_ms());
-        }
     }
 }
