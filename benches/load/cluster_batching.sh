@@ -21,9 +21,10 @@ ORIGIN=$(port)
 nginx -c "$(origin_conf "$WORK" "$ORIGIN")" & pids+=($!)
 NODES=() RPIDS=()
 for i in 1 2 3; do
-  p=$(port)
+  # A node's cluster bus listens at its port + 10000.
+  p=$(port); while (( p > 55000 )); do p=$(port); done
   mkdir -p "$WORK/r$i"
-  (cd "$WORK/r$i" && redis-server --port "$p" --bind 127.0.0.1 --cluster-enabled yes \
+  (cd "$WORK/r$i" && exec redis-server --port "$p" --bind 127.0.0.1 --cluster-enabled yes \
     --cluster-config-file nodes.conf --save "" --appendonly no > log 2>&1) & pids+=($!)
   RPIDS+=($!)
   NODES+=("127.0.0.1:$p")
