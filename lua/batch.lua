@@ -6,7 +6,7 @@ the same connection, with every call that arrived meanwhile (src/limit/store/red
 Redis's cost per call (dispatch, argument conversion, TIME, script setup) is then paid once
 for many.
 
-The script sent to Redis is this shebang line, then the files of check.lua, then
+The script sent to Redis is this shebang line, then batch_keys.lua, the files of check.lua, then
 return_units.lua, charging.lua, refunding.lua, releasing.lua and reporting.lua, with this file
 last (BATCH_FILES in src/limit/store/redis/sources.rs). `allow-cross-slot-keys`: on a Redis
 Cluster a batch holds the keys of many clients, so of many slots — every one served by the
@@ -32,11 +32,11 @@ Reply     an array of m strings, in member order: a decision's check.lua reply, 
 Writes    as m calls of those scripts, in order.
 
 Keys as arguments (a Cluster): no key declared, ARGV[1] is "a<m>", and after the members'
-arguments come every member's keys, member after member, then their number K. They are moved into KEYS before
-anything runs. Each member's keys (one slot) are then looked up first (EXISTS): a slot this
-node does not serve — the gateway's slot map behind a move, or a slot migrating — answers
-"M <message>" for that member, which wrote nothing; the gateway sends it alone, following the
-redirect.
+arguments come every member's keys, member after member, then their number K; batch_keys.lua
+(the script's first file) reads them as KEYS before anything runs. Each member's keys (one
+slot) are then looked up first (EXISTS): a slot this node does not serve — the gateway's slot
+map behind a move, or a slot migrating — answers "M <message>" for that member, which wrote
+nothing; the gateway sends it alone, following the redirect.
 ]]
 local clock_ms, clock_text
 -- One TIME for the whole batch, and its decimal text, formatted once for the decisions'
@@ -51,18 +51,8 @@ local function batch_clock(spec)
   return clock_ms, clock_text
 end
 
--- Keys as arguments (a Cluster): moved into KEYS, and out of ARGV, before anything reads them.
-local keys_in_args = string.sub(ARGV[1] or '', 1, 1) == 'a'
-if keys_in_args then
-  ARGV[1] = string.sub(ARGV[1], 2)
-  local total = #ARGV
-  local k = tonumber(ARGV[total])
-  if not k or k < 0 or k > total - 2 then
-    return redis.error_reply('turnstile batch.lua: the key count after the arguments is wrong')
-  end
-  local base = total - 1 - k
-  for i = 1, k do KEYS[i] = ARGV[base + i] end
-  for i = total, base + 1, -1 do ARGV[i] = nil end
+if batch_layout_error then
+  return redis.error_reply('turnstile batch.lua: ' .. batch_layout_error)
 end
 
 local m = tonumber(ARGV[1])

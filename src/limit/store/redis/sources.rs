@@ -41,6 +41,7 @@ script!(
     BATCH_SOURCE,
     "#!lua flags=allow-cross-slot-keys\n",
     BATCH_FILES = [
+        "batch_keys.lua",
         "lib.lua",
         "token_bucket.lua",
         "leaky_bucket.lua",
