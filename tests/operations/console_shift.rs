@@ -350,6 +350,10 @@ fn wrong_admin_tokens_are_throttled_and_the_console_says_so() {
     in_both(1280, 800, |name, browser| {
         let dir = tempfile::tempdir().unwrap();
         let gw = start(&up, &dir, "", "");
+        // The page open and the token typed first: the throttle lets one attempt through
+        // every 6 s, which a busy machine's page load could outlast.
+        browser.open(&format!("http://127.0.0.1:{}/ui/", gw.admin_port));
+        browser.type_into("#token", TOKEN);
         let wrong = [("Authorization", "Bearer not-the-token-0000000000")];
         let statuses: Vec<u16> = (0..11)
             .map(|_| http::request(gw.admin_port, "GET", "/config", &wrong, b"").status)
@@ -363,8 +367,6 @@ fn wrong_admin_tokens_are_throttled_and_the_console_says_so() {
         );
         let retry: u64 = throttled.header("retry-after").unwrap().parse().unwrap();
         assert!((1..=6).contains(&retry), "{name}: {retry}");
-        browser.open(&format!("http://127.0.0.1:{}/ui/", gw.admin_port));
-        browser.type_into("#token", TOKEN);
         browser.click("#sign-in-form button");
         let why = browser.wait_text("#sign-in-error", "why", |t| !t.is_empty());
         assert!(why.contains("too many wrong tokens"), "{name}: {why}");
