@@ -6,7 +6,9 @@
 //! `/readyz` says `store warming` until the store is warm, and a Redis that is really down at
 //! start ends, after the startup grace, in the failure mode as at any other time.
 //!
-//! The CPUs are kept busy by `stress-ng --cpu 8` (four times the machine's two cores). Redis
+//! The CPUs are kept busy by `stress-ng --cpu 8` (four times the machine's two cores; fewer
+//! workers when CPU hogs already run, so that the suite run beside `stress-ng --cpu 2` is not
+//! taken five times over instead). Redis
 //! runs at real-time priority: in production it has its own machine, and a Redis starved of
 //! CPU is genuinely slow (its route's failure mode is then right) — what is under test is the
 //! gateway's start. Its own binary (one test at a time, nothing else running beside it), so
@@ -37,15 +39,36 @@ fn key(i: usize) -> String {
     format!("startup-key-{i:02}-0123456789abcdef")
 }
 
-/// Every CPU busy (four workers per core) until dropped.
+/// Every CPU busy (four runnable CPU hogs per core, counting those already running — the
+/// suite run beside `stress-ng --cpu 2` keeps the same oversubscription, not a higher one)
+/// until dropped.
 fn busy_cpus(dir: &std::path::Path) -> Proc {
+    let workers = (8 - already_running().min(4)).to_string();
+    eprintln!("stress-ng --cpu {workers}");
     let stress = Proc::spawn(
         "stress-ng",
-        Command::new("stress-ng").args(["--cpu", "8", "--timeout", "600s"]),
+        Command::new("stress-ng").args(["--cpu", &workers, "--timeout", "600s"]),
         dir.join("stress-ng.log"),
     );
     std::thread::sleep(Duration::from_millis(500));
     stress
+}
+
+/// How many tasks besides this one keep a CPU busy now: the median of `procs_running`
+/// (`/proc/stat`) over 200 ms, less the one reading it.
+fn already_running() -> usize {
+    let mut seen: Vec<usize> = (0..10)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+            stat.lines()
+                .find_map(|l| l.strip_prefix("procs_running "))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(1)
+        })
+        .collect();
+    seen.sort_unstable();
+    seen[seen.len() / 2].saturating_sub(1)
 }
 
 /// `pid` (every thread of it) at real-time priority, out of reach of the busy CPUs.
