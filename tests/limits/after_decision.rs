@@ -65,16 +65,30 @@ fn get(gw: &Gateway, path: &str, key: &str) -> u16 {
 
 /// `n` requests of `key` at once, each answered after the upstream's delay; their statuses.
 fn at_once(gw: &Gateway, path: &str, key: &'static str, n: usize) -> Vec<u16> {
-    let port = gw.port;
-    let threads: Vec<_> = (0..n)
-        .map(|_| {
-            let path = path.to_owned();
-            std::thread::spawn(move || http::get_with(port, &path, &[("X-Api-Key", key)]).status)
-        })
-        .collect();
-    let mut statuses: Vec<u16> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-    statuses.sort_unstable();
-    statuses
+    sent_at_once(gw.port, path, key, n).join().unwrap()
+}
+
+/// `n` requests of `key` sent at once, from a thread; it ends with their statuses, sorted.
+fn sent_at_once(
+    port: u16,
+    path: &str,
+    key: &'static str,
+    n: usize,
+) -> std::thread::JoinHandle<Vec<u16>> {
+    let path = path.to_owned();
+    std::thread::spawn(move || {
+        let threads: Vec<_> = (0..n)
+            .map(|_| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    http::get_with(port, &path, &[("X-Api-Key", key)]).status
+                })
+            })
+            .collect();
+        let mut statuses: Vec<u16> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        statuses.sort_unstable();
+        statuses
+    })
 }
 
 /// The slots `ada` holds in Redis now.
@@ -140,16 +154,7 @@ fn releases_of_requests_ending_during_a_stall_are_sent_again() {
     let gw = Gateway::start(&config(&up, &redis, "timeout = \"50ms\"", 2));
     up.set_delay(600);
     let port = gw.port;
-    let both = std::thread::spawn(move || {
-        let t: Vec<_> = (0..2)
-            .map(|_| {
-                std::thread::spawn(move || {
-                    http::get_with(port, "/echo/closed/x", &[("X-Api-Key", ADA)]).status
-                })
-            })
-            .collect();
-        t.into_iter().map(|t| t.join().unwrap()).collect::<Vec<_>>()
-    });
+    let both = sent_at_once(port, "/echo/closed/x", ADA, 2);
     wait_until("both slots taken", || slots_held(&redis) == 2);
     // Redis asleep for 1.5 s. Bob's decisions time out one by one (five open the breaker,
     // ~0.3 s in); ada's requests end ~0.6 s in, while the repair started when the breaker
@@ -231,16 +236,7 @@ fn a_frozen_redis_with_releases_in_flight_opens_the_breaker_for_decisions() {
     let gw = Gateway::start(&config(&up, &redis, "timeout = \"50ms\"", 2));
     up.set_delay(300);
     let port = gw.port;
-    let both = std::thread::spawn(move || {
-        let t: Vec<_> = (0..2)
-            .map(|_| {
-                std::thread::spawn(move || {
-                    http::get_with(port, "/echo/closed/x", &[("X-Api-Key", ADA)]).status
-                })
-            })
-            .collect();
-        t.into_iter().map(|t| t.join().unwrap()).collect::<Vec<_>>()
-    });
+    let both = sent_at_once(port, "/echo/closed/x", ADA, 2);
     wait_until("both slots taken", || slots_held(&redis) == 2);
     redis.freeze();
     assert_eq!(both.join().unwrap(), [200, 200]);
