@@ -15,6 +15,7 @@ use crate::limit::store::redis::landing::Landing;
 use crate::limit::store::redis::making::{connect_bound, connection_timeout, Making};
 use crate::limit::store::redis::repair::{repair_loop, LaneWatch, OnDisconnect};
 use crate::limit::store::redis::scripts::{Call, Scripts};
+use crate::limit::store::redis::timeouts::TimeoutRun;
 use crate::limit::store::redis::warmth::{warm_up, WarmUp, Warmth};
 use crate::limit::store::redis::wire::{
     load, lost_connection, names_protocol, run, tls_certificates, with_auth, Lane, LATE_REPLY,
@@ -27,7 +28,7 @@ use redis::{
     AsyncConnectionConfig, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo, RedisError,
 };
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::OnceCell;
@@ -106,7 +107,7 @@ pub struct Link {
     /// Whether the request connection was made before requests needed it (`warmth.rs`).
     warmth: Warmth,
     /// Sentinel: calls that timed out since the last answered one.
-    timeouts_in_a_row: AtomicU32,
+    timeouts: TimeoutRun,
     pub(super) me: Weak<Link>,
 }
 
@@ -192,7 +193,7 @@ impl Link {
             counts,
             breaker: shared,
             warmth: Warmth::new(config.startup_grace),
-            timeouts_in_a_row: AtomicU32::new(0),
+            timeouts: TimeoutRun::default(),
             me: me.clone(),
         }))
     }
@@ -259,14 +260,11 @@ impl Link {
     }
 
     /// A call on this lane timed out. On Sentinel the primary may be frozen while the
-    /// sentinels have promoted a replica: after a second timeout in a row, the next call asks
-    /// them again. (One alone is not enough: on a machine whose CPUs are taken, a call can be
-    /// late once, and dropping the connection for it failed every request until a new one
-    /// was made.)
+    /// sentinels have promoted a replica: when `timeouts.rs` says so (a second timeout in a
+    /// row of a running process), the next call asks them again.
     pub fn timed_out(&self) {
         if let Nodes::Sentinel { lanes, .. } = &self.nodes {
-            if self.timeouts_in_a_row.fetch_add(1, Ordering::Relaxed) >= 1 {
-                self.timeouts_in_a_row.store(0, Ordering::Relaxed);
+            if self.timeouts.timed_out() {
                 lanes.requests.store(None);
                 self.watch.lost();
             }
@@ -275,9 +273,7 @@ impl Link {
 
     /// A call on this lane was answered: the timeouts in a row start again from none.
     pub(super) fn answered(&self) {
-        if self.timeouts_in_a_row.load(Ordering::Relaxed) != 0 {
-            self.timeouts_in_a_row.store(0, Ordering::Relaxed);
-        }
+        self.timeouts.answered();
     }
 
     /// Runs a script call on `lane`'s connection, making it first if needed (then

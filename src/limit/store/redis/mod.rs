@@ -42,6 +42,7 @@ mod resend;
 pub mod scripts;
 pub mod settlements;
 mod sources;
+mod timeouts;
 mod warmth;
 pub mod wire;
 

@@ -20,9 +20,25 @@
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::{Instant, Sleep};
+
+/// When a timer of this process last fired late ([`now_ms`] + 1; 0 = never): what tells a
+/// timeout of a starved process from one of a running process (`timeouts.rs`).
+static LATE_AT: AtomicU64 = AtomicU64::new(0);
+
+/// Milliseconds since this process started (a clock shared by every runtime).
+pub fn now_ms() -> u64 {
+    crate::clock::process_start().elapsed().as_millis() as u64
+}
+
+/// Whether a timer of this process fired late within `window` before now.
+pub fn starved_within(window: Duration) -> bool {
+    let late_at = LATE_AT.load(Ordering::Relaxed);
+    late_at != 0 && now_ms() + 1 - late_at <= window.as_millis() as u64
+}
 
 /// The call did not end within its bound (and its two more looks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,9 +91,11 @@ impl<F: Future> Future for Patient<F> {
                         return Poll::Pending;
                     }
                     let late = Instant::now().saturating_duration_since(me.timer.deadline());
-                    *me.stage = Stage::Yielded {
-                        late: late >= *me.bound / 4,
-                    };
+                    let late = late >= *me.bound / 4;
+                    if late {
+                        LATE_AT.store(now_ms() + 1, Ordering::Relaxed);
+                    }
+                    *me.stage = Stage::Yielded { late };
                     // Rescheduled behind the tasks already woken (the connection's reader).
                     cx.waker().wake_by_ref();
                     return Poll::Pending;
