@@ -13,9 +13,10 @@ use std::net::IpAddr;
 
 /// Header carrying the authenticated client id to the upstream (any incoming one is removed).
 pub const CLIENT_ID_HEADER: &str = "x-client-id";
-/// The same names, parsed once: lookups and removals by these do not parse a name per request.
-pub const CLIENT_ID: HeaderName = HeaderName::from_static(CLIENT_ID_HEADER);
-pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static(X_FORWARDED_FOR_HEADER);
+/// The same names, parsed once (statics: [`UpstreamHead::set`] takes them by `'static`
+/// reference): lookups, removals and inserts by these do not parse a name per request.
+pub static CLIENT_ID: HeaderName = HeaderName::from_static(CLIENT_ID_HEADER);
+pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static(X_FORWARDED_FOR_HEADER);
 pub const X_FORWARDED_FOR_HEADER: &str = "x-forwarded-for";
 
 /// Headers whose upstream value the gateway decides: it sets them (`X-Client-Id`,
@@ -78,7 +79,7 @@ pub fn forwarded_for<'a>(
 /// copied once.
 fn forwarded_for_value(headers: &HeaderMap, peer: IpAddr) -> Result<HeaderValue, String> {
     use std::io::Write;
-    if !headers.contains_key(X_FORWARDED_FOR) {
+    if !headers.contains_key(&X_FORWARDED_FOR) {
         // Longest: an IPv6 address with an embedded IPv4 one, 45 characters.
         let mut buf = [0u8; 64];
         let len = match peer {
@@ -91,7 +92,7 @@ fn forwarded_for_value(headers: &HeaderMap, peer: IpAddr) -> Result<HeaderValue,
         };
         return HeaderValue::from_bytes(&buf[..len]).map_err(|e| e.to_string());
     }
-    let existing = headers.get_all(X_FORWARDED_FOR);
+    let existing = headers.get_all(&X_FORWARDED_FOR);
     let value = forwarded_for(existing.iter().map(HeaderValue::as_bytes), peer);
     HeaderValue::try_from(value).map_err(|e| e.to_string())
 }
@@ -119,11 +120,14 @@ fn dotted(ip: std::net::Ipv4Addr, out: &mut [u8; 64]) -> usize {
     len
 }
 
-/// The head of the request the upstream receives, as [`forward`] edits it.
+/// The head of the request the upstream receives, as [`forward`] edits it: Pingora's request
+/// header (names spelled as the client sent them, `header_case = "preserve"`) or its
+/// `http` parts (names lower-case, inserted without being parsed) in `proxy/upstream.rs`.
 pub trait UpstreamHead {
     fn headers(&self) -> &HeaderMap;
-    /// Sets `name` to `value`, replacing every value it had.
-    fn set(&mut self, name: &'static str, value: HeaderValue) -> Result<(), String>;
+    /// Sets `name` (one of the gateway's own, parsed once) to `value`, replacing every value
+    /// it had.
+    fn set(&mut self, name: &'static HeaderName, value: HeaderValue) -> Result<(), String>;
     /// [`UpstreamHead::set`] for a configured name.
     fn set_named(&mut self, name: &HeaderName, value: HeaderValue) -> Result<(), String>;
     /// Removes every value of `name`.
@@ -177,18 +181,15 @@ impl Forward<'_> {
 /// query as received), `X-Forwarded-For` + the TCP peer, `X-Request-Id`, `X-Client-Id` (only
 /// the gateway's), no `_` spelling of a controlled header, no `Expect` the gateway already
 /// answered, and no API key in any header unless the route forwards it.
-pub fn forward(f: &Forward<'_>, head: &mut impl UpstreamHead) -> Result<(), String> {
+pub fn forward(f: &Forward<'_>, head: &mut (impl UpstreamHead + ?Sized)) -> Result<(), String> {
     if let Some(peer) = f.peer {
-        head.set(
-            X_FORWARDED_FOR_HEADER,
-            forwarded_for_value(head.headers(), peer)?,
-        )?;
+        head.set(&X_FORWARDED_FOR, forwarded_for_value(head.headers(), peer)?)?;
     }
-    head.set(super::request_id::HEADER, f.request_id.clone())?;
+    head.set(&super::request_id::NAME, f.request_id.clone())?;
     for (name, value) in super::forwarded::headers(&f.origin, head.headers())?.edits() {
         match value {
             Some(value) => head.set(name, value)?,
-            None => head.remove(&HeaderName::from_static(name)),
+            None => head.remove(name),
         }
     }
     if let Some(path) = f.path {
@@ -214,7 +215,7 @@ pub fn forward(f: &Forward<'_>, head: &mut impl UpstreamHead) -> Result<(), Stri
         head.remove(&EXPECT);
     }
     if let Some(client) = f.client {
-        head.set(CLIENT_ID_HEADER, header_text(client))?;
+        head.set(&CLIENT_ID, header_text(client))?;
         let token = f.token;
         if !f.forward_api_key || token.is_some() {
             // Every value: a key in any of them stays here.
@@ -274,7 +275,7 @@ pub fn header_text(text: &str) -> HeaderValue {
 }
 
 /// Removes cookie `name` from every `Cookie` header (dropping a header left empty).
-fn strip_cookie(head: &mut impl UpstreamHead, name: &str) -> Result<(), String> {
+fn strip_cookie(head: &mut (impl UpstreamHead + ?Sized), name: &str) -> Result<(), String> {
     let kept: Vec<String> = head
         .headers()
         .get_all(COOKIE)
@@ -365,8 +366,8 @@ mod tests {
         fn headers(&self) -> &HeaderMap {
             &self.headers
         }
-        fn set(&mut self, name: &'static str, value: HeaderValue) -> Result<(), String> {
-            self.headers.insert(name, value);
+        fn set(&mut self, name: &'static HeaderName, value: HeaderValue) -> Result<(), String> {
+            self.headers.insert(name.clone(), value);
             Ok(())
         }
         fn remove(&mut self, name: &HeaderName) {

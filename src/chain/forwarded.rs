@@ -8,13 +8,18 @@
 //! element, and the upstream trusts as much of the list as it knows proxies for.
 
 use http::header::FORWARDED;
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use std::fmt::Write;
 use std::net::IpAddr;
 
 pub const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
 pub const X_FORWARDED_HOST: &str = "x-forwarded-host";
 pub const X_FORWARDED_PREFIX: &str = "x-forwarded-prefix";
+/// The same names parsed once, and `Forwarded`, as the upstream head's edits name them.
+static PROTO: HeaderName = HeaderName::from_static(X_FORWARDED_PROTO);
+static HOST: HeaderName = HeaderName::from_static(X_FORWARDED_HOST);
+static PREFIX: HeaderName = HeaderName::from_static(X_FORWARDED_PREFIX);
+static FORWARDED_NAME: HeaderName = FORWARDED;
 
 /// What the gateway knows of how the request reached it.
 pub struct Origin<'a> {
@@ -33,7 +38,7 @@ pub struct Origin<'a> {
 }
 
 /// A header the upstream gets (`Some`) or does not get at all (`None`).
-pub type Edit = (&'static str, Option<HeaderValue>);
+pub type Edit = (&'static HeaderName, Option<HeaderValue>);
 
 /// The forwarding headers the upstream gets: each set (`Some`) or removed (`None`); without
 /// `forwarded`, `Forwarded` is left as received (the route does not add its element).
@@ -48,14 +53,11 @@ impl Forwarding {
     /// Every header the upstream gets or loses, by its name (static: no name is built per
     /// request).
     pub fn edits(self) -> impl Iterator<Item = Edit> {
-        let forwarded = self.forwarded.map(|v| ("forwarded", Some(v)));
+        let forwarded = self.forwarded.map(|v| (&FORWARDED_NAME, Some(v)));
         forwarded.into_iter().chain([
-            (
-                X_FORWARDED_PROTO,
-                Some(HeaderValue::from_static(self.proto)),
-            ),
-            (X_FORWARDED_HOST, self.host),
-            (X_FORWARDED_PREFIX, self.prefix),
+            (&PROTO, Some(HeaderValue::from_static(self.proto))),
+            (&HOST, self.host),
+            (&PREFIX, self.prefix),
         ])
     }
 }

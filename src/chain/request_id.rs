@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 pub const HEADER: &str = "x-request-id";
 /// [`HEADER`] parsed once (for lookups).
-pub const NAME: http::HeaderName = http::HeaderName::from_static(HEADER);
+pub static NAME: http::HeaderName = http::HeaderName::from_static(HEADER);
 /// Longest client-supplied id passed on unchanged.
 pub const MAX_LEN: usize = 128;
 

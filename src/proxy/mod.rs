@@ -42,6 +42,7 @@ mod response;
 mod retry;
 pub mod tls;
 mod upstream;
+mod upstream_head;
 pub mod warm;
 
 pub use context::RequestCtx;

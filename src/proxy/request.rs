@@ -187,7 +187,7 @@ pub async fn pass_gate(ctx: &mut RequestCtx) -> Result<(), Reject> {
 /// (every request, routed or not).
 pub fn check_head(session: &Session, ctx: &mut RequestCtx) -> Result<(), Reject> {
     let req = session.req_header();
-    ctx.request_id = match req.headers.get(request_id::NAME) {
+    ctx.request_id = match req.headers.get(&request_id::NAME) {
         Some(v) if request_id::is_acceptable(v.as_bytes()) => v.clone(),
         _ => request_id::generate_value(),
     };
@@ -239,7 +239,7 @@ pub fn client_addr(session: &Session, ctx: &RequestCtx) -> Option<std::net::IpAd
         .client_addr()
         .and_then(PeerAddr::as_inet)
         .map(|peer| {
-            let forwarded = session.req_header().headers.get_all(X_FORWARDED_FOR);
+            let forwarded = session.req_header().headers.get_all(&X_FORWARDED_FOR);
             client_ip(
                 peer.ip(),
                 forwarded.iter().map(HeaderValue::as_bytes),

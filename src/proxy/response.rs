@@ -292,7 +292,7 @@ fn record_refusal(session: &Session, ctx: &RequestCtx, reject: &Reject, kind: Ki
 /// The caller's address: the peer, or what a trusted proxy before it says (`X-Forwarded-For`).
 fn client_ip(session: &Session, ctx: &RequestCtx) -> Option<std::net::IpAddr> {
     let peer = session.client_addr().and_then(PeerAddr::as_inet)?;
-    let values = session.req_header().headers.get_all(X_FORWARDED_FOR);
+    let values = session.req_header().headers.get_all(&X_FORWARDED_FOR);
     Some(identity::client_ip(
         peer.ip(),
         values.iter().map(HeaderValue::as_bytes),

@@ -3,16 +3,18 @@
 //! receives) and `upstream_response_filter` (its latency).
 
 use crate::chain::credential::TokenFrom;
-use crate::chain::forward::{forward, Forward, UpstreamHead};
+use crate::chain::forward::{forward, Forward};
 use crate::chain::forwarded::Origin;
 use crate::chain::upstream_error::{self, NO_HEALTHY_UPSTREAM};
 use crate::chain::{grpc, rewrite};
 use crate::ops::trace::context::{traceparent, TRACEPARENT, TRACESTATE};
 use crate::proxy::context::RequestCtx;
 use crate::proxy::grpc::GRPC_TIMEOUT;
+use crate::proxy::upstream_head::edit_head;
 use crate::upstream::balance::InFlight;
+use crate::upstream::config::HeaderCase;
 use crate::upstream::outlier::Attempt;
-use http::header::HeaderValue;
+use http::header::{HeaderName, HeaderValue};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::proxy::Session;
@@ -173,26 +175,43 @@ pub fn upstream_request_filter(
         continued: ctx.continued,
         origin,
     };
-    forward(&policy, &mut PingoraHead(upstream_request))
-        .map_err(|e| Error::explain(ErrorType::InternalError, e))?;
-    if let Some(deadline) = ctx.deadline {
-        // The upstream learns how much of the caller's deadline is left.
-        let left = deadline.saturating_duration_since(Instant::now());
-        upstream_request.insert_header(GRPC_TIMEOUT, grpc::timeout_value(left))?;
-    }
+    // The upstream learns how much of the caller's deadline is left.
+    let deadline = ctx
+        .deadline
+        .map(|d| grpc::timeout_value(d.saturating_duration_since(Instant::now())));
+    // The upstream continues the trace under the gateway's `upstream` span (also when not
+    // sampled: the decision travels in the flags).
+    let trace = ctx.trace.as_ref().map(|t| {
+        (
+            traceparent(t.trace_id, t.upstream_span, t.sampled),
+            t.tracestate.as_ref(),
+        )
+    });
+    let case = route.map_or(HeaderCase::Lower, |r| {
+        if r.pool.config.http2 {
+            HeaderCase::Lower
+        } else {
+            r.pool.config.header_case
+        }
+    });
+    edit_head(upstream_request, case, |head| {
+        forward(&policy, head)?;
+        if let Some(left) = deadline {
+            head.set(&GRPC_TIMEOUT_NAME, value(left)?)?;
+        }
+        if let Some((parent, state)) = trace {
+            head.set(&TRACEPARENT_NAME, value(parent)?)?;
+            match state {
+                Some(state) => head.set(&TRACESTATE_NAME, state.clone())?,
+                None => head.remove(&TRACESTATE_NAME),
+            }
+        }
+        Ok::<_, String>(())
+    })
+    .map_err(|e| Error::explain(ErrorType::InternalError, e))?;
     ctx.upstream_sent = Some(Instant::now());
     ctx.attempts += 1;
     if let Some(trace) = ctx.trace.as_mut() {
-        // The upstream continues the trace under the gateway's `upstream` span (also when
-        // not sampled: the decision travels in the flags).
-        let parent = traceparent(trace.trace_id, trace.upstream_span, trace.sampled);
-        upstream_request.insert_header(TRACEPARENT, parent)?;
-        match &trace.tracestate {
-            Some(state) => upstream_request.insert_header(TRACESTATE, state.clone())?,
-            None => {
-                upstream_request.remove_header(TRACESTATE);
-            }
-        }
         if trace.sampled {
             trace.upstream = Some((Instant::now(), None));
         }
@@ -200,42 +219,13 @@ pub fn upstream_request_filter(
     Ok(())
 }
 
-/// Pingora's request header as the head `chain::forward` edits.
-struct PingoraHead<'a>(&'a mut RequestHeader);
+static GRPC_TIMEOUT_NAME: HeaderName = HeaderName::from_static(GRPC_TIMEOUT);
+static TRACEPARENT_NAME: HeaderName = HeaderName::from_static(TRACEPARENT);
+static TRACESTATE_NAME: HeaderName = HeaderName::from_static(TRACESTATE);
 
-impl UpstreamHead for PingoraHead<'_> {
-    fn headers(&self) -> &http::HeaderMap {
-        &self.0.headers
-    }
-
-    fn set(&mut self, name: &'static str, value: HeaderValue) -> std::result::Result<(), String> {
-        self.0.insert_header(name, value).map_err(|e| e.to_string())
-    }
-
-    fn remove(&mut self, name: &http::HeaderName) {
-        self.0.remove_header(name);
-    }
-
-    fn set_named(
-        &mut self,
-        name: &http::HeaderName,
-        value: HeaderValue,
-    ) -> std::result::Result<(), String> {
-        self.0
-            .insert_header(name.clone(), value)
-            .map_err(|e| e.to_string())
-    }
-
-    fn query(&self) -> Option<&str> {
-        self.0.uri.query()
-    }
-
-    fn set_target(&mut self, target: &str) -> std::result::Result<(), String> {
-        let uri =
-            http::Uri::try_from(target).map_err(|e| format!("normalised request path: {e}"))?;
-        self.0.set_uri(uri);
-        Ok(())
-    }
+/// `text` as a header value, without a copy.
+fn value(text: String) -> std::result::Result<HeaderValue, String> {
+    HeaderValue::try_from(text).map_err(|e| e.to_string())
 }
 
 /// The upstream answered: how this try went counts for outlier detection.

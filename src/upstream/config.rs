@@ -25,6 +25,21 @@ pub struct UpstreamConfig {
     pub outlier_detection: Option<crate::upstream::outlier::OutlierSettings>,
     /// How many retries the pool takes at once.
     pub retry_budget: crate::upstream::retry::BudgetSettings,
+    /// How the names of the request head reach its servers.
+    pub header_case: HeaderCase,
+}
+
+/// How header names reach a pool's servers over HTTP/1 (HTTP/2 names are lower-case always).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HeaderCase {
+    /// Lower-case (the default, as Envoy's): the head is edited as `http` parts, the gateway's
+    /// own headers inserted without parsing their names.
+    #[default]
+    Lower,
+    /// Each name as the client spelled it (the gateway's own lower-case): for a legacy server
+    /// that reads names case-sensitively. Costs a little more per request (every insert also
+    /// records its spelling).
+    Preserve,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,6 +15,7 @@ mod dns;
 mod forwarding;
 mod gateway;
 mod grpc;
+mod header_case;
 mod hostile;
 mod jwt;
 mod mtls;

@@ -8,8 +8,8 @@ pub use super::file_auth::{
     RegistryFile,
 };
 pub use super::file_upstream::{
-    BalanceFile, FailureFile, HealthCheckFile, OutlierFile, PriorityFile, RetryBudgetFile,
-    RetryFile, SheddingFile, UpstreamFile,
+    BalanceFile, FailureFile, HeaderCaseFile, HealthCheckFile, OutlierFile, PriorityFile,
+    RetryBudgetFile, RetryFile, SheddingFile, UpstreamFile,
 };
 use super::units::{HumanDuration, Rate};
 use serde::de::{self, Deserializer, MapAccess, Visitor};

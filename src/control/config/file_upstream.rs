@@ -34,6 +34,15 @@ pub struct UpstreamFile {
     pub outlier_detection: Option<OutlierFile>,
     /// How many retries the pool takes at once, relative to its requests in flight.
     pub retry_budget: Option<RetryBudgetFile>,
+    /// `"lower"` (default) or `"preserve"`: how header names reach the servers over HTTP/1.
+    pub header_case: Option<HeaderCaseFile>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeaderCaseFile {
+    Lower,
+    Preserve,
 }
 
 /// `retry_budget = { percent = 20, min_retries = 3 }` on an upstream.

@@ -3,11 +3,12 @@
 use super::checks::*;
 use crate::control::config::defaults;
 use crate::control::config::file::{
-    BalanceFile, FailureFile, HealthCheckFile, OutlierFile, UpstreamFile,
+    BalanceFile, FailureFile, HeaderCaseFile, HealthCheckFile, OutlierFile, UpstreamFile,
 };
 use crate::control::config::model::{HealthCheckConfig, UpstreamConfig, UpstreamTls};
 use crate::control::config::units::{HumanDuration, SecretSource};
 use crate::upstream::balance::{server_entry, Balance};
+use crate::upstream::config::HeaderCase;
 use crate::upstream::outlier::{Failures, OutlierSettings};
 use std::net::SocketAddr;
 
@@ -32,6 +33,7 @@ pub(super) fn upstream_config(
         balance,
         outlier_detection,
         retry_budget,
+        header_case,
     } = file;
     let base = format!("upstreams.{name}");
     check_name(&base, name, problems);
@@ -95,6 +97,10 @@ pub(super) fn upstream_config(
         },
         outlier_detection: outlier_detection.map(|o| outlier_config(&base, o, problems)),
         retry_budget: super::retry::budget(&base, retry_budget, problems),
+        header_case: match header_case {
+            None | Some(HeaderCaseFile::Lower) => HeaderCase::Lower,
+            Some(HeaderCaseFile::Preserve) => HeaderCase::Preserve,
+        },
     }
 }
 
