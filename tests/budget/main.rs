@@ -136,12 +136,16 @@ fn request(path: &str, headers: &str, body: &str) -> String {
 /// Every mode and its budget: allocations per request beyond bare pingora-proxy's, measured in
 /// the same process (today's count, with a little room: BENCHMARKS.md). A change that needs
 /// more must say why there and raise it here.
-const BUDGETS: [(&str, f64); 5] = [
-    ("pass-through", 40.0),
-    ("per-IP", 50.0),
-    ("API key + one Redis limit", 70.0),
-    ("cached bearer token", 70.0),
-    ("keyed body limit", 80.0),
+const BUDGETS: [(&str, f64); 6] = [
+    ("pass-through", 22.0),
+    ("per-IP", 31.0),
+    ("API key + one Redis limit", 48.0),
+    ("cached bearer token", 48.0),
+    ("keyed body limit", 66.0),
+    // The pool keeps the client's spelling of names: Pingora's header edited in place, each
+    // insert parsing its name and growing two maps (the path every request took before
+    // heads were edited as `http` parts).
+    ("pass-through, header_case = \"preserve\"", 40.0),
 ];
 
 #[test]
@@ -172,6 +176,10 @@ timeout = "2s"
 [upstreams.api]
 servers = ["{upstream}"]
 
+[upstreams.legacy]
+servers = ["{upstream}"]
+header_case = "preserve"
+
 [plans.one]
 limits = [{{ name = "per-hour", algorithm = "fixed_window", limit = 100000000, window = "1h" }}]
 
@@ -190,6 +198,11 @@ plan = "one"
 name = "pass"
 path_prefix = "/echo/pass"
 upstream = "api"
+
+[[routes]]
+name = "legacy"
+path_prefix = "/echo/legacy"
+upstream = "legacy"
 
 [[routes]]
 name = "ip"
@@ -267,6 +280,7 @@ key = ["body:username"]
             "",
         ),
         request("/echo/login", "", r#"{"username": "ada@example.com"}"#),
+        request("/echo/legacy/x", "", ""),
     ];
     wait_until("the issuer's keys", || {
         Client::new(port, requests[3].clone()).send() == 200
