@@ -6,12 +6,16 @@
 //!
 //! - `proxy`: bare `pingora-proxy` — a `ProxyHttp` whose only hook names the upstream peer
 //!   (what turnstile builds on; everything else is Pingora's defaults).
+//! - `forwarding`: the same, also adding the headers turnstile's pass-through adds
+//!   (`X-Forwarded-For`, `X-Request-Id`, `X-Forwarded-Proto`, `X-Forwarded-Host` upstream,
+//!   `X-Request-Id` downstream) through Pingora's own header API, as any Pingora proxy would:
+//!   the floor for a gateway that forwards them.
 //! - `core`: no `pingora-proxy` at all — `pingora-core`'s HTTP server session, its HTTP/1
 //!   connector and connection pool, and a loop that copies the request header and body up
 //!   and the response header and body down. It does only what a plain keep-alive HTTP/1
 //!   exchange needs: no upgrades, no retries, no HTTP/2, no filters, no error pages.
 //!
-//! Usage: `cargo bench --bench floor -- <proxy|core> <listen addr> <origin addr> <threads>`.
+//! Usage: `cargo bench --bench floor -- <proxy|forwarding|core> <listen addr> <origin addr> <threads>`.
 //! Without arguments (as `cargo test --all-targets` and `cargo bench` run it) it prints this
 //! usage and exits.
 
@@ -81,18 +85,71 @@ impl HttpServerApp for CoreLoop {
     }
 }
 
-/// Bare `pingora-proxy`: the upstream is the only decision.
+/// Bare `pingora-proxy`: the upstream is the only decision (and, when `forwarding`, the
+/// forwarding headers).
 struct BareProxy {
     origin: HttpPeer,
+    forwarding: bool,
+}
+
+/// A request id per request, 32 hex digits (as long as the ids turnstile makes).
+fn request_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("{:032x}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 #[async_trait]
 impl ProxyHttp for BareProxy {
-    type CTX = ();
+    type CTX = Option<String>;
 
-    fn new_ctx(&self) -> Self::CTX {}
+    fn new_ctx(&self) -> Self::CTX {
+        None
+    }
 
-    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut ()) -> Result<Box<HttpPeer>> {
+    async fn upstream_request_filter(
+        &self,
+        session: &mut Session,
+        req: &mut RequestHeader,
+        ctx: &mut Self::CTX,
+    ) -> Result<()> {
+        if !self.forwarding {
+            return Ok(());
+        }
+        let peer = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip().to_string())
+            .unwrap_or_default();
+        let host = req.headers.get("host").cloned();
+        let id = request_id();
+        req.insert_header("x-forwarded-for", peer)?;
+        req.insert_header("x-request-id", id.clone())?;
+        req.insert_header("x-forwarded-proto", "http")?;
+        if let Some(host) = host {
+            req.insert_header("x-forwarded-host", host)?;
+        }
+        *ctx = Some(id);
+        Ok(())
+    }
+
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        resp: &mut ResponseHeader,
+        ctx: &mut Self::CTX,
+    ) -> Result<()> {
+        if let Some(id) = ctx.take() {
+            resp.insert_header("x-request-id", id)?;
+        }
+        Ok(())
+    }
+
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        _ctx: &mut Self::CTX,
+    ) -> Result<Box<HttpPeer>> {
         Ok(Box::new(self.origin.clone()))
     }
 }
@@ -105,7 +162,7 @@ fn main() {
         .collect();
     let [mode, listen, origin, threads] = args.as_slice() else {
         println!(
-            "floor (bench-only): cargo bench --bench floor -- <proxy|core> <listen> <origin> <threads>"
+            "floor (bench-only): cargo bench --bench floor -- <proxy|forwarding|core> <listen> <origin> <threads>"
         );
         return;
     };
@@ -129,13 +186,15 @@ fn main() {
             service.threads = Some(threads);
             server.add_service(service);
         }
-        "proxy" => {
-            let mut service = http_proxy_service(&server.configuration, BareProxy { origin });
+        "proxy" | "forwarding" => {
+            let forwarding = mode == "forwarding";
+            let proxy = BareProxy { origin, forwarding };
+            let mut service = http_proxy_service(&server.configuration, proxy);
             service.add_tcp(listen);
             service.threads = Some(threads);
             server.add_service(service);
         }
-        other => panic!("unknown mode {other:?}: proxy or core"),
+        other => panic!("unknown mode {other:?}: proxy, forwarding or core"),
     }
     server.run_forever();
 }

@@ -7,6 +7,10 @@
 #   pass     a route with nothing configured
 #   redis1   an API key and one plan limit on Redis (far above the load: all admitted)
 #   keyed    the same plus one header-keyed limit
+# Before them, in the same run: bare pingora-proxy (benches/floor.rs `proxy`: only
+# upstream_peer) and the same adding the forwarding headers the gateway's pass-through adds,
+# through Pingora's header API (`forwarding`) — the floor the pass column is read against
+# (FLOOR=0: skip them).
 # BEFORE=/path/to/an/older/turnstile: that binary too, the two alternated over $ROUNDS rounds
 # (the way to show a change to the request path costs nothing). THREADS=2 CONNS=4: two
 # worker threads and four connections — instructions the second thread adds (callgrind runs
@@ -85,14 +89,61 @@ TOML
   kill "$vg"; wait "$vg" 2>/dev/null || true
 }
 
+# floor MODE: benches/floor.rs's MODE under callgrind, $N requests after 300; prints its
+# instructions per request.
+floor() {
+  local mode=$1 p vg path
+  p=$(port)
+  valgrind --tool=callgrind --callgrind-out-file="$WORK/floor-$mode.out" "$FLOOR_BIN" "$mode" "127.0.0.1:$p" "127.0.0.1:$ORIGIN" "$THREADS" > "$WORK/floor-$mode.log" 2>&1 &
+  vg=$!; pids+=("$vg")
+  for _ in $(seq 240); do
+    curl -s -o /dev/null "http://127.0.0.1:$p/pass" && break
+    kill -0 "$vg" 2>/dev/null || { echo "floor $mode did not start:" >&2; tail -20 "$WORK/floor-$mode.log" >&2; exit 1; }
+    sleep 0.5
+  done
+  h2load --h1 -c"$CONNS" -n300 "http://127.0.0.1:$p/pass" > /dev/null
+  callgrind_control -z "$vg" > /dev/null 2>&1
+  h2load --h1 -c"$CONNS" -n"$N" "http://127.0.0.1:$p/pass" | grep -q "$N 2xx" \
+    || { echo "floor $mode: not all 2xx" >&2; exit 1; }
+  callgrind_control -d "$mode" "$vg" > /dev/null 2>&1
+  path=$(ls -t "$WORK"/floor-"$mode".out.* | head -1)
+  echo $(( $(awk '/^totals:/ {print $2}' "$path") / N ))
+  kill "$vg"; wait "$vg" 2>/dev/null || true
+}
+
+if [ "${FLOOR:-1}" != 0 ]; then
+  FLOOR_BIN=$(cargo bench --bench floor --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "floor" and m.get("executable"):
+        print(m["executable"])')
+  [ -x "$FLOOR_BIN" ] || { echo "could not build benches/floor.rs" >&2; exit 1; }
+  BARE=$(floor proxy); FORWARDING=$(floor forwarding)
+fi
+
 echo "valgrind --tool=callgrind, $THREADS worker thread(s), h2load --h1 -c$CONNS, $N requests per mode after 300 to warm up;"
 echo "instructions of the whole gateway process per request"
 echo
 echo "| binary | pass | redis1 | keyed | redis1's mean batch |"
 echo "| --- | --- | --- | --- | --- |"
 row() { awk '{printf "| %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5}'; }
-for _ in $(seq "$ROUNDS"); do
+if [ -n "${BARE:-}" ]; then
+  echo "| bare pingora-proxy | $BARE | | | |"
+  echo "| pingora-proxy + forwarding headers | $FORWARDING | | | |"
+fi
+rows=$(for _ in $(seq "$ROUNDS"); do
   [ -z "${BEFORE:-}" ] || count before "$BEFORE" | row
   count turnstile "$BIN" | row
   [ -z "${ALONE:-}" ] || count batch_max=1 "$BIN" "batch_max = 1" | row
-done
+done)
+echo "$rows"
+# The ratios the request path is held to: pass / bare, pass / bare + forwarding, and each
+# limited mode / pass (the gateway's rows, mean over the rounds).
+echo "$rows" | awk -F'|' -v bare="${BARE:-0}" -v fwd="${FORWARDING:-0}" '
+  { name = $2; gsub(/ /, "", name); if (name == "before" || name == "batch_max=1") next
+    p += $3; r += $4; k += $5; n++ }
+  END { if (!n) exit; p /= n; r /= n; k /= n
+    print ""
+    if (bare > 0) printf "pass / bare pingora-proxy: %.2fx; pass / pingora-proxy + forwarding headers: %.2fx\n", p / bare, p / fwd
+    printf "redis1 / pass: %.2fx; keyed / pass: %.2fx\n", r / p, k / p }'
