@@ -62,11 +62,7 @@ TOML
   } > "$dir/gw.toml"
   RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" "$bin" --config "$dir/gw.toml" > "$dir/gw.log" 2>&1 &
   vg=$!; pids+=("$vg")
-  for _ in $(seq 240); do
-    curl -s -o /dev/null "http://127.0.0.1:$p/pass" && break
-    kill -0 "$vg" 2>/dev/null || { echo "$name did not start:" >&2; tail -20 "$dir/gw.log" >&2; exit 1; }
-    sleep 0.5
-  done
+  wait_started "$name" "$vg" "$p" "$dir/gw.log"
   for mode in pass redis1 keyed; do
     h2load --h1 -c"$CONNS" -n300 -H "$KEY" -H "X-Tenant: t1" "http://127.0.0.1:$p/$mode" > /dev/null
   done
@@ -96,11 +92,7 @@ floor() {
   p=$(port)
   valgrind --tool=callgrind --callgrind-out-file="$WORK/floor-$mode.out" "$FLOOR_BIN" "$mode" "127.0.0.1:$p" "127.0.0.1:$ORIGIN" "$THREADS" > "$WORK/floor-$mode.log" 2>&1 &
   vg=$!; pids+=("$vg")
-  for _ in $(seq 240); do
-    curl -s -o /dev/null "http://127.0.0.1:$p/pass" && break
-    kill -0 "$vg" 2>/dev/null || { echo "floor $mode did not start:" >&2; tail -20 "$WORK/floor-$mode.log" >&2; exit 1; }
-    sleep 0.5
-  done
+  wait_started "floor $mode" "$vg" "$p" "$WORK/floor-$mode.log"
   h2load --h1 -c"$CONNS" -n300 "http://127.0.0.1:$p/pass" > /dev/null
   callgrind_control -z "$vg" > /dev/null 2>&1
   h2load --h1 -c"$CONNS" -n"$N" "http://127.0.0.1:$p/pass" | grep -q "$N 2xx" \
@@ -112,13 +104,7 @@ floor() {
 }
 
 if [ "${FLOOR:-1}" != 0 ]; then
-  FLOOR_BIN=$(cargo bench --bench floor --no-run --message-format=json 2>/dev/null |
-    python3 -c 'import json,sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "floor" and m.get("executable"):
-        print(m["executable"])')
-  [ -x "$FLOOR_BIN" ] || { echo "could not build benches/floor.rs" >&2; exit 1; }
+  FLOOR_BIN=$(floor_binary)
   BARE=$(floor proxy); FORWARDING=$(floor forwarding)
 fi
 

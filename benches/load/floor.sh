@@ -27,13 +27,6 @@ for tool in nginx wrk; do
   command -v "$tool" >/dev/null || { echo "missing $tool (apt install nginx wrk)" >&2; exit 1; }
 done
 cargo build --release --bins --quiet
-FLOOR=$(cargo bench --bench floor --no-run --message-format=json 2>/dev/null |
-  python3 -c 'import json,sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "floor" and m.get("executable"):
-        print(m["executable"])')
-[ -x "$FLOOR" ] || { echo "could not build benches/floor.rs" >&2; exit 1; }
 
 WORK=$(mktemp -d /tmp/turnstile-floor.XXXXXX)
 pids=()
@@ -46,6 +39,7 @@ trap cleanup EXIT INT TERM
 
 # shellcheck source=benches/load/lib.sh
 . benches/load/lib.sh
+FLOOR=$(floor_binary)
 
 ORIGIN=$(port); NGX=$(port); CORE=$(port); PROXY=$(port); GW=$(port); ADMIN=$(port)
 OLD=$(port); OLD_ADMIN=$(port)

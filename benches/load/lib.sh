@@ -112,3 +112,27 @@ upstream = "o"
 auth = "api_key"
 TOML
 }
+
+# floor_binary: builds benches/floor.rs (bare pingora-proxy and pingora-core, bench-only) and
+# prints its path.
+floor_binary() {
+  local bin
+  bin=$(cargo bench --bench floor --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "floor" and m.get("executable"):
+        print(m["executable"])')
+  [ -x "$bin" ] || { echo "could not build benches/floor.rs" >&2; exit 1; }
+  echo "$bin"
+}
+
+# wait_started NAME PID PORT LOG: until PORT answers /pass, or the process PID is gone (then
+# LOG's tail and exit).
+wait_started() {
+  for _ in $(seq 240); do
+    curl -s -o /dev/null "http://127.0.0.1:$3/pass" && return 0
+    kill -0 "$2" 2>/dev/null || { echo "$1 did not start:" >&2; tail -20 "$4" >&2; exit 1; }
+    sleep 0.5
+  done
+}
