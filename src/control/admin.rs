@@ -267,6 +267,12 @@ impl Admin {
                 // lost — and how many times it was repaired.
                 "connection": snapshot.store.connection().map(|(up, _)| if up { "up" } else { "repairing" }),
                 "connection_repairs": snapshot.store.connection().map(|(_, n)| n),
+                // Sentinel: "where is the primary?" asked after timeouts, and how many
+                // answers named another node (the connection was left for it).
+                "sentinel_questions": snapshot.store.sentinel_questions().map(|(asked, moved)| json!({
+                    "asked": asked,
+                    "moved": moved,
+                })),
                 // Redis Cluster: each node with its own breaker; a node's trouble sends only
                 // the clients whose keys live there to their routes' failure mode.
                 "nodes": snapshot.store.nodes().iter().map(|n| json!({

@@ -253,6 +253,57 @@ fn sentinel_the_limiter_follows_a_failover_under_traffic() {
     }
 }
 
+/// A primary that stops answering for a moment, not long enough for the sentinels to call it
+/// down: the calls meanwhile time out (the route's failure mode), the sentinels are asked
+/// where the primary is, name the same node, and the connection is kept — nothing to make
+/// again when it answers. (Dropping it on two timeouts in a row refused the requests behind
+/// it while a new one was made: `timeouts.rs`, `sentinel.rs`.)
+#[test]
+fn sentinel_a_primary_late_for_a_moment_keeps_its_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let setup = SentinelSetup::start(dir.path());
+    let up = Upstream::start("orders");
+    let gw = Gateway::start(&routes(
+        &up,
+        &setup.store("timeout = \"50ms\"\nbreaker_failures = 100"),
+    ));
+    let bulk = || {
+        gw.get_with("/orders", &[("X-Api-Key", "bulk-key-0123456789abcdefg")])
+            .status
+    };
+    assert_eq!(bulk(), 200);
+    let store = || gw.admin("/readyz").json()["store"].clone();
+    assert_eq!(store()["sentinel_questions"]["asked"], 0);
+    let primary = &setup.procs[0];
+    primary.signal("STOP");
+    // Requests one after another while it is stopped (well under the sentinels' 1 s).
+    let stopped = std::time::Instant::now();
+    let mut late = 0;
+    while stopped.elapsed() < std::time::Duration::from_millis(300) {
+        match bulk() {
+            503 => late += 1,
+            200 => {}
+            other => panic!("{other}"),
+        }
+    }
+    primary.signal("CONT");
+    assert!(
+        late >= 2,
+        "{late} calls timed out while the primary was stopped"
+    );
+    wait_until("decisions again", || bulk() == 200);
+    wait_until("the question to be answered", || {
+        store()["sentinel_questions"]["asked"].as_u64() >= Some(1)
+    });
+    let store = store();
+    assert_eq!(store["sentinel_questions"]["moved"], 0, "{store}");
+    assert_eq!(
+        store["connection_repairs"], 0,
+        "kept, not made again: {store}"
+    );
+    assert_eq!(store["connection"], "up", "{store}");
+}
+
 /// A primary that is frozen but still connected: the sentinels promote the replica, and the
 /// gateway — asking them again after its calls time out — decides on the new primary; when
 /// the old one thaws (a primary for a moment, until it is demoted and its data replaced),

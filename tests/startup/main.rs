@@ -285,10 +285,10 @@ fn a_gateway_started_under_load_on_a_cluster_refuses_nobody_on_fail_closed() {
     );
 }
 
-/// On Sentinel, a timeout of a starved process does not drop the connection (`timeouts.rs`):
-/// before that, two starved timeouts in a row dropped it, and making it again through the
-/// sentinels outlasted the requests behind (66 of 1 000 refused in one fresh-clone run of
-/// three).
+/// On Sentinel, timeouts do not drop the connection to a primary the sentinels still name
+/// (`timeouts.rs`, `sentinel.rs`): before that, two timeouts in a row dropped it, and making
+/// it again through the sentinels outlasted the requests behind (66 of 1 000 refused in one
+/// fresh-clone run of three; 13 in a CI run once only a running process's timeouts counted).
 #[test]
 fn a_gateway_started_under_load_on_sentinel_refuses_nobody_on_fail_closed() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -302,8 +302,9 @@ fn a_gateway_started_under_load_on_sentinel_refuses_nobody_on_fail_closed() {
         dir.path(),
         &config(&sentinels.store(""), &up, "fail_closed"),
     );
-    let repairs = &gw.admin("/readyz").json()["store"]["connection_repairs"];
-    eprintln!("sentinel: {statuses:?}, the connection repaired {repairs} times");
+    let store = gw.admin("/readyz").json()["store"].clone();
+    let (repairs, asked) = (&store["connection_repairs"], &store["sentinel_questions"]);
+    eprintln!("sentinel: {statuses:?}, the connection repaired {repairs} times, asked {asked}");
     assert_decided(&statuses, "fail_closed", &gw.proc.log_text());
 }
 

@@ -44,6 +44,15 @@ impl<C: Clock + Clone> Store<C> {
         }
     }
 
+    /// Redis Sentinel: the questions asked after timeouts, and how many found the primary
+    /// moved.
+    pub fn sentinel_questions(&self) -> Option<(u64, u64)> {
+        match &self.backend {
+            Backend::Redis(r) => r.sentinel_questions(),
+            Backend::Memory(_) => None,
+        }
+    }
+
     /// Warms the store in the runtime this runs in (the one serving requests): a Redis
     /// store's request connection made and its scripts loaded, within its startup grace
     /// (`redis/warmth.rs`). Nothing to do for the memory store.

@@ -15,7 +15,8 @@ use crate::limit::store::redis::landing::Landing;
 use crate::limit::store::redis::making::{connect_bound, connection_timeout, Making};
 use crate::limit::store::redis::repair::{repair_loop, LaneWatch, OnDisconnect};
 use crate::limit::store::redis::scripts::{Call, Scripts};
-use crate::limit::store::redis::timeouts::TimeoutRun;
+use crate::limit::store::redis::sentinel::{self, SentinelLanes, Sentinels};
+use crate::limit::store::redis::timeouts::{TimeoutRun, Verdict};
 use crate::limit::store::redis::warmth::{warm_up, WarmUp, Warmth};
 use crate::limit::store::redis::wire::{
     load, lost_connection, names_protocol, run, tls_certificates, with_auth, Lane, LATE_REPLY,
@@ -48,21 +49,6 @@ pub(super) enum Nodes {
         client: tokio::sync::Mutex<SentinelClient>,
         lanes: SentinelLanes,
     },
-}
-
-#[derive(Default)]
-pub(super) struct SentinelLanes {
-    pub(super) requests: arc_swap::ArcSwapOption<MultiplexedConnection>,
-    background: arc_swap::ArcSwapOption<MultiplexedConnection>,
-}
-
-impl SentinelLanes {
-    fn pick(&self, lane: Lane) -> &arc_swap::ArcSwapOption<MultiplexedConnection> {
-        match lane {
-            Lane::Requests => &self.requests,
-            Lane::Background => &self.background,
-        }
-    }
 }
 
 pub(super) struct Lanes<C> {
@@ -259,14 +245,29 @@ impl Link {
         self.watch.repairs()
     }
 
+    /// Sentinel: the questions asked after timeouts, and how many found the primary moved
+    /// (`sentinel.rs`).
+    pub fn sentinel_questions(&self) -> Option<(u64, u64)> {
+        match &self.nodes {
+            Nodes::Sentinel { lanes, .. } => Some(lanes.questions()),
+            _ => None,
+        }
+    }
+
     /// A call on this lane timed out. On Sentinel the primary may be frozen while the
-    /// sentinels have promoted a replica: when `timeouts.rs` says so (a second timeout in a
-    /// row of a running process), the next call asks them again.
+    /// sentinels have promoted a replica: as `timeouts.rs` says, they are asked where the
+    /// primary is (a second timeout in a row of a running process), or the connection is
+    /// left and the next call asks them (nothing answered for a second).
     pub fn timed_out(&self) {
-        if let Nodes::Sentinel { lanes, .. } = &self.nodes {
-            if self.timeouts.timed_out() {
-                lanes.requests.store(None);
-                self.watch.lost();
+        if let Nodes::Sentinel { .. } = &self.nodes {
+            match self.timeouts.timed_out() {
+                Verdict::Stay => {}
+                Verdict::Ask => {
+                    if let Some(me) = self.me.upgrade() {
+                        sentinel::ask(me);
+                    }
+                }
+                Verdict::Leave => self.leave(),
             }
         }
     }
@@ -477,10 +478,18 @@ impl Link {
                 };
                 lanes.pick(lane).get_or_try_init(make).await.map(drop)
             }
-            Nodes::Sentinel { client, lanes } => self
-                .sentinel_connect(client, lanes.pick(lane), lane)
-                .await
-                .map(drop),
+            Nodes::Sentinel { client, lanes } => {
+                let mut config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(connection_timeout(self.store_timeout)))
+                    .set_response_timeout(Some(LATE_REPLY));
+                if matches!(lane, Lane::Requests) {
+                    config = config.set_push_sender(OnDisconnect(self.me.clone()));
+                }
+                lanes
+                    .connect(client, (lane, config), &self.scripts)
+                    .await
+                    .map(drop)
+            }
             Nodes::Cluster(_) => Ok(()),
         }
     }
@@ -491,30 +500,25 @@ impl Link {
             .last_error()
             .unwrap_or_else(|| (redis::ErrorKind::Io, "cannot connect to Redis").into())
     }
+}
 
-    /// Asks the sentinels for the primary and connects to it (one caller at a time; the
-    /// others find the new connection).
-    async fn sentinel_connect(
-        &self,
-        client: &tokio::sync::Mutex<SentinelClient>,
-        slot: &arc_swap::ArcSwapOption<MultiplexedConnection>,
-        lane: Lane,
-    ) -> Result<Arc<MultiplexedConnection>, RedisError> {
-        let mut client = client.lock().await;
-        if let Some(conn) = slot.load_full() {
-            return Ok(conn);
+impl Sentinels for Link {
+    fn sentinels(&self) -> Option<(&tokio::sync::Mutex<SentinelClient>, &SentinelLanes)> {
+        match &self.nodes {
+            Nodes::Sentinel { client, lanes } => Some((client, lanes)),
+            _ => None,
         }
-        let mut config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(connection_timeout(self.store_timeout)))
-            .set_response_timeout(Some(LATE_REPLY));
-        if matches!(lane, Lane::Requests) {
-            config = config.set_push_sender(OnDisconnect(self.me.clone()));
+    }
+
+    fn question_bound(&self) -> Duration {
+        connect_bound(self.store_timeout)
+    }
+
+    fn leave(&self) {
+        if let Nodes::Sentinel { lanes, .. } = &self.nodes {
+            lanes.requests.store(None);
+            self.watch.lost();
         }
-        let mut conn = client.get_async_connection_with_config(&config).await?;
-        load(&self.scripts, &mut conn).await?;
-        let conn = Arc::new(conn);
-        slot.store(Some(Arc::clone(&conn)));
-        Ok(conn)
     }
 }
 

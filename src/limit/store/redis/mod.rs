@@ -40,6 +40,7 @@ mod repair;
 mod reply;
 mod resend;
 pub mod scripts;
+mod sentinel;
 pub mod settlements;
 mod sources;
 mod timeouts;
@@ -162,6 +163,12 @@ impl RedisStore {
     /// Times the request connection was repaired after being lost.
     pub fn connection_repairs(&self) -> u64 {
         self.link.repairs()
+    }
+
+    /// Sentinel: where-is-the-primary questions asked after timeouts, and how many found
+    /// it moved.
+    pub fn sentinel_questions(&self) -> Option<(u64, u64)> {
+        self.link.sentinel_questions()
     }
 
     /// The SHA1 the decision script is called by.
