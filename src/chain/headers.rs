@@ -12,7 +12,7 @@
 //! characters that need no escaping in an sf-string.
 
 use crate::limit::{Decision, Policy};
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
 use std::fmt::Write;
 
 /// Whole seconds, rounded up.
@@ -70,12 +70,19 @@ pub fn most_restrictive<'a>(decisions: impl Iterator<Item = &'a Decision>) -> Op
     decisions.min_by_key(|d| (d.allowed, d.remaining, u64::MAX - d.reset_ms))
 }
 
+/// The names of the headers that tell a client its quota (parsed once).
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
 /// The legacy trio `X-RateLimit-Limit`, `-Remaining`, `-Reset` (seconds until reset).
-pub fn legacy_headers(d: &Decision) -> [(&'static str, u64); 3] {
+pub fn legacy_headers(d: &Decision) -> [(&'static HeaderName, u64); 3] {
     [
-        ("x-ratelimit-limit", d.limit),
-        ("x-ratelimit-remaining", d.remaining),
-        ("x-ratelimit-reset", secs_ceil(d.reset_ms)),
+        (&X_RATELIMIT_LIMIT, d.limit),
+        (&X_RATELIMIT_REMAINING, d.remaining),
+        (&X_RATELIMIT_RESET, secs_ceil(d.reset_ms)),
     ]
 }
 
@@ -85,7 +92,7 @@ pub fn near_limit<'a>(mut decisions: impl Iterator<Item = &'a Decision>) -> bool
 }
 
 /// Response header naming the dry-run (shadow) limits that would have rejected the request.
-pub const WOULD_LIMIT_HEADER: &str = "x-turnstile-would-limit";
+pub static WOULD_LIMIT: HeaderName = HeaderName::from_static("x-turnstile-would-limit");
 
 /// The `X-Turnstile-Would-Limit` value, if any dry-run limit would have rejected.
 pub fn would_limit_value(names: &[std::sync::Arc<str>]) -> Option<HeaderValue> {
@@ -148,7 +155,7 @@ impl LimitStatus {
     }
 
     /// The rate-limit headers for this request's response.
-    pub fn headers(&self, legacy: bool) -> Vec<(&'static str, HeaderValue)> {
+    pub fn headers(&self, legacy: bool) -> Vec<(&'static HeaderName, HeaderValue)> {
         let mut out = Vec::with_capacity(5);
         let policy = match self.policy_parts.as_slice() {
             [one] => one.clone(),
@@ -163,10 +170,10 @@ impl LimitStatus {
                 HeaderValue::from_bytes(&joined).expect("joined header values stay valid")
             }
         };
-        out.push(("ratelimit-policy", policy));
+        out.push((&RATELIMIT_POLICY, policy));
         let ratelimit = ratelimit_header(self.entries.iter().map(|(p, d)| (p, d)));
         out.push((
-            "ratelimit",
+            &RATELIMIT,
             HeaderValue::from_str(&ratelimit).expect("ASCII"),
         ));
         if legacy {
@@ -260,9 +267,9 @@ mod tests {
         assert_eq!(
             legacy_headers(m),
             [
-                ("x-ratelimit-limit", 5),
-                ("x-ratelimit-remaining", 1),
-                ("x-ratelimit-reset", 1)
+                (&X_RATELIMIT_LIMIT, 5),
+                (&X_RATELIMIT_REMAINING, 1),
+                (&X_RATELIMIT_RESET, 1)
             ]
         );
     }

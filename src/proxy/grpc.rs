@@ -28,11 +28,12 @@ pub async fn answer(
     detail: &str,
     extra: Vec<(HeaderName, HeaderValue)>,
 ) -> Result<()> {
-    let mut resp = ResponseHeader::build(200, Some(6 + extra.len()))?;
+    // No case map: the same bytes (`response_head.rs`); gRPC is HTTP/2 anyway.
+    let mut resp = ResponseHeader::build_no_case(200, Some(6 + extra.len()))?;
     resp.insert_header(CONTENT_TYPE, flavor.content_type())?;
     resp.insert_header("grpc-status", grpc::code(kind).as_str())?;
     resp.insert_header("grpc-message", grpc::message(detail))?;
-    resp.insert_header(request_id::HEADER, ctx.request_id.clone())?;
+    resp.insert_header(request_id::NAME.clone(), ctx.request_id.clone())?;
     for (name, value) in extra {
         if name == RETRY_AFTER {
             let secs = value.to_str().ok().and_then(|s| s.parse().ok());

@@ -39,6 +39,7 @@ mod identify;
 mod quota;
 mod request;
 mod response;
+mod response_head;
 mod retry;
 pub mod tls;
 mod upstream;

@@ -74,11 +74,15 @@ pub async fn answer(
         .map_err(|_| Reject::Store(crate::limit::store::StoreError::Unavailable("usage".into())))?;
     let body = serde_json::to_vec_pretty(&body).expect("json serializes");
     let write = async {
-        let mut resp = ResponseHeader::build(200, Some(4))?;
+        // No case map: the same bytes (`response_head.rs`).
+        let mut resp = ResponseHeader::build_no_case(200, Some(4))?;
         resp.insert_header(CONTENT_TYPE, "application/json")?;
         resp.insert_header(CONTENT_LENGTH, body.len())?;
         resp.insert_header(CACHE_CONTROL, "no-store")?;
-        resp.insert_header(crate::chain::request_id::HEADER, ctx.request_id.clone())?;
+        resp.insert_header(
+            crate::chain::request_id::NAME.clone(),
+            ctx.request_id.clone(),
+        )?;
         session.write_response_header(Box::new(resp), false).await?;
         session
             .write_response_body(Some(Bytes::from(body)), true)

@@ -3,7 +3,7 @@
 //! `logging` (metrics, the access log, the next request's header deadline).
 
 use crate::chain::forward::X_FORWARDED_FOR;
-use crate::chain::headers::{self, would_limit_value, HeadersMode, WOULD_LIMIT_HEADER};
+use crate::chain::headers::{self, would_limit_value, HeadersMode, WOULD_LIMIT};
 use crate::chain::identity;
 use crate::chain::jwt::verify::TokenError;
 use crate::chain::problem::{self, Kind};
@@ -15,6 +15,7 @@ use crate::ops::trace::span::Facts;
 use crate::ops::trace::Tracer;
 use crate::proxy::conn::GuardedStream;
 use crate::proxy::context::RequestCtx;
+use crate::proxy::response_head::edit_response;
 use bytes::Bytes;
 use http::header::{
     HeaderName, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER,
@@ -28,33 +29,39 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// A proxied response: the request id, the `RateLimit` headers (per the route's
-/// `rate_limit_headers`), and the dry-run limits that would have rejected it.
+/// `rate_limit_headers`), and the dry-run limits that would have rejected it — names as
+/// `[server] response_header_case` says (`response_head.rs`).
 pub fn response_filter(response: &mut ResponseHeader, ctx: &RequestCtx) -> Result<()> {
-    response.insert_header(request_id::HEADER, ctx.request_id.clone())?;
-    let limits = &ctx.admission.limits;
-    if let Some(route) = ctx.route() {
-        let show = match route.config.rate_limit_headers {
-            HeadersMode::On => true,
-            HeadersMode::Off => false,
-            HeadersMode::NearLimit => headers::near_limit(limits.entries.iter().map(|(_, d)| d)),
-        };
-        if show && !limits.is_empty() {
-            for (name, value) in limits.headers(route.config.legacy_rate_limit_headers) {
-                response.insert_header(name, value)?;
+    let case = ctx.snapshot.config.server.response_header_case;
+    edit_response(response, case, |head| {
+        head.set(&request_id::NAME, ctx.request_id.clone())?;
+        let limits = &ctx.admission.limits;
+        if let Some(route) = ctx.route() {
+            let show = match route.config.rate_limit_headers {
+                HeadersMode::On => true,
+                HeadersMode::Off => false,
+                HeadersMode::NearLimit => {
+                    headers::near_limit(limits.entries.iter().map(|(_, d)| d))
+                }
+            };
+            if show && !limits.is_empty() {
+                for (name, value) in limits.headers(route.config.legacy_rate_limit_headers) {
+                    head.set(name, value)?;
+                }
             }
         }
-    }
-    if let Some(value) = would_limit_value(&ctx.admission.would_limit) {
-        response.insert_header(WOULD_LIMIT_HEADER, value)?;
-    }
-    if let Some(waited) = ctx.waited_ms {
-        response.insert_header(DELAY_HEADER, waited)?;
-    }
-    Ok(())
+        if let Some(value) = would_limit_value(&ctx.admission.would_limit) {
+            head.set(&WOULD_LIMIT, value)?;
+        }
+        if let Some(waited) = ctx.waited_ms {
+            head.set(&DELAY, HeaderValue::from(waited))?;
+        }
+        Ok(())
+    })
 }
 
 /// On a response a leaky bucket held: how long it waited for its turn (milliseconds).
-pub const DELAY_HEADER: &str = "x-turnstile-delay-ms";
+pub static DELAY: HeaderName = HeaderName::from_static("x-turnstile-delay-ms");
 
 /// Writes the response for a request the chain rejected. Rejections keep the connection open
 /// (a client told to slow down should not also pay for a new handshake), except for
@@ -74,7 +81,7 @@ pub async fn respond_reject(
                 .route()
                 .is_some_and(|r| r.config.legacy_rate_limit_headers);
             for (name, value) in limits.headers(legacy) {
-                extra.push((HeaderName::from_static(name), value));
+                extra.push((name.clone(), value));
             }
             extra.push((RETRY_AFTER, HeaderValue::from(limits.retry_after_secs())));
             problem::render_with_policies(kind, &reject.detail(), request_id, &limits.violated())
@@ -120,7 +127,7 @@ pub async fn respond_reject(
         _ => problem::render(kind, &reject.detail(), request_id),
     };
     if let Some(value) = would_limit_value(&ctx.admission.would_limit) {
-        extra.push((HeaderName::from_static(WOULD_LIMIT_HEADER), value));
+        extra.push((WOULD_LIMIT.clone(), value));
     }
     if matches!(reject, Reject::TooManyRequests | Reject::Store(_)) {
         record_refusal(session, ctx, reject, kind);
@@ -172,11 +179,13 @@ async fn write_problem(
     body: Vec<u8>,
     extra: Vec<(HeaderName, HeaderValue)>,
 ) -> Result<()> {
-    let mut resp = ResponseHeader::build(kind.status(), Some(6 + extra.len()))?;
+    // No case map: Pingora writes the standard names titled and ours lower-case, the same
+    // bytes a case map would record (`response_head.rs`), without keeping one.
+    let mut resp = ResponseHeader::build_no_case(kind.status(), Some(6 + extra.len()))?;
     resp.insert_header(CONTENT_TYPE, problem::CONTENT_TYPE)?;
     resp.insert_header(CONTENT_LENGTH, body.len())?;
     resp.insert_header(CACHE_CONTROL, "no-store")?;
-    resp.insert_header(request_id::HEADER, ctx.request_id.clone())?;
+    resp.insert_header(request_id::NAME.clone(), ctx.request_id.clone())?;
     for (name, value) in extra {
         resp.insert_header(name, value)?;
     }

@@ -1,7 +1,9 @@
 //! How header names reach an HTTP/1 upstream, read from the raw bytes of the head it receives
 //! (a plain TCP server here, not a framework that would fold case): lower-case by default,
 //! each as the client spelled it on a pool with `header_case = "preserve"` — and the same
-//! values, in the same order, either way.
+//! values, in the same order, either way. Likewise the response head a client receives, read
+//! from its raw bytes: the upstream's names lower-case by default, as it spelled them with
+//! `[server] response_header_case = "preserve"`, its reason phrase kept either way.
 
 use crate::common;
 
@@ -11,7 +13,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
 /// An HTTP/1 server that keeps the head of every request it receives, byte for byte, and
-/// answers each `200` with a body of `ok`.
+/// answers each with [`ANSWER`].
 struct RawUpstream {
     port: u16,
     heads: Arc<Mutex<Vec<Vec<u8>>>>,
@@ -56,8 +58,7 @@ fn serve(mut stream: TcpStream, heads: &Mutex<Vec<Vec<u8>>>) {
         while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             heads.lock().unwrap().push(buf[..end + 2].to_vec());
             buf.drain(..end + 4);
-            let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-            if stream.write_all(answer).is_err() {
+            if stream.write_all(ANSWER.as_bytes()).is_err() {
                 return;
             }
         }
@@ -67,6 +68,10 @@ fn serve(mut stream: TcpStream, heads: &Mutex<Vec<Vec<u8>>>) {
         }
     }
 }
+
+/// The upstream's answer: a reason phrase of its own, names spelled its way, a repeated one.
+const ANSWER: &str = "HTTP/1.1 200 Fine Thanks\r\nContent-Length: 2\r\nX-Upstream-Thing: u\r\n\
+                      ETAG: \"v1\"\r\nX-Multi-Out: a\r\nX-Multi-Out: b\r\n\r\nok";
 
 fn config(up: &RawUpstream) -> String {
     format!(
@@ -192,4 +197,64 @@ fn header_case_follows_a_reload() {
     assert_eq!(gw.reload().status, 200);
     send(&gw, "/lower/a");
     assert!(up.last_head().iter().any(|(n, _)| n == "X-Custom-Thing"));
+}
+
+/// The status line and (name, value) lines of the response head the gateway sends for a
+/// request to `path`, read byte for byte.
+fn response_head(gw: &Gateway, path: &str) -> (String, Vec<(String, String)>) {
+    let mut stream = TcpStream::connect(("127.0.0.1", gw.port)).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(request(path, gw.port).as_bytes()).unwrap();
+    let mut bytes = Vec::new();
+    let _ = stream.read_to_end(&mut bytes);
+    let end = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a whole head");
+    let head = String::from_utf8(bytes[..end].to_vec()).unwrap();
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap().to_owned();
+    let lines = lines
+        .map(|line| {
+            let (name, value) = line.split_once(':').expect("a header line");
+            (name.to_owned(), value.trim().to_owned())
+        })
+        .collect();
+    (status, lines)
+}
+
+#[test]
+fn response_names_reach_the_client_lower_case_by_default_and_as_spelled_where_preserved() {
+    let up = RawUpstream::start();
+    let lower_gw = Gateway::start(&config(&up));
+    let preserve_gw = Gateway::start_with("response_header_case = \"preserve\"", &config(&up));
+
+    let (status, lower) = response_head(&lower_gw, "/lower/a");
+    assert_eq!(
+        status, "HTTP/1.1 200 Fine Thanks",
+        "the upstream's reason phrase"
+    );
+    for (name, _) in &lower {
+        let titled = TITLED.contains(&name.as_str());
+        assert!(titled || name == &name.to_ascii_lowercase(), "{lower:?}");
+    }
+    let (status, preserved) = response_head(&preserve_gw, "/lower/a");
+    assert_eq!(status, "HTTP/1.1 200 Fine Thanks");
+    let names: Vec<&str> = preserved.iter().map(|(n, _)| n.as_str()).collect();
+    for spelled in ["X-Upstream-Thing", "ETAG", "X-Multi-Out", "x-request-id"] {
+        assert!(names.contains(&spelled), "{spelled} in {preserved:?}");
+    }
+    // The same values in the same order: only the spelling differs.
+    assert_eq!(lowered(&preserved), lower);
+    let value = |name: &str| lower.iter().find(|(n, _)| n == name).unwrap().1.clone();
+    assert_eq!(value("x-request-id"), "order:42");
+    assert_eq!(value("etag"), "\"v1\"");
+    let multi: Vec<&str> = lower
+        .iter()
+        .filter(|(n, _)| n == "x-multi-out")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(multi, ["a", "b"]);
 }

@@ -168,6 +168,9 @@ pub struct ServerFile {
     pub max_header_count: Option<usize>,
     pub max_uri_length: Option<super::units::ByteSize>,
     pub max_body_bytes: Option<super::units::ByteSize>,
+    /// `"lower"` (default) or `"preserve"`: how response header names reach clients over
+    /// HTTP/1.
+    pub response_header_case: Option<HeaderCaseFile>,
 }
 
 /// `[server.tls]`.

@@ -90,6 +90,8 @@ pub struct ServerConfig {
     pub max_delayed_per_client: usize,
     /// Failure mode of routes that do not choose their own.
     pub on_store_error: FailureMode,
+    /// How response header names reach clients over HTTP/1 (`proxy/response_head.rs`).
+    pub response_header_case: crate::upstream::config::HeaderCase,
     pub limits: RequestLimits,
 }
 

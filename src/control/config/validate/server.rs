@@ -53,6 +53,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         max_header_count,
         max_uri_length,
         max_body_bytes,
+        response_header_case,
     } = file;
     let listen_text = listen.unwrap_or_else(|| defaults::LISTEN.to_owned());
     let listen = listen_text.parse::<SocketAddr>().unwrap_or_else(|_| {
@@ -160,6 +161,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
             ok
         }),
         on_store_error: on_store_error.map_or(defaults::ON_STORE_ERROR, failure_mode),
+        response_header_case: super::upstreams::header_case_of(response_header_case),
         limits: RequestLimits {
             header_timeout: positive(
                 "server.header_timeout".into(),

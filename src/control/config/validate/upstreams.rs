@@ -97,10 +97,7 @@ pub(super) fn upstream_config(
         },
         outlier_detection: outlier_detection.map(|o| outlier_config(&base, o, problems)),
         retry_budget: super::retry::budget(&base, retry_budget, problems),
-        header_case: match header_case {
-            None | Some(HeaderCaseFile::Lower) => HeaderCase::Lower,
-            Some(HeaderCaseFile::Preserve) => HeaderCase::Preserve,
-        },
+        header_case: header_case_of(header_case),
     }
 }
 
@@ -312,5 +309,13 @@ pub(super) fn health_check_config(
         ),
         unhealthy_threshold,
         healthy_threshold,
+    }
+}
+
+/// `header_case` (a pool's) or `response_header_case` (the server's): lower-case by default.
+pub(super) fn header_case_of(file: Option<HeaderCaseFile>) -> HeaderCase {
+    match file {
+        None | Some(HeaderCaseFile::Lower) => HeaderCase::Lower,
+        Some(HeaderCaseFile::Preserve) => HeaderCase::Preserve,
     }
 }
