@@ -6,7 +6,8 @@
 # dumped apart):
 #   pass     a route with nothing configured
 #   redis1   an API key and one plan limit on Redis (far above the load: all admitted)
-#   keyed    the same plus one header-keyed limit
+#   four     an API key and four plan limits on Redis (as bench-modes' redis4)
+#   keyed    an API key, one plan limit plus one header-keyed limit
 # Before them, in the same run: bare pingora-proxy (benches/floor.rs `proxy`: only
 # upstream_peer) and the same adding the forwarding headers the gateway's pass-through adds,
 # through Pingora's header API (`forwarding`) — the floor the pass column is read against
@@ -32,21 +33,41 @@ nginx -c "$(origin_conf "$WORK" "$ORIGIN")" & pids+=($!)
 redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" > "$WORK/redis.log" 2>&1 & pids+=($!)
 wait_port "$ORIGIN"; wait_port "$REDIS"
 KEY="X-Api-Key: bench-api-key-0123456789"
+KEY4="X-Api-Key: bench-four-key-0123456789"
+MODES="pass redis1 four keyed"
+# key MODE: the API key header MODE's requests carry (the four-limit plan's client on four).
+key() { if [ "$1" = four ]; then echo "$KEY4"; else echo "$KEY"; fi; }
 # metric ADMIN NAME: the gateway's turnstile_store_NAME_total (0 when absent).
 metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v m="turnstile_store_$2_total" '$1 == m {print $2; f=1} END {if (!f) print 0}'; }
 
 # count NAME BINARY [STORE-LINE]: one gateway under callgrind (STORE-LINE added to [store]);
-# prints "NAME pass redis1 keyed batch" (instructions per request; redis1's mean batch).
+# prints "NAME pass redis1 four keyed batch" (instructions per request; redis1's mean batch).
 count() {
   local name=$1 bin=$2 store=${3:-} p admin dir vg mode path batch="" before_d=0 before_b=0
   p=$(port); admin=$(port); dir="$WORK/$name.$RANDOM"; mkdir -p "$dir"
   { redis_conf "$dir" "$p" "$REDIS" "$ORIGIN" "$store"; cat <<TOML
+[plans.p4]
+limits = [
+  { name = "a", algorithm = "sliding_window", limit = 100000000, window = "1m" },
+  { name = "b", algorithm = "sliding_window", limit = 100000000, window = "1h" },
+  { name = "c", algorithm = "sliding_window", limit = 100000000, window = "1d" },
+  { name = "d", algorithm = "sliding_window", limit = 100000000, window = "10m" },
+]
+[[clients]]
+id = "bench4"
+plan = "p4"
+api_keys = ["bench-four-key-0123456789"]
 [admin]
 listen = "127.0.0.1:$admin"
 [[routes]]
 name = "pass"
 path_prefix = "/pass"
 upstream = "o"
+[[routes]]
+name = "four"
+path_prefix = "/four"
+upstream = "o"
+auth = "api_key"
 [[routes]]
 name = "keyed"
 path_prefix = "/keyed"
@@ -63,16 +84,16 @@ TOML
   RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" "$bin" --config "$dir/gw.toml" > "$dir/gw.log" 2>&1 &
   vg=$!; pids+=("$vg")
   wait_started "$name" "$vg" "$p" "$dir/gw.log"
-  for mode in pass redis1 keyed; do
-    h2load --h1 -c"$CONNS" -n300 -H "$KEY" -H "X-Tenant: t1" "http://127.0.0.1:$p/$mode" > /dev/null
+  for mode in $MODES; do
+    h2load --h1 -c"$CONNS" -n300 -H "$(key "$mode")" -H "X-Tenant: t1" "http://127.0.0.1:$p/$mode" > /dev/null
   done
   printf '%s' "$name"
-  for mode in pass redis1 keyed; do
+  for mode in $MODES; do
     if [ "$mode" = redis1 ]; then
       before_d=$(metric "$admin" batched_decisions); before_b=$(metric "$admin" batches)
     fi
     callgrind_control -z "$vg" > /dev/null 2>&1
-    h2load --h1 -c"$CONNS" -n"$N" -H "$KEY" -H "X-Tenant: t1" "http://127.0.0.1:$p/$mode" | grep -q "$N 2xx" \
+    h2load --h1 -c"$CONNS" -n"$N" -H "$(key "$mode")" -H "X-Tenant: t1" "http://127.0.0.1:$p/$mode" | grep -q "$N 2xx" \
       || { echo "$name $mode: not all 2xx; the gateway said:" >&2; tail -20 "$dir/gw.log" >&2; exit 1; }
     callgrind_control -d "$mode" "$vg" > /dev/null 2>&1
     path=$(ls -t "$dir"/cg.out.* | head -1)
@@ -111,12 +132,12 @@ fi
 echo "valgrind --tool=callgrind, $THREADS worker thread(s), h2load --h1 -c$CONNS, $N requests per mode after 300 to warm up;"
 echo "instructions of the whole gateway process per request"
 echo
-echo "| binary | pass | redis1 | keyed | redis1's mean batch |"
-echo "| --- | --- | --- | --- | --- |"
-row() { awk '{printf "| %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5}'; }
+echo "| binary | pass | redis1 | four | keyed | redis1's mean batch |"
+echo "| --- | --- | --- | --- | --- | --- |"
+row() { awk '{printf "| %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6}'; }
 if [ -n "${BARE:-}" ]; then
-  echo "| bare pingora-proxy | $BARE | | | |"
-  echo "| pingora-proxy + forwarding headers | $FORWARDING | | | |"
+  echo "| bare pingora-proxy | $BARE | | | | |"
+  echo "| pingora-proxy + forwarding headers | $FORWARDING | | | | |"
 fi
 rows=$(for _ in $(seq "$ROUNDS"); do
   [ -z "${BEFORE:-}" ] || count before "$BEFORE" | row
@@ -128,8 +149,8 @@ echo "$rows"
 # limited mode / pass (the gateway's rows, mean over the rounds).
 echo "$rows" | awk -F'|' -v bare="${BARE:-0}" -v fwd="${FORWARDING:-0}" '
   { name = $2; gsub(/ /, "", name); if (name == "before" || name == "batch_max=1") next
-    p += $3; r += $4; k += $5; n++ }
-  END { if (!n) exit; p /= n; r /= n; k /= n
+    p += $3; r += $4; f += $5; k += $6; n++ }
+  END { if (!n) exit; p /= n; r /= n; f /= n; k /= n
     print ""
     if (bare > 0) printf "pass / bare pingora-proxy: %.2fx; pass / pingora-proxy + forwarding headers: %.2fx\n", p / bare, p / fwd
-    printf "redis1 / pass: %.2fx; keyed / pass: %.2fx\n", r / p, k / p }'
+    printf "redis1 / pass: %.2fx; four / pass: %.2fx; keyed / pass: %.2fx\n", r / p, f / p, k / p }'
