@@ -55,6 +55,7 @@ pub fn flavor(content_type: Option<&[u8]>) -> Option<Flavor> {
 pub enum Code {
     InvalidArgument = 3,
     DeadlineExceeded = 4,
+    PermissionDenied = 7,
     ResourceExhausted = 8,
     Unimplemented = 12,
     Internal = 13,
@@ -69,6 +70,7 @@ impl Code {
         match self {
             Code::InvalidArgument => "INVALID_ARGUMENT",
             Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+            Code::PermissionDenied => "PERMISSION_DENIED",
             Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
             Code::Unimplemented => "UNIMPLEMENTED",
             Code::Internal => "INTERNAL",
@@ -82,6 +84,7 @@ impl Code {
         match self {
             Code::InvalidArgument => "3",
             Code::DeadlineExceeded => "4",
+            Code::PermissionDenied => "7",
             Code::ResourceExhausted => "8",
             Code::Unimplemented => "12",
             Code::Internal => "13",
@@ -95,7 +98,8 @@ impl Code {
 /// The gRPC status of the gateway's own answer of `kind`: a limit → RESOURCE_EXHAUSTED (the
 /// client may retry after the hint); the limiter, the identity provider, shedding or the
 /// upstream unavailable → UNAVAILABLE (retryable by gRPC's own retry policy); a timeout →
-/// DEADLINE_EXCEEDED; no credential or a refused one → UNAUTHENTICATED; no route or method
+/// DEADLINE_EXCEEDED; no credential or a refused one → UNAUTHENTICATED; an address not let
+/// in → PERMISSION_DENIED; no route or method
 /// → UNIMPLEMENTED (as gRPC's HTTP mapping reads a 404); a request the gateway refuses to
 /// read (framing, size, key parts) → INVALID_ARGUMENT, except a message too large,
 /// RESOURCE_EXHAUSTED as gRPC's own servers answer it.
@@ -109,11 +113,13 @@ pub fn code(kind: Kind) -> Code {
         | Kind::UpstreamUnavailable => Code::Unavailable,
         Kind::UpstreamTimeout => Code::DeadlineExceeded,
         Kind::Unauthorized => Code::Unauthenticated,
+        Kind::Forbidden => Code::PermissionDenied,
         Kind::RouteNotFound | Kind::MethodNotAllowed => Code::Unimplemented,
         Kind::BadRequest | Kind::UriTooLong | Kind::HeadersTooLarge => Code::InvalidArgument,
         Kind::Internal => Code::Internal,
         Kind::Other(status) => match status {
             401 => Code::Unauthenticated,
+            403 => Code::PermissionDenied,
             404 => Code::Unimplemented,
             429 | 502 | 503 => Code::Unavailable,
             504 => Code::DeadlineExceeded,

@@ -5,7 +5,9 @@
 //! ```text
 //! [0] message      framing, Host, sizes           → 400 (smuggling) · 414 · 431 · 413
 //! [1] path         normal form                    → 400 ambiguous path
-//! [2] router       host, path prefix, method      → 404 · 405 · 400 case mismatch
+//! [2] address      server's allow_ips / deny_ips  → 403 (before routing), then router:
+//!     router       host, path prefix, method      → 404 · 405 · 400 case mismatch,
+//!                  then the route's allow_ips / deny_ips → 403
 //! [3] admission    per-IP bucket (in process)     → 429 "ip"   (no key lookup, no store call)
 //! [4] auth         API key → client and plan      → 401 · 400  (no limiter state created)
 //! [5] admission    plan limits in the store, the route's failure mode when it cannot
@@ -23,6 +25,7 @@
 //! Nothing here imports the control plane: the snapshot's parts (router, key ring, a route's
 //! admission rules, the store) are passed in.
 
+pub mod address;
 pub mod admission;
 pub mod auth;
 pub mod body;

@@ -15,6 +15,8 @@ pub const TYPE_BASE: &str = "https://turnstile.dev/problems/";
 pub enum Kind {
     BadRequest,
     Unauthorized,
+    /// The client's address (or, later, the client) may not call the route.
+    Forbidden,
     RouteNotFound,
     MethodNotAllowed,
     PayloadTooLarge,
@@ -38,9 +40,10 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind but `Other` (the docs' tables have a row for each).
-    pub const NAMED: [Kind; 15] = [
+    pub const NAMED: [Kind; 16] = [
         Kind::BadRequest,
         Kind::Unauthorized,
+        Kind::Forbidden,
         Kind::RouteNotFound,
         Kind::MethodNotAllowed,
         Kind::PayloadTooLarge,
@@ -60,6 +63,7 @@ impl Kind {
         match status {
             400 => Kind::BadRequest,
             401 => Kind::Unauthorized,
+            403 => Kind::Forbidden,
             429 => Kind::QuotaExceeded,
             413 => Kind::PayloadTooLarge,
             414 => Kind::UriTooLong,
@@ -78,6 +82,7 @@ impl Kind {
         match self {
             Kind::BadRequest => 400,
             Kind::Unauthorized => 401,
+            Kind::Forbidden => 403,
             Kind::RouteNotFound => 404,
             Kind::MethodNotAllowed => 405,
             Kind::QuotaExceeded => 429,
@@ -96,6 +101,7 @@ impl Kind {
         match self {
             Kind::BadRequest => "bad-request",
             Kind::Unauthorized => "unauthorized",
+            Kind::Forbidden => "forbidden",
             Kind::RouteNotFound => "route-not-found",
             Kind::MethodNotAllowed => "method-not-allowed",
             Kind::QuotaExceeded => "quota-exceeded",
@@ -117,6 +123,7 @@ impl Kind {
         match self {
             Kind::BadRequest => "Bad Request",
             Kind::Unauthorized => "Unauthorized",
+            Kind::Forbidden => "Forbidden",
             Kind::RouteNotFound => "Not Found",
             Kind::MethodNotAllowed => "Method Not Allowed",
             Kind::QuotaExceeded => "Too Many Requests",
@@ -220,6 +227,7 @@ mod tests {
         let listed = |k: Kind| match k {
             Kind::BadRequest
             | Kind::Unauthorized
+            | Kind::Forbidden
             | Kind::RouteNotFound
             | Kind::MethodNotAllowed
             | Kind::PayloadTooLarge

@@ -49,6 +49,9 @@ pub enum Reject {
     TooManyWaiting,
     /// An upgrade (`Upgrade:`) the route does not let through (`upgrades`).
     UpgradeRefused(String),
+    /// The client's address is not let in (`allow_ips` / `deny_ips`): by the server's rules
+    /// (`None`) or the named route's.
+    AddressRefused(Option<String>),
     /// Admitted to wait its turn, but this instance holds as many of this client's waiting
     /// requests (by client id or by address) as it may (`server.max_delayed_per_client`).
     WaitingShareTaken,
@@ -73,6 +76,7 @@ impl Reject {
             Reject::Token(TokenError::NoKeys) => Kind::IdentityUnavailable,
             Reject::Token(TokenError::TooManyFailures) => Kind::QuotaExceeded,
             Reject::Credential(_) | Reject::Token(_) => Kind::Unauthorized,
+            Reject::AddressRefused(_) => Kind::Forbidden,
             Reject::UriTooLong(_) => Kind::UriTooLong,
             Reject::HeadersTooLarge(_) => Kind::HeadersTooLarge,
             Reject::BodyTooLarge(_) => Kind::PayloadTooLarge,
@@ -100,6 +104,12 @@ impl Reject {
             | Reject::BadCost(d)
             | Reject::UpgradeRefused(d)
             | Reject::MethodNotAllowed { detail: d, .. } => d.clone(),
+            Reject::AddressRefused(None) => {
+                "requests from this address are not accepted by this gateway".to_owned()
+            }
+            Reject::AddressRefused(Some(route)) => {
+                format!("requests from this address are not accepted on route {route}")
+            }
             Reject::Key(e) => e.detail().to_owned(),
             Reject::Credential(e) => e.detail(),
             Reject::Token(e) => e.detail(),

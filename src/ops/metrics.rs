@@ -21,6 +21,7 @@ pub struct Metrics {
     requests: IntCounterVec,
     decisions: IntCounterVec,
     ip_rejections: IntCounterVec,
+    address_refusals: IntCounterVec,
     store_duration: Histogram,
     store_calls: IntCounterVec,
     store_short_circuits: IntCounter,
@@ -241,6 +242,7 @@ impl Metrics {
             requests: counter_vec(r, "turnstile_requests_total", "Requests by route and response status", &["route", "status"]),
             decisions: counter_vec(r, "turnstile_limiter_decisions_total", "Limiter decisions by route, policy and outcome", &["route", "policy", "outcome"]),
             ip_rejections: counter_vec(r, "turnstile_ip_rejections_total", "Requests rejected by the per-IP limit", &["route"]),
+            address_refusals: counter_vec(r, "turnstile_address_refusals_total", "Requests refused for their client address (allow_ips / deny_ips): by the server's rules (route \"(none)\") or the route's", &["route"]),
             store_calls: counter_vec(r, "turnstile_store_calls_total", "Store calls that reached the store, by result (ok, timeout, unavailable, refused, protocol)", &["result"]),
             breaker_state: gauge_vec(r, "turnstile_circuit_breaker_state", "Store circuit breaker: 1 for the state it is in (closed, open, half_open), 0 for the others", &["state"]),
             request_duration: histogram_vec(r, "turnstile_request_duration_seconds", "Whole requests, from the gateway reading them to the response sent, per route (rejections included)", &["route"]),
@@ -448,6 +450,7 @@ impl Metrics {
             metrics: Arc::clone(self),
             by_status: (0..STATUS_SLOTS).map(|_| OnceLock::new()).collect(),
             ip_rejections: self.ip_rejections.with_label_values(&[route]),
+            address_refusals: self.address_refusals.with_label_values(&[route]),
             duration: self.request_duration.with_label_values(&[route]),
             delay: self.delays.with_label_values(&[route]),
             decisions,
@@ -471,6 +474,8 @@ pub struct RouteMetrics {
     /// One lazily created counter per status code (an atomic load once created).
     by_status: Box<[OnceLock<IntCounter>]>,
     pub ip_rejections: IntCounter,
+    /// Requests refused by `allow_ips` / `deny_ips`.
+    pub address_refusals: IntCounter,
     /// Whole requests on this route.
     pub duration: Histogram,
     /// Requests a leaky bucket held, and for how long.

@@ -45,11 +45,25 @@ pub fn early_request_filter(session: &mut Session, ctx: &mut RequestCtx) {
     }
 }
 
-/// The request id, then steps [0]–[5] of the chain. `Err`: the caller answers with it.
+/// The request id, then steps [0]–[5] of the chain (address rules before routing and after). `Err`: the caller answers with it.
 pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Reject> {
     let snapshot = Arc::clone(&ctx.snapshot);
+    check_head(session, ctx)?;
+    let addr = client_addr(session, ctx);
+    if let Some(rules) = &snapshot.config.server.addresses {
+        if !rules.admits(addr) {
+            snapshot.unrouted.address_refusals.inc();
+            return Err(Reject::AddressRefused(None));
+        }
+    }
     let index = route_request(session, ctx)?;
     let route = &snapshot.routes[index];
+    if let Some(rules) = &route.config.addresses {
+        if !rules.admits(addr) {
+            route.metrics.address_refusals.inc();
+            return Err(Reject::AddressRefused(Some(route.rules.name.to_string())));
+        }
+    }
     if ctx.upgrade {
         let offered = session.req_header().headers.get(http::header::UPGRADE);
         message::check_upgrade(&route.config.upgrades, offered.map(HeaderValue::as_bytes))?;
@@ -64,7 +78,6 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
         }
     }
     let mut record = |policy: &str, outcome: Outcome| route.metrics.decision(policy, outcome);
-    let addr = client_addr(session, ctx);
     let ip = addr.map(|a| group_key(a, snapshot.config.server.grouping));
     if route.rules.ip.is_some() && crate::chain::exempt::skips_ip(&route.rules.exempt, addr) {
         record(crate::limit::IP_POLICY_NAME, Outcome::Exempt);
@@ -208,9 +221,8 @@ pub fn check_head(session: &Session, ctx: &mut RequestCtx) -> Result<(), Reject>
     message::check_message(&ctx.snapshot.config.server.limits, req, raw_head.as_deref())
 }
 
-/// The request id, [0] message checks and [1]–[2] the route; the route's index.
+/// [1]–[2] the route (after `check_head`); the route's index.
 fn route_request(session: &Session, ctx: &mut RequestCtx) -> Result<usize, Reject> {
-    check_head(session, ctx)?;
     let req = session.req_header();
     let snapshot = &ctx.snapshot;
     let host = req

@@ -47,12 +47,27 @@ pub fn raw_from(
     port: u16,
     request: &[u8],
 ) -> std::io::Result<Response> {
+    let to = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    raw_between(source.map(std::net::IpAddr::V4), to, request)
+}
+
+/// Like [`raw`], from a chosen local address (IPv4 or IPv6; `None`: the system's choice) to a
+/// chosen listener address.
+pub fn raw_between(
+    source: Option<std::net::IpAddr>,
+    to: std::net::SocketAddr,
+    request: &[u8],
+) -> std::io::Result<Response> {
     let mut stream = match source {
-        None => TcpStream::connect(("127.0.0.1", port))?,
+        None => TcpStream::connect(to)?,
         Some(ip) => {
-            let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            let socket = socket2::Socket::new(
+                socket2::Domain::for_address(to),
+                socket2::Type::STREAM,
+                None,
+            )?;
             socket.bind(&std::net::SocketAddr::from((ip, 0)).into())?;
-            socket.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())?;
+            socket.connect(&to.into())?;
             socket.into()
         }
     };

@@ -288,14 +288,34 @@ impl Gateway {
     ) -> Gateway {
         let ports = (free_port(), free_port());
         let binary = Path::new(env!("CARGO_BIN_EXE_turnstile"));
-        Gateway::launch(binary, ports, (server_extra, admin_extra), (config, env))
+        Gateway::launch(
+            binary,
+            ports,
+            (server_extra, admin_extra),
+            (config, env),
+            "127.0.0.1",
+        )
     }
 
     /// The gateway `binary` listening on `port`, its admin listener on `admin_port` (chosen by
     /// the test with [`free_port`], e.g. for clients started before it that wait for it to
     /// accept).
     pub fn start_on(binary: &Path, (port, admin_port): (u16, u16), config: &str) -> Gateway {
-        Gateway::launch(binary, (port, admin_port), ("", ""), (config, &[]))
+        Gateway::launch(
+            binary,
+            (port, admin_port),
+            ("", ""),
+            (config, &[]),
+            "127.0.0.1",
+        )
+    }
+
+    /// Like [`start_with`](Self::start_with), listening on `[::]` (IPv6 and, as IPv4-mapped
+    /// IPv6 peers, IPv4 clients) on `port`.
+    pub fn start_dual_stack(server_extra: &str, config: &str) -> Gateway {
+        let ports = (free_port(), free_port());
+        let binary = Path::new(env!("CARGO_BIN_EXE_turnstile"));
+        Gateway::launch(binary, ports, (server_extra, ""), (config, &[]), "[::]")
     }
 
     fn launch(
@@ -303,10 +323,11 @@ impl Gateway {
         (port, admin_port): (u16, u16),
         (server_extra, admin_extra): (&str, &str),
         (config, env): (&str, &[(&str, &str)]),
+        listen_host: &str,
     ) -> Gateway {
         let dir = tempfile::tempdir().expect("temp dir");
         let header = format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\npid_file = \"{pid}\"\nupgrade_sock = \"{sock}\"\n{server_extra}\n\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n{admin_extra}\n\n",
+            "[server]\nlisten = \"{listen_host}:{port}\"\nthreads = 2\npid_file = \"{pid}\"\nupgrade_sock = \"{sock}\"\n{server_extra}\n\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n{admin_extra}\n\n",
             pid = dir.path().join("turnstile.pid").display(),
             sock = dir.path().join("upgrade.sock").display(),
         );

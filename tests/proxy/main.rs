@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod addresses;
 mod balancing;
 mod bounds;
 mod bypass;

@@ -7,6 +7,7 @@ pub use super::file_auth::{
     AuthFile, AuthMethodFile, ClientCertModeFile, ClientIdentityFile, ExemptFile, IssuerFile,
     RegistryFile,
 };
+pub use super::file_store::{StoreFile, StoreKindFile};
 pub use super::file_upstream::{
     BalanceFile, FailureFile, HeaderCaseFile, HealthCheckFile, OutlierFile, PriorityFile,
     RetryBudgetFile, RetryFile, SheddingFile, UpstreamFile,
@@ -131,6 +132,9 @@ pub struct ServerFile {
     pub tls: Option<TlsListenerFile>,
     /// Peers whose `X-Forwarded-For` is believed (CIDRs or single addresses).
     pub trusted_proxies: Option<Vec<String>>,
+    /// Only clients from these networks may call any route; clients from `deny_ips` none.
+    pub allow_ips: Option<Vec<String>>,
+    pub deny_ips: Option<Vec<String>>,
     /// Client addresses are limited per prefix of this length.
     pub ipv4_prefix: Option<u8>,
     pub ipv6_prefix: Option<u8>,
@@ -339,70 +343,6 @@ impl<'de> Deserialize<'de> for IpLimitSetting {
     }
 }
 
-/// `[store]`: one set of fields whatever the kind (serde's `flatten` does not combine with
-/// `deny_unknown_fields`); which of them a kind takes is checked by `validate/store.rs`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StoreFile {
-    pub kind: StoreKindFile,
-    /// `redis`: the node.
-    pub url: Option<String>,
-    /// `redis_cluster`: the seed nodes.
-    pub nodes: Option<Vec<String>>,
-    /// `redis_sentinel`: the name the sentinels monitor the primary under, and the
-    /// sentinels (`redis://host:26379`, `rediss://` when they speak TLS).
-    pub master_name: Option<String>,
-    pub sentinels: Option<Vec<String>>,
-    /// ACL user and password, over those of the URL (the password may come from the
-    /// environment or a file).
-    pub username: Option<String>,
-    pub password: Option<super::units::SecretSource>,
-    /// TLS (`rediss://`): the CA that signed the server's certificate (default: the
-    /// system's roots), and a client certificate and key for servers that ask for one.
-    pub tls_ca_file: Option<String>,
-    pub tls_client_cert: Option<String>,
-    pub tls_client_key: Option<super::units::SecretSource>,
-    pub prefix: Option<String>,
-    pub timeout: Option<HumanDuration>,
-    pub breaker_failures: Option<u32>,
-    pub breaker_cooldown: Option<HumanDuration>,
-    pub expected_instances: Option<u64>,
-    pub heartbeat_interval: Option<HumanDuration>,
-    pub concurrency_slot_ttl: Option<HumanDuration>,
-    /// The most decisions one Redis call carries (1: every decision its own call).
-    pub batch_max: Option<usize>,
-    /// Calls in flight per connection before decisions queue for a batch.
-    pub batch_in_flight: Option<usize>,
-    /// How long a new store may take to warm before its routes take requests anyway.
-    pub startup_grace: Option<HumanDuration>,
-    /// Deprecated name of `concurrency_slot_ttl`.
-    pub concurrency_lease: Option<HumanDuration>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StoreKindFile {
-    /// In this process: exact for one instance.
-    Memory,
-    /// One Redis node shared by every instance.
-    Redis,
-    /// A Redis Cluster, given by seed nodes.
-    RedisCluster,
-    /// A Redis primary found through Sentinel (and found again after a failover).
-    RedisSentinel,
-}
-
-impl StoreKindFile {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StoreKindFile::Memory => "memory",
-            StoreKindFile::Redis => "redis",
-            StoreKindFile::RedisCluster => "redis_cluster",
-            StoreKindFile::RedisSentinel => "redis_sentinel",
-        }
-    }
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlanFile {
@@ -567,6 +507,10 @@ pub struct RouteFile {
     /// Where a request states the bound of what it will cost ("header:NAME", "body:FIELD"):
     /// what it reserves of its plan's limits charged from the response.
     pub reserve_from: Option<String>,
+    /// Only clients from these networks may call the route (CIDRs or addresses).
+    pub allow_ips: Option<Vec<String>>,
+    /// Clients from these networks may not call the route (even inside `allow_ips`).
+    pub deny_ips: Option<Vec<String>>,
 }
 
 /// A route's own limit, counted per key.

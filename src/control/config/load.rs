@@ -58,7 +58,12 @@ impl Config {
     /// Parses and validates configuration text.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let file = parse_file(text).map_err(|p| ConfigError::Invalid(vec![p]))?;
-        Config::try_from(file).map_err(ConfigError::Invalid)
+        Config::try_from(file).map_err(|mut problems| {
+            for problem in problems.iter_mut().filter(|p| p.location.is_none()) {
+                problem.location = super::locate::locate(text, &problem.path);
+            }
+            ConfigError::Invalid(problems)
+        })
     }
 }
 
@@ -75,7 +80,9 @@ fn toml_problem(text: &str, path: &str, e: &toml::de::Error) -> Problem {
     Problem {
         path: path.to_owned(),
         message: suggest(e.message().trim()),
-        location: e.span().map(|span| line_column(text, span.start)),
+        location: e
+            .span()
+            .map(|span| super::locate::line_column(text, span.start)),
     }
 }
 
@@ -102,13 +109,6 @@ fn suggest(message: &str) -> String {
         Some((_, name)) => format!("unknown field `{field}`: did you mean `{name}`?"),
         None => message.to_owned(),
     }
-}
-
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
 }
 
 #[cfg(test)]
@@ -143,12 +143,6 @@ mod tests {
         let bad = |name: &str| (name == "TURNSTILE_LISTEN").then(|| "port 80".into());
         let err = Config::parse(text).unwrap().overridden(bad).unwrap_err();
         assert!(err.to_string().contains("TURNSTILE_LISTEN"), "{err}");
-    }
-
-    #[test]
-    fn line_column_is_one_based() {
-        assert_eq!(line_column("a\nbc\n", 0), (1, 1));
-        assert_eq!(line_column("a\nbc\n", 3), (2, 2));
     }
 
     #[test]

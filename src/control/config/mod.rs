@@ -7,8 +7,10 @@ pub mod defaults;
 pub mod error;
 pub mod file;
 mod file_auth;
+mod file_store;
 mod file_upstream;
 mod load;
+mod locate;
 pub mod model;
 #[cfg(test)]
 mod reference;

@@ -68,6 +68,8 @@ pub struct ServerConfig {
     /// Secret of keyed limits' keyed hash; `None`: a built-in one (docs/configuration.md).
     pub key_hash_secret: Option<super::units::Secret>,
     pub trusted_proxies: TrustedProxies,
+    /// `allow_ips` / `deny_ips` of every route, checked before routing (`None`: no rules).
+    pub addresses: Option<std::sync::Arc<crate::chain::address::AddressRules>>,
     pub grouping: Grouping,
     /// Per-IP limit of routes that do not choose their own.
     pub ip_limit: Option<IpLimitConfig>,
@@ -272,6 +274,8 @@ pub struct RouteConfig {
     /// Where a request states what it reserves of limits charged from the response (a
     /// header or a body field).
     pub reserve_from: Option<crate::chain::partition::KeyPart>,
+    /// `allow_ips` / `deny_ips`, checked after the server's (`None`: no rules).
+    pub addresses: Option<std::sync::Arc<crate::chain::address::AddressRules>>,
 }
 
 /// Callers from `nets` or identified as one of `clients` skip `limits` (`None`: every

@@ -44,6 +44,8 @@ pub fn render(config: &Config) -> Value {
             })),
             "key_hash_secret": if s.key_hash_secret.is_some() { "set" } else { "not set" },
             "trusted_proxies": s.trusted_proxies.nets().iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "allow_ips": address_list(s.addresses.as_deref(), true),
+            "deny_ips": address_list(s.addresses.as_deref(), false),
             "ipv4_prefix": s.grouping.ipv4_prefix,
             "ipv6_prefix": s.grouping.ipv6_prefix,
             "ip_limit": s.ip_limit.as_ref().map(ip_limit),
@@ -118,6 +120,8 @@ pub fn render(config: &Config) -> Value {
                 crate::chain::message::Upgrades::Only(names) => json!(names),
             },
             "reserve_from": r.reserve_from.as_ref().map(|p| p.describe()),
+            "allow_ips": address_list(r.addresses.as_deref(), true),
+            "deny_ips": address_list(r.addresses.as_deref(), false),
             "strip_prefix": r.strip_prefix,
             "add_prefix": r.add_prefix,
             "forwarded": r.forwarded,
@@ -325,6 +329,18 @@ fn failures(on: &crate::upstream::outlier::Failures) -> Vec<&'static str> {
     .filter(|(_, counted)| *counted)
     .map(|(name, _)| name)
     .collect()
+}
+
+/// `allow_ips` (`allow`) or `deny_ips` as configured; `null` for no allow list (every address).
+fn address_list(rules: Option<&crate::chain::address::AddressRules>, allow: bool) -> Value {
+    let nets = rules.map(|r| if allow { &r.allow_nets } else { &r.deny_nets });
+    match nets {
+        Some(nets) if !nets.is_empty() => {
+            json!(nets.iter().map(ToString::to_string).collect::<Vec<_>>())
+        }
+        _ if allow => Value::Null,
+        _ => json!([]),
+    }
 }
 
 #[cfg(test)]

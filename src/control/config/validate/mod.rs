@@ -4,6 +4,7 @@
 //! collected, not just the first.
 
 mod access_log;
+mod addresses;
 mod admin;
 mod checks;
 mod clients;

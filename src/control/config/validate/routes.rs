@@ -62,6 +62,8 @@ pub(super) fn route_config(
         cost_from_request,
         max_cost,
         reserve_from,
+        allow_ips,
+        deny_ips,
     } = file;
     let base = format!("routes[{index}]");
     let priority = route_priority(&base, priority, upstreams.get(&upstream), problems);
@@ -238,6 +240,7 @@ pub(super) fn route_config(
         forward_claims: tokens.forward_claims,
         exempt: exempt_rules(&base, exempt.unwrap_or_default(), problems),
         cost_from_request: request_cost(&base, cost_from_request, max_cost, problems),
+        addresses: super::addresses::address_rules(&base, allow_ips, deny_ips, problems),
         reserve_from: reserve_from.and_then(|text| {
             use crate::chain::partition::KeyPart;
             match KeyPart::parse(&text) {

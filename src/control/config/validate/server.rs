@@ -33,6 +33,8 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         dns_servers,
         tls,
         trusted_proxies,
+        allow_ips,
+        deny_ips,
         ipv4_prefix,
         ipv6_prefix,
         ip_limit,
@@ -121,6 +123,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
                 ok
             }),
         trusted_proxies: trusted_proxies_config(trusted_proxies.unwrap_or_default(), problems),
+        addresses: super::addresses::address_rules("server", allow_ips, deny_ips, problems),
         grouping: grouping_config(ipv4_prefix, ipv6_prefix, problems),
         ip_limit: ip_limit.map(|l| ip_limit_config("server.ip_limit", l, problems)),
         max_tracked_ips: at_least_one(
