@@ -52,6 +52,8 @@ pub enum Reject {
     /// The client's address is not let in (`allow_ips` / `deny_ips`): by the server's rules
     /// (`None`) or the named route's.
     AddressRefused(Option<String>),
+    /// The identified client may not call the named route (`allow_clients`, `deny_plans`...).
+    ClientRefused(String),
     /// Admitted to wait its turn, but this instance holds as many of this client's waiting
     /// requests (by client id or by address) as it may (`server.max_delayed_per_client`).
     WaitingShareTaken,
@@ -76,7 +78,7 @@ impl Reject {
             Reject::Token(TokenError::NoKeys) => Kind::IdentityUnavailable,
             Reject::Token(TokenError::TooManyFailures) => Kind::QuotaExceeded,
             Reject::Credential(_) | Reject::Token(_) => Kind::Unauthorized,
-            Reject::AddressRefused(_) => Kind::Forbidden,
+            Reject::AddressRefused(_) | Reject::ClientRefused(_) => Kind::Forbidden,
             Reject::UriTooLong(_) => Kind::UriTooLong,
             Reject::HeadersTooLarge(_) => Kind::HeadersTooLarge,
             Reject::BodyTooLarge(_) => Kind::PayloadTooLarge,
@@ -109,6 +111,9 @@ impl Reject {
             }
             Reject::AddressRefused(Some(route)) => {
                 format!("requests from this address are not accepted on route {route}")
+            }
+            Reject::ClientRefused(route) => {
+                format!("this client may not call route {route}")
             }
             Reject::Key(e) => e.detail().to_owned(),
             Reject::Credential(e) => e.detail(),

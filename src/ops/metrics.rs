@@ -22,6 +22,7 @@ pub struct Metrics {
     decisions: IntCounterVec,
     ip_rejections: IntCounterVec,
     address_refusals: IntCounterVec,
+    client_refusals: IntCounterVec,
     store_duration: Histogram,
     store_calls: IntCounterVec,
     store_short_circuits: IntCounter,
@@ -243,6 +244,7 @@ impl Metrics {
             decisions: counter_vec(r, "turnstile_limiter_decisions_total", "Limiter decisions by route, policy and outcome", &["route", "policy", "outcome"]),
             ip_rejections: counter_vec(r, "turnstile_ip_rejections_total", "Requests rejected by the per-IP limit", &["route"]),
             address_refusals: counter_vec(r, "turnstile_address_refusals_total", "Requests refused for their client address (allow_ips / deny_ips): by the server's rules (route \"(none)\") or the route's", &["route"]),
+            client_refusals: counter_vec(r, "turnstile_client_refusals_total", "Requests refused because the identified client may not call the route (allow_clients, allow_plans, deny_clients, deny_plans)", &["route"]),
             store_calls: counter_vec(r, "turnstile_store_calls_total", "Store calls that reached the store, by result (ok, timeout, unavailable, refused, protocol)", &["result"]),
             breaker_state: gauge_vec(r, "turnstile_circuit_breaker_state", "Store circuit breaker: 1 for the state it is in (closed, open, half_open), 0 for the others", &["state"]),
             request_duration: histogram_vec(r, "turnstile_request_duration_seconds", "Whole requests, from the gateway reading them to the response sent, per route (rejections included)", &["route"]),
@@ -451,6 +453,7 @@ impl Metrics {
             by_status: (0..STATUS_SLOTS).map(|_| OnceLock::new()).collect(),
             ip_rejections: self.ip_rejections.with_label_values(&[route]),
             address_refusals: self.address_refusals.with_label_values(&[route]),
+            client_refusals: self.client_refusals.with_label_values(&[route]),
             duration: self.request_duration.with_label_values(&[route]),
             delay: self.delays.with_label_values(&[route]),
             decisions,
@@ -476,6 +479,8 @@ pub struct RouteMetrics {
     pub ip_rejections: IntCounter,
     /// Requests refused by `allow_ips` / `deny_ips`.
     pub address_refusals: IntCounter,
+    /// Requests refused by `allow_clients` / `allow_plans` / `deny_clients` / `deny_plans`.
+    pub client_refusals: IntCounter,
     /// Whole requests on this route.
     pub duration: Histogram,
     /// Requests a leaky bucket held, and for how long.

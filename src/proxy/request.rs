@@ -10,6 +10,7 @@ use crate::chain::partition::KeyInputs;
 use crate::chain::reject::Reject;
 use crate::chain::{grpc, message, request_id, rewrite, router};
 use crate::clock::{Clock, MonotonicClock};
+use crate::control::snapshot::Snapshot;
 use crate::proxy::conn::GuardedStream;
 use crate::proxy::context::RequestCtx;
 use crate::proxy::grpc::GRPC_TIMEOUT;
@@ -45,38 +46,11 @@ pub fn early_request_filter(session: &mut Session, ctx: &mut RequestCtx) {
     }
 }
 
-/// The request id, then steps [0]–[5] of the chain (address rules before routing and after). `Err`: the caller answers with it.
+/// The request id, then steps [0]–[5] of the chain. `Err`: the caller answers with it.
 pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Reject> {
     let snapshot = Arc::clone(&ctx.snapshot);
-    check_head(session, ctx)?;
-    let addr = client_addr(session, ctx);
-    if let Some(rules) = &snapshot.config.server.addresses {
-        if !rules.admits(addr) {
-            snapshot.unrouted.address_refusals.inc();
-            return Err(Reject::AddressRefused(None));
-        }
-    }
-    let index = route_request(session, ctx)?;
+    let (index, addr) = route_admitted(session, ctx, &snapshot)?;
     let route = &snapshot.routes[index];
-    if let Some(rules) = &route.config.addresses {
-        if !rules.admits(addr) {
-            route.metrics.address_refusals.inc();
-            return Err(Reject::AddressRefused(Some(route.rules.name.to_string())));
-        }
-    }
-    if ctx.upgrade {
-        let offered = session.req_header().headers.get(http::header::UPGRADE);
-        message::check_upgrade(&route.config.upgrades, offered.map(HeaderValue::as_bytes))?;
-    }
-    if let Some(retry) = &route.config.retry {
-        // A retried request's body is sent again from Pingora's replay buffer (a body larger
-        // than the buffer is not retried), within the whole request's deadline.
-        session.enable_retry_buffering();
-        if let Some(timeout) = retry.timeout {
-            let deadline = ctx.started + timeout;
-            ctx.deadline = Some(ctx.deadline.map_or(deadline, |d| d.min(deadline)));
-        }
-    }
     let mut record = |policy: &str, outcome: Outcome| route.metrics.decision(policy, outcome);
     let ip = addr.map(|a| group_key(a, snapshot.config.server.grouping));
     if route.rules.ip.is_some() && crate::chain::exempt::skips_ip(&route.rules.exempt, addr) {
@@ -98,6 +72,12 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
         crate::proxy::identify::identify(session, ctx, &accepted)
             .await
             .inspect_err(|_| ctx.admission.unauthorized())?;
+    }
+    if let (Some(rules), Some(client)) = (&route.config.callers, &ctx.client) {
+        if !rules.admits(&client.id, &client.plan.name) {
+            route.metrics.client_refusals.inc();
+            return Err(Reject::ClientRefused(route.rules.name.to_string()));
+        }
     }
     if route.reads_cert && ctx.cert.is_none() {
         ctx.cert = crate::proxy::identify::peer_cert(session);
@@ -161,6 +141,47 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
         }
     }
     checked
+}
+
+/// [0]–[2]: message checks, the server's address rules (before routing: a refused address
+/// learns nothing of the routes), the route, its address rules, and what the route sets up
+/// (an upgrade let through, retries' replay buffer and deadline). The route's index and the
+/// client address (after trusted proxies).
+fn route_admitted(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    snapshot: &Snapshot,
+) -> Result<(usize, Option<std::net::IpAddr>), Reject> {
+    check_head(session, ctx)?;
+    let addr = client_addr(session, ctx);
+    if let Some(rules) = &snapshot.config.server.addresses {
+        if !rules.admits(addr) {
+            snapshot.unrouted.address_refusals.inc();
+            return Err(Reject::AddressRefused(None));
+        }
+    }
+    let index = route_request(session, ctx)?;
+    let route = &snapshot.routes[index];
+    if let Some(rules) = &route.config.addresses {
+        if !rules.admits(addr) {
+            route.metrics.address_refusals.inc();
+            return Err(Reject::AddressRefused(Some(route.rules.name.to_string())));
+        }
+    }
+    if ctx.upgrade {
+        let offered = session.req_header().headers.get(http::header::UPGRADE);
+        message::check_upgrade(&route.config.upgrades, offered.map(HeaderValue::as_bytes))?;
+    }
+    if let Some(retry) = &route.config.retry {
+        // A retried request's body is sent again from Pingora's replay buffer (a body larger
+        // than the buffer is not retried), within the whole request's deadline.
+        session.enable_retry_buffering();
+        if let Some(timeout) = retry.timeout {
+            let deadline = ctx.started + timeout;
+            ctx.deadline = Some(ctx.deadline.map_or(deadline, |d| d.min(deadline)));
+        }
+    }
+    Ok((index, addr))
 }
 
 /// [6] The upstream pool's gate, when it sheds load: a place now, after a short wait in its

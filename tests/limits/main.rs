@@ -10,6 +10,7 @@ mod common;
 
 mod after_decision;
 mod batches;
+mod callers;
 mod cluster_batches;
 mod cluster_failover;
 mod concurrency_and_shadow;

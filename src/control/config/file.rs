@@ -511,6 +511,12 @@ pub struct RouteFile {
     pub allow_ips: Option<Vec<String>>,
     /// Clients from these networks may not call the route (even inside `allow_ips`).
     pub deny_ips: Option<Vec<String>>,
+    /// Only these clients (by id), or clients of these plans, may call the route.
+    pub allow_clients: Option<Vec<String>>,
+    pub allow_plans: Option<Vec<String>>,
+    /// These clients, and clients of these plans, may not call the route.
+    pub deny_clients: Option<Vec<String>>,
+    pub deny_plans: Option<Vec<String>>,
 }
 
 /// A route's own limit, counted per key.

@@ -276,6 +276,8 @@ pub struct RouteConfig {
     pub reserve_from: Option<crate::chain::partition::KeyPart>,
     /// `allow_ips` / `deny_ips`, checked after the server's (`None`: no rules).
     pub addresses: Option<std::sync::Arc<crate::chain::address::AddressRules>>,
+    /// `allow_clients` / `allow_plans` and their `deny_` forms (`None`: no rules).
+    pub callers: Option<std::sync::Arc<crate::chain::callers::CallerRules>>,
 }
 
 /// Callers from `nets` or identified as one of `clients` skip `limits` (`None`: every

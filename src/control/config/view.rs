@@ -122,6 +122,12 @@ pub fn render(config: &Config) -> Value {
             "reserve_from": r.reserve_from.as_ref().map(|p| p.describe()),
             "allow_ips": address_list(r.addresses.as_deref(), true),
             "deny_ips": address_list(r.addresses.as_deref(), false),
+            "callers": r.callers.as_deref().map(|c| json!({
+                "allow_clients": c.allow_clients.iter().collect::<Vec<_>>(),
+                "allow_plans": c.allow_plans.iter().collect::<Vec<_>>(),
+                "deny_clients": c.deny_clients.iter().collect::<Vec<_>>(),
+                "deny_plans": c.deny_plans.iter().collect::<Vec<_>>(),
+            })),
             "strip_prefix": r.strip_prefix,
             "add_prefix": r.add_prefix,
             "forwarded": r.forwarded,

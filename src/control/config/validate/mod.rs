@@ -6,6 +6,7 @@
 mod access_log;
 mod addresses;
 mod admin;
+mod callers;
 mod checks;
 mod clients;
 mod issuers;
@@ -13,6 +14,7 @@ mod plans;
 mod registry;
 mod retry;
 mod route_auth;
+mod route_plans;
 mod routes;
 mod server;
 mod shedding;
@@ -28,6 +30,7 @@ use self::checks::*;
 use self::clients::*;
 use self::issuers::*;
 use self::plans::*;
+use self::route_plans::*;
 use self::routes::*;
 use self::server::*;
 use self::store::*;
@@ -136,6 +139,8 @@ impl TryFrom<FileConfig> for Config {
         check_route_overlaps(&routes, &mut problems);
         check_exemptions(&routes, &plans, &mut problems);
         check_costs(&routes, &plans, &mut problems);
+        let registered = registry.is_some();
+        callers::check_callers(&routes, &plans, &clients, registered, &mut problems);
         if problems.errors.is_empty() {
             Ok(Config {
                 server,

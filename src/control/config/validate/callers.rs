@@ -1,0 +1,106 @@
+//! A route's `allow_clients` / `deny_clients` / `allow_plans` / `deny_plans`: only on routes
+//! that identify their callers, no empty allow list, no name both allowed and denied, every
+//! plan defined (a client id unknown to the file is a warning: the registry may add it).
+
+use super::checks::Problems;
+use crate::chain::auth::Auth;
+use crate::chain::callers::{CallerRules, Names};
+use crate::control::config::model::{ClientConfig, PlanConfig, RouteConfig};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The four lists as written in the file.
+pub(super) struct CallerFiles {
+    pub allow_clients: Option<Vec<String>>,
+    pub deny_clients: Option<Vec<String>>,
+    pub allow_plans: Option<Vec<String>>,
+    pub deny_plans: Option<Vec<String>>,
+}
+
+pub(super) fn caller_rules(
+    base: &str,
+    auth: Auth,
+    files: CallerFiles,
+    problems: &mut Problems,
+) -> Option<Arc<CallerRules>> {
+    let mut list = |key: &str, names: Option<Vec<String>>| {
+        if names.as_ref().is_some_and(Vec::is_empty) && key.starts_with("allow") {
+            problems.push(
+                format!("{base}.{key}"),
+                "an empty allow list lets no client in: remove the key to let every client in",
+            );
+        }
+        Names::new(names.unwrap_or_default())
+    };
+    let rules = CallerRules {
+        allow_clients: list("allow_clients", files.allow_clients),
+        deny_clients: list("deny_clients", files.deny_clients),
+        allow_plans: list("allow_plans", files.allow_plans),
+        deny_plans: list("deny_plans", files.deny_plans),
+    };
+    if rules.is_empty() {
+        return None;
+    }
+    if !auth.identifies() {
+        problems.push(
+            format!("{base}.auth"),
+            "allow_clients, deny_clients, allow_plans and deny_plans need callers identified: set auth (api_key, jwt or client_cert)",
+        );
+    }
+    for (kind, allow, deny) in [
+        ("clients", &rules.allow_clients, &rules.deny_clients),
+        ("plans", &rules.allow_plans, &rules.deny_plans),
+    ] {
+        for name in allow.iter().filter(|n| deny.contains(n)) {
+            problems.push(
+                format!("{base}.deny_{kind}"),
+                format!("{name:?} is in allow_{kind} too: it would be refused"),
+            );
+        }
+    }
+    Some(Arc::new(rules))
+}
+
+/// Plans the routes name exist; client ids not in the file are warned about where no
+/// registry can add them.
+pub(super) fn check_callers(
+    routes: &[RouteConfig],
+    plans: &BTreeMap<String, PlanConfig>,
+    clients: &[ClientConfig],
+    registry: bool,
+    problems: &mut Problems,
+) {
+    for (i, route) in routes.iter().enumerate() {
+        let Some(rules) = &route.callers else {
+            continue;
+        };
+        for (key, names) in [
+            ("allow_plans", &rules.allow_plans),
+            ("deny_plans", &rules.deny_plans),
+        ] {
+            for plan in names.iter().filter(|p| !plans.contains_key(*p)) {
+                problems.push(
+                    format!("routes[{i}].{key}"),
+                    format!("unknown plan {plan:?}: define [plans.{plan}]"),
+                );
+            }
+        }
+        if registry {
+            continue;
+        }
+        for (key, names) in [
+            ("allow_clients", &rules.allow_clients),
+            ("deny_clients", &rules.deny_clients),
+        ] {
+            for id in names
+                .iter()
+                .filter(|id| !clients.iter().any(|c| c.id == *id))
+            {
+                problems.warn(
+                    format!("routes[{i}].{key}"),
+                    format!("no client {id:?} in [[clients]] (and no registry to add it)"),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! Who may call a route (`allow_plans`, `allow_clients`, `deny_clients`, `deny_plans`) on a
+//! real Redis: a refused client gets 403 and leaves every key in the store as it was (read
+//! back, byte for byte, with `DUMP`); an admitted one writes as before; `turnstile check`
+//! names the mistakes with their line.
+
+use crate::common;
+
+use common::redis::RedisServer;
+use common::{turnstile, Gateway, Upstream};
+use std::collections::BTreeMap;
+
+const ADA: &str = "callers-ada-key-0123456789";
+const BOB: &str = "callers-bob-key-0123456789";
+const EVE: &str = "callers-eve-key-0123456789";
+
+fn config(up: &Upstream, redis: &RedisServer) -> String {
+    format!(
+        r#"
+[store]
+kind = "redis"
+url = "{url}"
+heartbeat_interval = "1h"
+
+[upstreams.orders]
+servers = ["{addr}"]
+
+[plans.gold]
+limits = [{{ name = "per-hour", algorithm = "fixed_window", limit = 100, window = "1h" }}]
+max_concurrent = 4
+
+[plans.free]
+limits = [{{ name = "per-hour", algorithm = "sliding_window", limit = 100, window = "1h" }}]
+
+[[clients]]
+id = "ada"
+plan = "gold"
+api_keys = ["{ADA}"]
+
+[[clients]]
+id = "bob"
+plan = "free"
+api_keys = ["{BOB}"]
+
+[[clients]]
+id = "eve"
+plan = "gold"
+api_keys = ["{EVE}"]
+
+[[routes]]
+name = "premium"
+path_prefix = "/echo/premium"
+upstream = "orders"
+auth = "api_key"
+allow_plans = ["gold"]
+deny_clients = ["eve"]
+
+[[routes]]
+name = "everyone"
+path_prefix = "/echo/everyone"
+upstream = "orders"
+auth = "api_key"
+deny_plans = ["trial"]
+
+[plans.trial]
+limits = [{{ name = "per-hour", algorithm = "fixed_window", limit = 1, window = "1h" }}]
+"#,
+        url = redis.url(),
+        addr = up.addr(),
+    )
+}
+
+/// Every key in Redis and its serialized value (`DUMP`: the value, not its TTL).
+fn state(redis: &RedisServer) -> BTreeMap<String, Vec<u8>> {
+    let keys: Vec<String> = redis.cmd(&["KEYS", "*"]);
+    keys.into_iter()
+        .map(|k| {
+            let dumped: Vec<u8> = redis.cmd(&["DUMP", &k]);
+            (k, dumped)
+        })
+        .collect()
+}
+
+#[test]
+fn a_refused_client_writes_nothing_to_the_store() {
+    let redis = RedisServer::start();
+    let up = Upstream::start("callers");
+    let gw = Gateway::start(&config(&up, &redis));
+    let get = |path: &str, key: &str| gw.get_with(path, &[("X-Api-Key", key)]);
+
+    // Warm: the gateway's own keys (instances) are there before the count starts. Bob's plan
+    // holds no concurrency slot, whose release would change the store after the response.
+    assert_eq!(get("/echo/everyone/1", BOB).status, 200);
+    let before = state(&redis);
+    let served = up.served();
+    for _ in 0..5 {
+        for key in [BOB, EVE] {
+            let resp = get("/echo/premium/1", key);
+            assert_eq!(resp.status, 403, "{}", resp.text());
+            let body = resp.json();
+            assert_eq!(body["type"], "https://turnstile.dev/problems/forbidden");
+            assert!(
+                body["detail"].as_str().unwrap().contains("route premium"),
+                "{body}"
+            );
+            assert!(resp.header("ratelimit").is_none(), "no limit was asked");
+        }
+    }
+    assert_eq!(state(&redis), before, "a refused client changed the store");
+    assert_eq!(up.served(), served);
+    gw.assert_counted(
+        "turnstile_client_refusals_total",
+        &[("route", "premium")],
+        10.0,
+    );
+
+    // The same clients elsewhere, and an allowed client here, are counted as before: the
+    // comparison above would have seen their writes.
+    assert_eq!(get("/echo/everyone/1", BOB).status, 200);
+    assert_ne!(state(&redis), before, "bob's admission wrote its count");
+    let after_bob = state(&redis);
+    let resp = get("/echo/premium/1", ADA);
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert!(resp.header("ratelimit").is_some());
+    assert_ne!(state(&redis), after_bob, "ada's admission wrote its count");
+
+    let callers = gw.admin("/config").json()["config"]["routes"][0]["callers"].clone();
+    assert_eq!(callers["allow_plans"], serde_json::json!(["gold"]));
+    assert_eq!(callers["deny_clients"], serde_json::json!(["eve"]));
+}
+
+/// A reload moves the lines: eve let in, gold's clients out by plan.
+#[test]
+fn the_rules_follow_a_reload() {
+    let redis = RedisServer::start();
+    let up = Upstream::start("callers");
+    let gw = Gateway::start(&config(&up, &redis));
+    let status = |key: &str| gw.get_with("/echo/premium/1", &[("X-Api-Key", key)]).status;
+    assert_eq!((status(ADA), status(BOB), status(EVE)), (200, 403, 403));
+    let changed = config(&up, &redis).replace(
+        "allow_plans = [\"gold\"]\ndeny_clients = [\"eve\"]",
+        "allow_clients = [\"eve\", \"bob\"]\ndeny_plans = [\"free\"]",
+    );
+    gw.rewrite(&changed);
+    assert_eq!(gw.reload().status, 200);
+    // bob is named, but his plan is denied; ada is no longer named; eve is.
+    assert_eq!((status(ADA), status(BOB), status(EVE)), (403, 403, 200));
+}
+
+#[test]
+fn check_names_caller_rule_mistakes_with_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("turnstile.toml");
+    let text = r#"[server]
+listen = "127.0.0.1:1"
+
+[upstreams.api]
+servers = ["127.0.0.1:9"]
+
+[plans.gold]
+limits = [{ name = "per-hour", algorithm = "fixed_window", limit = 10, window = "1h" }]
+
+[[routes]]
+name = "open"
+path_prefix = "/open"
+upstream = "api"
+allow_plans = ["gold"]
+
+[[routes]]
+name = "keyed"
+path_prefix = "/keyed"
+upstream = "api"
+auth = "api_key"
+allow_plans = ["platinum"]
+allow_clients = []
+deny_plans = ["gold"]
+"#;
+    std::fs::write(&path, text).unwrap();
+    let (code, out, err) = turnstile(&["check", path.to_str().unwrap()]);
+    let said = format!("{out}{err}");
+    assert_ne!(code, 0, "{said}");
+    for expected in [
+        "routes[0].auth: allow_clients, deny_clients, allow_plans and deny_plans need callers identified",
+        "(line 10,",
+        "routes[1].allow_plans: unknown plan \"platinum\"",
+        "(line 21,",
+        "routes[1].allow_clients: an empty allow list lets no client in",
+        "(line 22,",
+    ] {
+        assert!(said.contains(expected), "{expected:?} in {said}");
+    }
+}
