@@ -130,6 +130,8 @@ pub trait UpstreamHead {
     fn set(&mut self, name: &'static HeaderName, value: HeaderValue) -> Result<(), String>;
     /// [`UpstreamHead::set`] for a configured name.
     fn set_named(&mut self, name: &HeaderName, value: HeaderValue) -> Result<(), String>;
+    /// Adds a value of a configured name after those it has.
+    fn append(&mut self, name: &HeaderName, value: HeaderValue) -> Result<(), String>;
     /// Removes every value of `name`.
     fn remove(&mut self, name: &HeaderName);
     fn query(&self) -> Option<&str>;
@@ -375,6 +377,10 @@ mod tests {
         }
         fn set_named(&mut self, name: &HeaderName, value: HeaderValue) -> Result<(), String> {
             self.headers.insert(name.clone(), value);
+            Ok(())
+        }
+        fn append(&mut self, name: &HeaderName, value: HeaderValue) -> Result<(), String> {
+            self.headers.append(name.clone(), value);
             Ok(())
         }
         fn query(&self) -> Option<&str> {

@@ -38,6 +38,7 @@ pub mod fold;
 pub mod forward;
 pub mod forwarded;
 pub mod grpc;
+pub mod header_rules;
 pub mod headers;
 pub mod identity;
 pub mod jwt;

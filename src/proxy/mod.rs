@@ -225,7 +225,7 @@ impl ProxyHttp for Gateway {
         if upstream_response.status == http::StatusCode::SWITCHING_PROTOCOLS && ctx.upgrade {
             upstream::upgraded(session, ctx);
         }
-        response::response_filter(upstream_response, ctx)
+        response::response_filter(upstream_response, ctx, session)
     }
 
     fn suppress_error_log(&self, _session: &Session, ctx: &RequestCtx, error: &Error) -> bool {

@@ -1,8 +1,9 @@
-//! The response phases: `response_filter` (request id and `RateLimit` headers on proxied
+//! The response phases: `response_filter` (the route's `response_headers` rules, request id and `RateLimit` headers on proxied
 //! responses), our own answers (rejections and upstream failures as problem+json), and
 //! `logging` (metrics, the access log, the next request's header deadline).
 
 use crate::chain::forward::X_FORWARDED_FOR;
+use crate::chain::header_rules::Vars;
 use crate::chain::headers::{self, would_limit_value, HeadersMode, WOULD_LIMIT};
 use crate::chain::identity;
 use crate::chain::jwt::verify::TokenError;
@@ -31,9 +32,32 @@ use std::time::Instant;
 /// A proxied response: the request id, the `RateLimit` headers (per the route's
 /// `rate_limit_headers`), and the dry-run limits that would have rejected it — names as
 /// `[server] response_header_case` says (`response_head.rs`).
-pub fn response_filter(response: &mut ResponseHeader, ctx: &RequestCtx) -> Result<()> {
+pub fn response_filter(
+    response: &mut ResponseHeader,
+    ctx: &RequestCtx,
+    session: &Session,
+) -> Result<()> {
     let case = ctx.snapshot.config.server.response_header_case;
+    let rules = ctx
+        .route()
+        .and_then(|r| Some((r, r.config.response_headers.as_deref()?)));
+    let client_ip = rules.and_then(|_| crate::proxy::request::client_addr(session, ctx));
     edit_response(response, case, |head| {
+        // The route's rules first: no rule may name the gateway's headers below (checked at
+        // load), and they are set after, whatever the upstream said.
+        if let Some((route, rules)) = rules {
+            let vars = Vars {
+                client_id: ctx
+                    .caller
+                    .as_deref()
+                    .or(ctx.client.as_ref().map(|c| &*c.id)),
+                plan: ctx.client.as_ref().map(|c| &*c.plan.name),
+                route: &route.rules.name,
+                request_id: &ctx.request_id,
+                client_ip,
+            };
+            head.apply(rules, &vars)?;
+        }
         head.set(&request_id::NAME, ctx.request_id.clone())?;
         let limits = &ctx.admission.limits;
         if let Some(route) = ctx.route() {

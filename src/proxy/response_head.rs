@@ -15,8 +15,9 @@
 //! The gateway's own answers (problem+json refusals, `proxy/response.rs`) carry no names of
 //! the upstream, and are built without a case map either way: the same bytes as with one.
 
+use crate::chain::header_rules::{HeaderRules, RuleHead, Vars};
 use crate::upstream::config::HeaderCase;
-use http::{HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use pingora::http::ResponseHeader;
 use pingora::{Error, ErrorType, Result};
 
@@ -28,6 +29,12 @@ const ADDED: usize = 8;
 pub trait ResponseHead {
     /// Sets `name` (parsed once) to `value`, replacing what the upstream said.
     fn set(&mut self, name: &'static HeaderName, value: HeaderValue) -> Result<()>;
+    /// A route's `response_headers` rules, applied to this head.
+    fn apply(&mut self, rules: &HeaderRules, vars: &Vars<'_>) -> Result<()>;
+}
+
+fn rule_error(e: String) -> Box<Error> {
+    Error::explain(ErrorType::InvalidHTTPHeader, e)
 }
 
 /// Edits `resp` with `edit`, the way `case` says (see the module's docs).
@@ -73,6 +80,33 @@ impl ResponseHead for PartsHead<'_> {
             .map(drop)
             .map_err(|e| Error::because(ErrorType::InvalidHTTPHeader, "response header", e))
     }
+
+    fn apply(&mut self, rules: &HeaderRules, vars: &Vars<'_>) -> Result<()> {
+        rules.apply(vars, self).map_err(rule_error)
+    }
+}
+
+impl RuleHead for PartsHead<'_> {
+    fn headers(&self) -> &HeaderMap {
+        &self.0.headers
+    }
+    fn replace(&mut self, name: &HeaderName, value: HeaderValue) -> Result<(), String> {
+        let headers = &mut self.0.headers;
+        headers
+            .try_insert(name.clone(), value)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+    fn append(&mut self, name: &HeaderName, value: HeaderValue) -> Result<(), String> {
+        let headers = &mut self.0.headers;
+        headers
+            .try_append(name.clone(), value)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+    fn remove(&mut self, name: &HeaderName) {
+        self.0.headers.remove(name);
+    }
 }
 
 /// Pingora's response header, edited in place: each name's spelling recorded.
@@ -82,6 +116,31 @@ impl ResponseHead for PingoraHead<'_> {
     fn set(&mut self, name: &'static HeaderName, value: HeaderValue) -> Result<()> {
         // The `&'static str` spelling: recorded without a copy.
         self.0.insert_header(name.as_str(), value).map(drop)
+    }
+
+    fn apply(&mut self, rules: &HeaderRules, vars: &Vars<'_>) -> Result<()> {
+        rules.apply(vars, self).map_err(rule_error)
+    }
+}
+
+impl RuleHead for PingoraHead<'_> {
+    fn headers(&self) -> &HeaderMap {
+        &self.0.headers
+    }
+    fn replace(&mut self, name: &HeaderName, value: HeaderValue) -> Result<(), String> {
+        self.0
+            .insert_header(name.clone(), value)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+    fn append(&mut self, name: &HeaderName, value: HeaderValue) -> Result<(), String> {
+        self.0
+            .append_header(name.clone(), value)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+    fn remove(&mut self, name: &HeaderName) {
+        self.0.remove_header(name);
     }
 }
 

@@ -5,12 +5,13 @@
 use crate::chain::credential::TokenFrom;
 use crate::chain::forward::{forward, Forward};
 use crate::chain::forwarded::Origin;
+use crate::chain::header_rules::Vars;
 use crate::chain::upstream_error::{self, NO_HEALTHY_UPSTREAM};
 use crate::chain::{grpc, rewrite};
 use crate::ops::trace::context::{traceparent, TRACEPARENT, TRACESTATE};
 use crate::proxy::context::RequestCtx;
 use crate::proxy::grpc::GRPC_TIMEOUT;
-use crate::proxy::upstream_head::edit_head;
+use crate::proxy::upstream_head::{edit_head, RuleEdit};
 use crate::upstream::balance::InFlight;
 use crate::upstream::config::HeaderCase;
 use crate::upstream::outlier::Attempt;
@@ -194,8 +195,20 @@ pub fn upstream_request_filter(
             r.pool.config.header_case
         }
     });
+    let rules = route.and_then(|r| r.config.request_headers.as_deref());
+    let client_ip = rules.and_then(|_| crate::proxy::request::client_addr(session, ctx));
     edit_head(upstream_request, case, |head| {
         forward(&policy, head)?;
+        if let (Some(rules), Some(route)) = (rules, route) {
+            let vars = Vars {
+                client_id: policy.client,
+                plan: ctx.client.as_ref().map(|c| &*c.plan.name),
+                route: &route.rules.name,
+                request_id: &ctx.request_id,
+                client_ip,
+            };
+            rules.apply(&vars, &mut RuleEdit(head))?;
+        }
         if let Some(left) = deadline {
             head.set(&GRPC_TIMEOUT_NAME, value(left)?)?;
         }

@@ -79,6 +79,14 @@ impl UpstreamHead for PartsHead<'_> {
         insert(&mut self.0.headers, name.clone(), value)
     }
 
+    fn append(&mut self, name: &HeaderName, value: HeaderValue) -> Result<(), String> {
+        self.0
+            .headers
+            .try_append(name.clone(), value)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
     fn remove(&mut self, name: &HeaderName) {
         self.0.headers.remove(name);
     }
@@ -129,6 +137,13 @@ impl UpstreamHead for PingoraHead<'_> {
             .map_err(|e| e.to_string())
     }
 
+    fn append(&mut self, name: &HeaderName, value: HeaderValue) -> Result<(), String> {
+        self.0
+            .append_header(name.clone(), value)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
     fn query(&self) -> Option<&str> {
         self.0.uri.query()
     }
@@ -136,5 +151,23 @@ impl UpstreamHead for PingoraHead<'_> {
     fn set_target(&mut self, target: &str) -> Result<(), String> {
         self.0.set_uri(uri(target)?);
         Ok(())
+    }
+}
+
+/// A route's `request_headers` rules edit the upstream head through this.
+pub struct RuleEdit<'a>(pub &'a mut dyn UpstreamHead);
+
+impl crate::chain::header_rules::RuleHead for RuleEdit<'_> {
+    fn headers(&self) -> &HeaderMap {
+        self.0.headers()
+    }
+    fn replace(&mut self, name: &HeaderName, value: HeaderValue) -> Result<(), String> {
+        self.0.set_named(name, value)
+    }
+    fn append(&mut self, name: &HeaderName, value: HeaderValue) -> Result<(), String> {
+        self.0.append(name, value)
+    }
+    fn remove(&mut self, name: &HeaderName) {
+        self.0.remove(name);
     }
 }

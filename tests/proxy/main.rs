@@ -17,6 +17,7 @@ mod forwarding;
 mod gateway;
 mod grpc;
 mod header_case;
+mod header_rules;
 mod hostile;
 mod jwt;
 mod mtls;

@@ -517,6 +517,19 @@ pub struct RouteFile {
     /// These clients, and clients of these plans, may not call the route.
     pub deny_clients: Option<Vec<String>>,
     pub deny_plans: Option<Vec<String>>,
+    /// Headers set, added and removed on the request the upstream receives.
+    pub request_headers: Option<HeaderRulesFile>,
+    /// Headers set, added and removed on the upstream's response.
+    pub response_headers: Option<HeaderRulesFile>,
+}
+
+/// `request_headers` / `response_headers`: `set` (replacing), `add` (appending), `remove`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderRulesFile {
+    pub set: Option<BTreeMap<String, String>>,
+    pub add: Option<BTreeMap<String, String>>,
+    pub remove: Option<Vec<String>>,
 }
 
 /// A route's own limit, counted per key.

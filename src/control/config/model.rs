@@ -278,6 +278,9 @@ pub struct RouteConfig {
     pub addresses: Option<std::sync::Arc<crate::chain::address::AddressRules>>,
     /// `allow_clients` / `allow_plans` and their `deny_` forms (`None`: no rules).
     pub callers: Option<std::sync::Arc<crate::chain::callers::CallerRules>>,
+    /// `request_headers` and `response_headers` (`None`: no rules).
+    pub request_headers: Option<std::sync::Arc<crate::chain::header_rules::HeaderRules>>,
+    pub response_headers: Option<std::sync::Arc<crate::chain::header_rules::HeaderRules>>,
 }
 
 /// Callers from `nets` or identified as one of `clients` skip `limits` (`None`: every

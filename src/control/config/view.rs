@@ -122,6 +122,9 @@ pub fn render(config: &Config) -> Value {
             "reserve_from": r.reserve_from.as_ref().map(|p| p.describe()),
             "allow_ips": address_list(r.addresses.as_deref(), true),
             "deny_ips": address_list(r.addresses.as_deref(), false),
+            // Names only: a value may carry a credential for the upstream.
+            "request_headers": r.request_headers.as_deref().map(rule_names),
+            "response_headers": r.response_headers.as_deref().map(rule_names),
             "callers": r.callers.as_deref().map(|c| json!({
                 "allow_clients": c.allow_clients.iter().collect::<Vec<_>>(),
                 "allow_plans": c.allow_plans.iter().collect::<Vec<_>>(),
@@ -335,6 +338,18 @@ fn failures(on: &crate::upstream::outlier::Failures) -> Vec<&'static str> {
     .filter(|(_, counted)| *counted)
     .map(|(name, _)| name)
     .collect()
+}
+
+/// A route's header rules by name: what is set, added and removed (values left out).
+fn rule_names(rules: &crate::chain::header_rules::HeaderRules) -> Value {
+    let names = |list: &[(http::HeaderName, crate::chain::header_rules::Template)]| {
+        list.iter().map(|(n, _)| n.to_string()).collect::<Vec<_>>()
+    };
+    json!({
+        "set": names(&rules.set),
+        "add": names(&rules.add),
+        "remove": rules.remove.iter().map(http::HeaderName::as_str).collect::<Vec<_>>(),
+    })
 }
 
 /// `allow_ips` (`allow`) or `deny_ips` as configured; `null` for no allow list (every address).

@@ -1,6 +1,7 @@
 //! `[[routes]]`: matching, limits, timeouts, failure mode; overlaps and costs checked across routes and plans.
 
 use super::checks::*;
+use super::header_rules::{header_rules, Direction};
 use super::plans::{limit_policy, LimitShape};
 use super::route_auth::*;
 use super::server::*;
@@ -67,6 +68,8 @@ pub(super) fn route_config(
         allow_plans,
         deny_clients,
         deny_plans,
+        request_headers,
+        response_headers,
     } = file;
     let callers = super::callers::CallerFiles {
         allow_clients,
@@ -189,6 +192,29 @@ pub(super) fn route_config(
             ),
         );
     }
+    let identifies = auth.identifies();
+    let mut own: Vec<&str> = tokens
+        .forward_claims
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    if let crate::chain::credential::TokenFrom::Header(name) = &tokens.token_from {
+        own.push(name.as_str());
+    }
+    let request_headers = header_rules(
+        &format!("{base}.request_headers"),
+        request_headers,
+        Direction::Request(own),
+        identifies,
+        problems,
+    );
+    let response_headers = header_rules(
+        &format!("{base}.response_headers"),
+        response_headers,
+        Direction::Response,
+        identifies,
+        problems,
+    );
     RouteConfig {
         name,
         path_prefix,
@@ -251,6 +277,8 @@ pub(super) fn route_config(
         cost_from_request: request_cost(&base, cost_from_request, max_cost, problems),
         addresses: super::addresses::address_rules(&base, allow_ips, deny_ips, problems),
         callers: super::callers::caller_rules(&base, auth, callers, problems),
+        request_headers,
+        response_headers,
         reserve_from: reserve_from.and_then(|text| {
             use crate::chain::partition::KeyPart;
             match KeyPart::parse(&text) {
