@@ -447,6 +447,30 @@ pub fn metric_value(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
+/// `turnstile check` on a file of `text`: it must refuse it, saying each of `expected`.
+pub fn assert_check_refuses(text: &str, expected: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("turnstile.toml");
+    std::fs::write(&path, text).unwrap();
+    let (code, out, err) = turnstile(&["check", path.to_str().unwrap()]);
+    let said = format!("{out}{err}");
+    assert_ne!(code, 0, "{said}");
+    for expected in expected {
+        assert!(said.contains(expected), "{expected:?} in {said}");
+    }
+}
+
+/// The values of header `name` an `orders-api` `/echo` reply says the upstream received.
+pub fn echoed(echo: &serde_json::Value, name: &str) -> Vec<String> {
+    echo["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|pair| pair[0] == name)
+        .map(|pair| pair[1].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// Runs the `turnstile` binary with arguments; returns (exit code, stdout, stderr).
 pub fn turnstile(args: &[&str]) -> (i32, String, String) {
     turnstile_env(args, &[])

@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::redis::RedisServer;
-use common::{turnstile, Gateway, Upstream};
+use common::{assert_check_refuses, Gateway, Upstream};
 use std::collections::BTreeMap;
 
 const ADA: &str = "callers-ada-key-0123456789";
@@ -148,8 +148,6 @@ fn the_rules_follow_a_reload() {
 
 #[test]
 fn check_names_caller_rule_mistakes_with_their_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("turnstile.toml");
     let text = r#"[server]
 listen = "127.0.0.1:1"
 
@@ -174,18 +172,15 @@ allow_plans = ["platinum"]
 allow_clients = []
 deny_plans = ["gold"]
 "#;
-    std::fs::write(&path, text).unwrap();
-    let (code, out, err) = turnstile(&["check", path.to_str().unwrap()]);
-    let said = format!("{out}{err}");
-    assert_ne!(code, 0, "{said}");
-    for expected in [
+    assert_check_refuses(
+        text,
+        &[
         "routes[0].auth: allow_clients, deny_clients, allow_plans and deny_plans need callers identified",
         "(line 10,",
         "routes[1].allow_plans: unknown plan \"platinum\"",
         "(line 21,",
         "routes[1].allow_clients: an empty allow list lets no client in",
         "(line 22,",
-    ] {
-        assert!(said.contains(expected), "{expected:?} in {said}");
-    }
+    ],
+    );
 }

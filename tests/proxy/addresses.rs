@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::http::{self, raw_between};
-use common::{turnstile, Gateway, Upstream};
+use common::{assert_check_refuses, Gateway, Upstream};
 use std::net::{IpAddr, SocketAddr};
 
 const KEY: &str = "address-key-0123456789";
@@ -267,8 +267,6 @@ fn ten_thousand_entries_and_a_reload() {
 /// `turnstile check` names each bad entry by its TOML path and line.
 #[test]
 fn check_names_bad_rules_with_their_path_and_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("turnstile.toml");
     let text = r#"[server]
 listen = "127.0.0.1:1"
 deny_ips = ["10.0.0.5/8"]
@@ -289,20 +287,17 @@ path_prefix = "/nobody"
 upstream = "api"
 allow_ips = []
 "#;
-    std::fs::write(&path, text).unwrap();
-    let (code, out, err) = turnstile(&["check", path.to_str().unwrap()]);
-    let said = format!("{out}{err}");
-    assert_ne!(code, 0, "{said}");
-    for expected in [
-        "server.deny_ips[0]: \"10.0.0.5/8\" has bits set past its prefix: write 10.0.0.0/8",
-        "(line 3,",
-        "routes[0].deny_ips[0]: \"not-an-ip\": expected a CIDR",
-        "(line 13,",
-        "routes[0].allow_ips[0]: 10.1.0.0/16 lies inside deny_ips[1] (10.0.0.0/8)",
-        "(line 12,",
-        "routes[1].allow_ips: an empty allow list lets no address in",
-        "(line 19,",
-    ] {
-        assert!(said.contains(expected), "{expected:?} in {said}");
-    }
+    assert_check_refuses(
+        text,
+        &[
+            "server.deny_ips[0]: \"10.0.0.5/8\" has bits set past its prefix: write 10.0.0.0/8",
+            "(line 3,",
+            "routes[0].deny_ips[0]: \"not-an-ip\": expected a CIDR",
+            "(line 13,",
+            "routes[0].allow_ips[0]: 10.1.0.0/16 lies inside deny_ips[1] (10.0.0.0/8)",
+            "(line 12,",
+            "routes[1].allow_ips: an empty allow list lets no address in",
+            "(line 19,",
+        ],
+    );
 }

@@ -7,6 +7,7 @@
 
 use crate::common;
 
+use common::echoed as received;
 use common::tls::Ca;
 use common::{free_port, http, Gateway, Upstream};
 use serde_json::Value;
@@ -33,17 +34,6 @@ upstream = "orders"
 "#,
         addr = up.addr()
     )
-}
-
-/// The values of header `name` the upstream received.
-fn received(echo: &Value, name: &str) -> Vec<String> {
-    echo["headers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|pair| pair[0] == name)
-        .map(|pair| pair[1].as_str().unwrap().to_owned())
-        .collect()
 }
 
 #[test]
