@@ -74,7 +74,10 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
             .inspect_err(|_| ctx.admission.unauthorized())?;
     }
     if let (Some(rules), Some(client)) = (&route.config.callers, &ctx.client) {
-        if !rules.admits(&client.id, &client.plan.name) {
+        // The name the upstream gets as `X-Client-Id`: an API key's client id, a token's
+        // subject, a certificate's name.
+        let id = ctx.caller.as_deref().unwrap_or(&client.id);
+        if !rules.admits(id, &client.plan.name) {
             route.metrics.client_refusals.inc();
             return Err(Reject::ClientRefused(route.rules.name.to_string()));
         }

@@ -899,3 +899,34 @@ fn an_address_whose_tokens_keep_failing_gets_no_more_verified_for_a_while() {
     let signature = open.metric("turnstile_token_checks_total", &[("result", "signature")]);
     assert_eq!(signature, 8.0);
 }
+
+/// `allow_clients` names a token's subject (what the upstream gets as `X-Client-Id`) and
+/// `deny_plans` the plan its claim chose: refused with 403 after the token is verified.
+#[test]
+fn who_may_call_a_route_reads_the_tokens_subject_and_plan() {
+    let up = Upstream::start("api");
+    let key = Signer::ec("ec-1");
+    let idp = JwksServer::start(&[&key]);
+    let gw = Gateway::start(&config(
+        &up,
+        &format!("jwks_url = \"{}\"\nalgorithms = [\"ES256\"]", idp.url()),
+        "plan_claim = \"tier\"\nplans = { gold = \"pro\" }",
+        "allow_clients = [\"alice\", \"carol\"]\ndeny_plans = [\"pro\"]",
+    ));
+    wait_until("keys fetched", || gw.admin("/readyz").status == 200);
+    let token = |sub: &str, tier: &str| key.sign(&with(claims(sub), "tier", json!(tier)));
+    let resp = call(&gw, &token("alice", "basic"));
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert_eq!(header_of(&resp, "x-client-id").as_deref(), Some("alice"));
+    let resp = call(&gw, &token("bob", "basic"));
+    assert_eq!(resp.status, 403, "{}", resp.text());
+    assert_eq!(
+        resp.json()["type"],
+        "https://turnstile.dev/problems/forbidden"
+    );
+    assert_eq!(
+        call(&gw, &token("carol", "gold")).status,
+        403,
+        "pro is denied"
+    );
+}

@@ -62,7 +62,7 @@ pub(super) fn caller_rules(
 }
 
 /// Plans the routes name exist; client ids not in the file are warned about where no
-/// registry can add them.
+/// registry can add them (on API-key routes: a token's subject is in no file).
 pub(super) fn check_callers(
     routes: &[RouteConfig],
     plans: &BTreeMap<String, PlanConfig>,
@@ -85,7 +85,8 @@ pub(super) fn check_callers(
                 );
             }
         }
-        if registry {
+        // A token's subject or a certificate's name is no `[[clients]]` id.
+        if registry || route.auth.jwt || route.auth.client_cert {
             continue;
         }
         for (key, names) in [
