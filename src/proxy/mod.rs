@@ -110,7 +110,10 @@ impl ProxyHttp for Gateway {
         }
         if quota::is_quota(session, ctx) {
             let ip = request::client_key(session, ctx);
-            let answered = match request::check_head(session, ctx) {
+            let addr = request::client_addr(session, ctx);
+            let checked = request::check_head(session, ctx)
+                .and_then(|()| request::check_server_addresses(&ctx.snapshot, addr));
+            let answered = match checked {
                 Ok(()) => quota::answer(session, ctx, ip).await,
                 Err(reject) => Err(reject),
             };

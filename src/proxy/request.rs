@@ -157,12 +157,7 @@ fn route_admitted(
 ) -> Result<(usize, Option<std::net::IpAddr>), Reject> {
     check_head(session, ctx)?;
     let addr = client_addr(session, ctx);
-    if let Some(rules) = &snapshot.config.server.addresses {
-        if !rules.admits(addr) {
-            snapshot.unrouted.address_refusals.inc();
-            return Err(Reject::AddressRefused(None));
-        }
-    }
+    check_server_addresses(snapshot, addr)?;
     let index = route_request(session, ctx)?;
     let route = &snapshot.routes[index];
     if let Some(rules) = &route.config.addresses {
@@ -185,6 +180,20 @@ fn route_admitted(
         }
     }
     Ok((index, addr))
+}
+
+/// `server.allow_ips` / `deny_ips` (every request, the quota endpoint's too), before routing.
+pub fn check_server_addresses(
+    snapshot: &Snapshot,
+    addr: Option<std::net::IpAddr>,
+) -> Result<(), Reject> {
+    match &snapshot.config.server.addresses {
+        Some(rules) if !rules.admits(addr) => {
+            snapshot.unrouted.address_refusals.inc();
+            Err(Reject::AddressRefused(None))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// [6] The upstream pool's gate, when it sheds load: a place now, after a short wait in its

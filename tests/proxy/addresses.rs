@@ -84,7 +84,7 @@ deny_ips = ["::1/128"]
 fn rules_hold_for_ipv4_ipv6_and_ipv4_mapped_peers() {
     let up = Upstream::start("addresses");
     let text = config(&up, OFFICE);
-    let server = "deny_ips = [\"127.0.0.66\"]";
+    let server = "deny_ips = [\"127.0.0.66\"]\nquota_path = \"/_quota\"";
     let plain = Gateway::start_with(server, &text);
     let dual = Gateway::start_dual_stack(server, &text);
     let dual_v4 = v4(&dual);
@@ -100,6 +100,10 @@ fn rules_hold_for_ipv4_ipv6_and_ipv4_mapped_peers() {
         assert_forbidden(&get("127.0.0.66", to, "/open/1", ""), "this gateway");
         assert_forbidden(&get("127.0.0.66", to, "/nowhere", ""), "this gateway");
         assert_eq!(get("127.0.0.2", to, "/nowhere", "").status, 404);
+        // The quota endpoint too.
+        let key = format!("X-Api-Key: {KEY}\r\n");
+        assert_eq!(get("127.0.0.2", to, "/_quota", &key).status, 200);
+        assert_forbidden(&get("127.0.0.66", to, "/_quota", &key), "this gateway");
         assert_eq!(
             up.served(),
             served + 2,
@@ -113,7 +117,7 @@ fn rules_hold_for_ipv4_ipv6_and_ipv4_mapped_peers() {
         gw.assert_counted(
             "turnstile_address_refusals_total",
             &[("route", "(none)")],
-            2.0,
+            3.0,
         );
     }
 
