@@ -7,9 +7,22 @@
 use http::{HeaderMap, HeaderName, HeaderValue};
 use std::net::IpAddr;
 
-/// Request headers no rule may set, add or remove: the gateway decides them (forwarding,
-/// identity, the request id), or they frame and route the message (one reading of it).
-pub const PROTECTED_REQUEST: [&str; 18] = [
+/// Headers that frame the message or belong to one hop: no rule may set, add or remove
+/// them, on either side.
+const FRAMING: [&str; 8] = [
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// Request headers the gateway decides (forwarding, identity, the request id), or that route
+/// and frame the request (one reading of it): no rule may touch them.
+const GATEWAY_REQUEST: [&str; 10] = [
     "x-forwarded-for",
     "x-forwarded-proto",
     "x-forwarded-host",
@@ -19,20 +32,11 @@ pub const PROTECTED_REQUEST: [&str; 18] = [
     "x-client-id",
     "x-api-key",
     "host",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "upgrade",
     "expect",
 ];
 
-/// Response headers no rule may set, add or remove: a refusal's contract (`Retry-After`,
-/// `RateLimit*`, the request id) and the message's framing.
-pub const PROTECTED_RESPONSE: [&str; 15] = [
+/// Response headers of a refusal's contract (`Retry-After`, `RateLimit*`, the request id).
+const GATEWAY_RESPONSE: [&str; 7] = [
     "retry-after",
     "ratelimit",
     "ratelimit-policy",
@@ -40,15 +44,17 @@ pub const PROTECTED_RESPONSE: [&str; 15] = [
     "x-ratelimit-remaining",
     "x-ratelimit-reset",
     "x-request-id",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "upgrade",
 ];
+
+/// Whether no request rule may name `name` (lower-case, as `http` keeps names).
+pub fn protected_request(name: &str) -> bool {
+    GATEWAY_REQUEST.contains(&name) || FRAMING.contains(&name)
+}
+
+/// Whether no response rule may name `name`.
+pub fn protected_response(name: &str) -> bool {
+    GATEWAY_RESPONSE.contains(&name) || FRAMING.contains(&name)
+}
 
 /// A header value with variables.
 #[derive(Debug, Clone, PartialEq, Eq)]

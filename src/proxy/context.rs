@@ -124,4 +124,12 @@ impl RequestCtx {
     pub fn route(&self) -> Option<&Route> {
         self.route.map(|i| &self.snapshot.routes[i])
     }
+
+    /// Who the upstream is told the client is (`X-Client-Id`, `allow_clients`,
+    /// `${client_id}`): a token's subject, a certificate's name, else the client's id.
+    pub fn client_name(&self) -> Option<&str> {
+        self.caller
+            .as_deref()
+            .or_else(|| self.client.as_ref().map(|c| &*c.id))
+    }
 }

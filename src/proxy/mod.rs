@@ -109,8 +109,8 @@ impl ProxyHttp for Gateway {
             ));
         }
         if quota::is_quota(session, ctx) {
-            let ip = request::client_key(session, ctx);
             let addr = request::client_addr(session, ctx);
+            let ip = addr.map(|a| request::group(a, ctx));
             let checked = request::check_head(session, ctx)
                 .and_then(|()| request::check_server_addresses(&ctx.snapshot, addr));
             let answered = match checked {

@@ -73,10 +73,9 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
             .await
             .inspect_err(|_| ctx.admission.unauthorized())?;
     }
-    if let (Some(rules), Some(client)) = (&route.config.callers, &ctx.client) {
-        // The name the upstream gets as `X-Client-Id`: an API key's client id, a token's
-        // subject, a certificate's name.
-        let id = ctx.caller.as_deref().unwrap_or(&client.id);
+    if let (Some(rules), Some(client), Some(id)) =
+        (&route.config.callers, &ctx.client, ctx.client_name())
+    {
         if !rules.admits(id, &client.plan.name) {
             route.metrics.client_refusals.inc();
             return Err(Reject::ClientRefused(route.rules.name.to_string()));
@@ -293,9 +292,9 @@ pub fn client_addr(session: &Session, ctx: &RequestCtx) -> Option<std::net::IpAd
         })
 }
 
-/// The client address grouped by prefix (the per-IP bucket's key).
-pub fn client_key(session: &Session, ctx: &RequestCtx) -> Option<u128> {
-    client_addr(session, ctx).map(|ip| group_key(ip, ctx.snapshot.config.server.grouping))
+/// A client address grouped by prefix (the per-IP bucket's key).
+pub fn group(ip: std::net::IpAddr, ctx: &RequestCtx) -> u128 {
+    group_key(ip, ctx.snapshot.config.server.grouping)
 }
 
 /// The body of a request whose keyed limits read body fields, if it is small enough:

@@ -47,10 +47,7 @@ pub fn response_filter(
         // load), and they are set after, whatever the upstream said.
         if let Some((route, rules)) = rules {
             let vars = Vars {
-                client_id: ctx
-                    .caller
-                    .as_deref()
-                    .or(ctx.client.as_ref().map(|c| &*c.id)),
+                client_id: ctx.client_name(),
                 plan: ctx.client.as_ref().map(|c| &*c.plan.name),
                 route: &route.rules.name,
                 request_id: &ctx.request_id,

@@ -162,10 +162,7 @@ pub fn upstream_request_filter(
         peer,
         request_id: &ctx.request_id,
         path: ctx.forward_path.as_deref(),
-        client: ctx
-            .caller
-            .as_deref()
-            .or_else(|| ctx.client.as_ref().map(|c| &*c.id)),
+        client: ctx.client_name(),
         forward_api_key,
         token,
         claims: &claims,

@@ -3,7 +3,7 @@
 //! and removed, no `${client_id}` / `${plan}` on a route that identifies nobody.
 
 use super::checks::Problems;
-use crate::chain::header_rules::{HeaderRules, Template, PROTECTED_REQUEST, PROTECTED_RESPONSE};
+use crate::chain::header_rules::{protected_request, protected_response, HeaderRules, Template};
 use crate::control::config::file::HeaderRulesFile;
 use http::HeaderName;
 use std::sync::Arc;
@@ -24,10 +24,8 @@ pub(super) fn header_rules(
 ) -> Option<Arc<HeaderRules>> {
     let file = file?;
     let protected = |name: &HeaderName| match &direction {
-        Direction::Request(own) => {
-            PROTECTED_REQUEST.contains(&name.as_str()) || own.contains(&name.as_str())
-        }
-        Direction::Response => PROTECTED_RESPONSE.contains(&name.as_str()),
+        Direction::Request(own) => protected_request(name.as_str()) || own.contains(&name.as_str()),
+        Direction::Response => protected_response(name.as_str()),
     };
     let name_of = |at: String, text: &str, problems: &mut Problems| {
         let name = match HeaderName::from_bytes(text.as_bytes()) {
