@@ -24,18 +24,50 @@ use std::time::{Duration, Instant};
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A loopback port nobody listens on, not handed out before by this test process.
+///
+/// Taken below the kernel's ephemeral range when there is room there: a port from that range
+/// can be the source port the kernel gives any outgoing connection, so a server restarted on
+/// its port (Redis killed and started again) could find it taken, and a client retrying a
+/// connection to it while it is down could connect to itself. Nothing picks a port below the
+/// range unless asked for it.
 pub fn free_port() -> u16 {
     static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let below = ephemeral_low().filter(|low| *low >= 12_000);
+    let mut seed = u64::from(std::process::id()) ^ Instant::now().elapsed().as_nanos() as u64;
     loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("bind an ephemeral port")
-            .port();
+        let wanted = match below {
+            Some(low) => {
+                // xorshift: spread over [10 000, low) without a crate.
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed = seed.wrapping_add(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.subsec_nanos().into()),
+                );
+                10_000 + (seed % u64::from(low - 10_000)) as u16
+            }
+            None => 0,
+        };
+        let Ok(port) = TcpListener::bind(("127.0.0.1", wanted)).and_then(|l| l.local_addr()) else {
+            continue;
+        };
         let mut given = GIVEN.lock().unwrap();
-        if given.get_or_insert_with(HashSet::new).insert(port) {
-            return port;
+        if given.get_or_insert_with(HashSet::new).insert(port.port()) {
+            return port.port();
         }
     }
+}
+
+/// The first port of the kernel's ephemeral range (`ip_local_port_range`), where readable.
+fn ephemeral_low() -> Option<u16> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Polls `cond` until it is true; panics with `what` after [`READY_TIMEOUT`].

@@ -150,7 +150,12 @@ impl RedisCluster {
     fn start_nodes(count: usize, replicas: usize, node_timeout: &str) -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..count)
             .map(|_| {
+                // The bus port named, so that it too is a port handed out by `free_port`
+                // (by default it is the port + 10 000, which nothing reserved).
+                let bus = free_port().to_string();
                 RedisServer::start_with(&[
+                    "--cluster-port",
+                    &bus,
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
