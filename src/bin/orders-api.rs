@@ -117,12 +117,24 @@ impl OrdersApi {
             };
             // The first 4 KiB of the body as received (lossy UTF-8), to show it arrived intact.
             let head = String::from_utf8_lossy(&body[..body.len().min(4096)]).into_owned();
-            return self.reply(
+            // `?acao=1`: answers with CORS headers of its own (what a gateway's `cors` does
+            // with them is tested).
+            let acao = query.split('&').any(|p| p == "acao=1");
+            let mut reply = self.reply(
                 StatusCode::OK,
                 json!({"upstream": self.name, "method": method.as_str(), "path": path,
                        "query": query, "peer": peer, "headers": headers,
                        "body_bytes": body.len(), "body": head}),
             );
+            if acao {
+                let headers = reply.headers_mut();
+                headers.insert("access-control-allow-origin", "*".parse().expect("a value"));
+                headers.insert(
+                    "access-control-expose-headers",
+                    "x-upstream-name".parse().expect("a value"),
+                );
+            }
+            return reply;
         }
         let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
         match (method.as_str(), segments.as_slice()) {

@@ -9,6 +9,8 @@
 //!     router       host, path prefix, method      → 404 · 405 · 400 case mismatch,
 //!                  then the route's allow_ips / deny_ips → 403
 //! [3] admission    per-IP bucket (in process)     → 429 "ip"   (no key lookup, no store call)
+//!     cors         a preflight on a route with `cors` (routed by the method it asks for)
+//!                  → 204 · 403, never authenticated, sent upstream or charged
 //! [4] auth         API key → client and plan      → 401 · 400  (no limiter state created)
 //! [5] admission    plan limits in the store, the route's failure mode when it cannot
 //!                  decide, concurrency slots      → 429 named policies · 503
@@ -31,6 +33,7 @@ pub mod auth;
 pub mod body;
 pub mod callers;
 pub mod cert;
+pub mod cors;
 pub mod cost;
 pub mod credential;
 pub mod exempt;

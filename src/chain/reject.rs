@@ -54,6 +54,8 @@ pub enum Reject {
     AddressRefused(Option<String>),
     /// The identified client may not call the named route (`allow_clients`, `deny_plans`...).
     ClientRefused(String),
+    /// A CORS preflight the route's `cors` does not allow (origin, method or a header).
+    CorsRefused(crate::chain::cors::Refusal),
     /// Admitted to wait its turn, but this instance holds as many of this client's waiting
     /// requests (by client id or by address) as it may (`server.max_delayed_per_client`).
     WaitingShareTaken,
@@ -78,7 +80,9 @@ impl Reject {
             Reject::Token(TokenError::NoKeys) => Kind::IdentityUnavailable,
             Reject::Token(TokenError::TooManyFailures) => Kind::QuotaExceeded,
             Reject::Credential(_) | Reject::Token(_) => Kind::Unauthorized,
-            Reject::AddressRefused(_) | Reject::ClientRefused(_) => Kind::Forbidden,
+            Reject::AddressRefused(_) | Reject::ClientRefused(_) | Reject::CorsRefused(_) => {
+                Kind::Forbidden
+            }
             Reject::UriTooLong(_) => Kind::UriTooLong,
             Reject::HeadersTooLarge(_) => Kind::HeadersTooLarge,
             Reject::BodyTooLarge(_) => Kind::PayloadTooLarge,
@@ -115,6 +119,7 @@ impl Reject {
             Reject::ClientRefused(route) => {
                 format!("this client may not call route {route}")
             }
+            Reject::CorsRefused(why) => why.detail().to_owned(),
             Reject::Key(e) => e.detail().to_owned(),
             Reject::Credential(e) => e.detail(),
             Reject::Token(e) => e.detail(),

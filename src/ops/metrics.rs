@@ -23,6 +23,7 @@ pub struct Metrics {
     ip_rejections: IntCounterVec,
     address_refusals: IntCounterVec,
     client_refusals: IntCounterVec,
+    preflights: IntCounterVec,
     store_duration: Histogram,
     store_calls: IntCounterVec,
     store_short_circuits: IntCounter,
@@ -244,6 +245,7 @@ impl Metrics {
             decisions: counter_vec(r, "turnstile_limiter_decisions_total", "Limiter decisions by route, policy and outcome", &["route", "policy", "outcome"]),
             ip_rejections: counter_vec(r, "turnstile_ip_rejections_total", "Requests rejected by the per-IP limit", &["route"]),
             address_refusals: counter_vec(r, "turnstile_address_refusals_total", "Requests refused for their client address (allow_ips / deny_ips): by the server's rules (route \"(none)\") or the route's", &["route"]),
+            preflights: counter_vec(r, "turnstile_cors_preflights_total", "CORS preflights the gateway answered on routes with cors: allowed (204) or refused (403)", &["route", "outcome"]),
             client_refusals: counter_vec(r, "turnstile_client_refusals_total", "Requests refused because the identified client may not call the route (allow_clients, allow_plans, deny_clients, deny_plans)", &["route"]),
             store_calls: counter_vec(r, "turnstile_store_calls_total", "Store calls that reached the store, by result (ok, timeout, unavailable, refused, protocol)", &["result"]),
             breaker_state: gauge_vec(r, "turnstile_circuit_breaker_state", "Store circuit breaker: 1 for the state it is in (closed, open, half_open), 0 for the others", &["state"]),
@@ -454,6 +456,10 @@ impl Metrics {
             ip_rejections: self.ip_rejections.with_label_values(&[route]),
             address_refusals: self.address_refusals.with_label_values(&[route]),
             client_refusals: self.client_refusals.with_label_values(&[route]),
+            preflights: [
+                self.preflights.with_label_values(&[route, "allowed"]),
+                self.preflights.with_label_values(&[route, "refused"]),
+            ],
             duration: self.request_duration.with_label_values(&[route]),
             delay: self.delays.with_label_values(&[route]),
             decisions,
@@ -481,6 +487,8 @@ pub struct RouteMetrics {
     pub address_refusals: IntCounter,
     /// Requests refused by `allow_clients` / `allow_plans` / `deny_clients` / `deny_plans`.
     pub client_refusals: IntCounter,
+    /// CORS preflights answered: allowed, refused.
+    pub preflights: [IntCounter; 2],
     /// Whole requests on this route.
     pub duration: Histogram,
     /// Requests a leaky bucket held, and for how long.

@@ -69,6 +69,12 @@ pub struct RequestCtx {
     pub upgrade: bool,
     /// The upstream switched protocols: the connection is a tunnel now.
     pub tunnel: bool,
+    /// On a route with `cors`: the request's `Origin` is one it allows (every answer carries
+    /// the CORS headers, the gateway's refusals too).
+    pub cors_origin: bool,
+    /// A CORS preflight routed by the method it asks for, to a route with `cors`: the
+    /// gateway answers it after the per-IP bucket.
+    pub preflight: bool,
     /// The request counted in flight to its server (least-request pools).
     pub in_flight: Option<crate::upstream::balance::InFlight>,
     /// Times the request was sent upstream.
@@ -108,6 +114,8 @@ impl RequestCtx {
             deadline: None,
             upgrade: false,
             tunnel: false,
+            cors_origin: false,
+            preflight: false,
             in_flight: None,
             attempts: 0,
             retry_pending: false,

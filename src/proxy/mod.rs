@@ -33,6 +33,7 @@
 mod charge;
 pub mod conn;
 mod context;
+mod cors;
 mod delay;
 mod grpc;
 mod identify;
@@ -123,7 +124,11 @@ impl ProxyHttp for Gateway {
             return Ok(true);
         }
         let admitted = match request::admit(session, ctx).await {
-            Ok(()) => match delay::wait_turn(session, ctx).await {
+            Ok(request::Admitted::Preflight) => match cors::answer_preflight(session, ctx).await? {
+                None => return Ok(true),
+                Some(refused) => Err(refused),
+            },
+            Ok(request::Admitted::Proxy) => match delay::wait_turn(session, ctx).await {
                 delay::Waited::Turn => request::pass_gate(ctx).await,
                 delay::Waited::Gone => {
                     return Error::e_explain(

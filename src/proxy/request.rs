@@ -16,6 +16,7 @@ use crate::proxy::context::RequestCtx;
 use crate::proxy::grpc::GRPC_TIMEOUT;
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, HOST};
+use http::Method;
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
@@ -46,8 +47,16 @@ pub fn early_request_filter(session: &mut Session, ctx: &mut RequestCtx) {
     }
 }
 
+/// What the chain made of a request it let through.
+pub enum Admitted {
+    /// On to the upstream.
+    Proxy,
+    /// A CORS preflight past the per-IP bucket: the gateway answers it (`proxy/cors.rs`).
+    Preflight,
+}
+
 /// The request id, then steps [0]–[5] of the chain. `Err`: the caller answers with it.
-pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Reject> {
+pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<Admitted, Reject> {
     let snapshot = Arc::clone(&ctx.snapshot);
     let (index, addr) = route_admitted(session, ctx, &snapshot)?;
     let route = &snapshot.routes[index];
@@ -63,6 +72,10 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
             route.metrics.ip_rejections.inc();
         }
         checked?;
+    }
+    if ctx.preflight {
+        // Never authenticated (a browser sends no credentials with it), never charged.
+        return Ok(Admitted::Preflight);
     }
     if route.config.auth.identifies() {
         let accepted = crate::proxy::identify::Accepted {
@@ -142,7 +155,7 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), Re
             trace.store_result = Some(result);
         }
     }
-    checked
+    checked.map(|()| Admitted::Proxy)
 }
 
 /// [0]–[2]: message checks, the server's address rules (before routing: a refused address
@@ -261,8 +274,27 @@ fn route_request(session: &Session, ctx: &mut RequestCtx) -> Result<usize, Rejec
         .uri
         .host()
         .or_else(|| req.headers.get(HOST).and_then(|h| h.to_str().ok()));
-    let (index, normalized) = router::route(&snapshot.router, host, &req.method, req.uri.path())?;
+    let routed = match crate::chain::cors::preflight_method(&req.method, &req.headers) {
+        // A preflight goes where the request it asks about would; to a route with `cors`,
+        // it is the gateway's to answer. Elsewhere it is an `OPTIONS` request like any.
+        Some(asked) => Method::from_bytes(asked.as_bytes())
+            .ok()
+            .and_then(|m| router::route(&snapshot.router, host, &m, req.uri.path()).ok())
+            .filter(|(i, _)| snapshot.routes[*i].config.cors.is_some()),
+        None => None,
+    };
+    ctx.preflight = routed.is_some();
+    let (index, normalized) = match routed {
+        Some(routed) => routed,
+        None => router::route(&snapshot.router, host, &req.method, req.uri.path())?,
+    };
     let config = &snapshot.routes[index].config;
+    if let Some(cors) = &config.cors {
+        ctx.cors_origin = req
+            .headers
+            .get(http::header::ORIGIN)
+            .is_some_and(|o| cors.allows_origin(o.as_bytes()));
+    }
     message::check_content_length(config.max_body_bytes, req)?;
     ctx.route = Some(index);
     let routed = normalized.as_deref().unwrap_or(req.uri.path());

@@ -77,6 +77,10 @@ pub fn response_filter(
         if let Some(waited) = ctx.waited_ms {
             head.set(&DELAY, HeaderValue::from(waited))?;
         }
+        if let Some(cors) = ctx.route().and_then(|r| r.config.cors.as_deref()) {
+            let origin = crate::proxy::cors::allowed(ctx, session).map(|(_, o)| o);
+            head.cors(cors, origin)?;
+        }
         Ok(())
     })
 }
@@ -202,6 +206,8 @@ async fn write_problem(
 ) -> Result<()> {
     // No case map: Pingora writes the standard names titled and ours lower-case, the same
     // bytes a case map would record (`response_head.rs`), without keeping one.
+    let mut extra = extra;
+    crate::proxy::cors::on_own_answer(ctx, session, &mut extra);
     let mut resp = ResponseHeader::build_no_case(kind.status(), Some(6 + extra.len()))?;
     resp.insert_header(CONTENT_TYPE, problem::CONTENT_TYPE)?;
     resp.insert_header(CONTENT_LENGTH, body.len())?;

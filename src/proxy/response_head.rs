@@ -15,6 +15,7 @@
 //! The gateway's own answers (problem+json refusals, `proxy/response.rs`) carry no names of
 //! the upstream, and are built without a case map either way: the same bytes as with one.
 
+use crate::chain::cors::Cors;
 use crate::chain::header_rules::{HeaderRules, RuleHead, Vars};
 use crate::upstream::config::HeaderCase;
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -31,6 +32,8 @@ pub trait ResponseHead {
     fn set(&mut self, name: &'static HeaderName, value: HeaderValue) -> Result<()>;
     /// A route's `response_headers` rules, applied to this head.
     fn apply(&mut self, rules: &HeaderRules, vars: &Vars<'_>) -> Result<()>;
+    /// A route's `cors` headers: for an allowed `origin`, or (`None`) for any other request.
+    fn cors(&mut self, cors: &Cors, origin: Option<&HeaderValue>) -> Result<()>;
 }
 
 fn rule_error(e: String) -> Box<Error> {
@@ -84,6 +87,10 @@ impl ResponseHead for PartsHead<'_> {
     fn apply(&mut self, rules: &HeaderRules, vars: &Vars<'_>) -> Result<()> {
         rules.apply(vars, self).map_err(rule_error)
     }
+
+    fn cors(&mut self, cors: &Cors, origin: Option<&HeaderValue>) -> Result<()> {
+        crate::proxy::cors::on_response(cors, origin, self).map_err(rule_error)
+    }
 }
 
 impl RuleHead for PartsHead<'_> {
@@ -120,6 +127,10 @@ impl ResponseHead for PingoraHead<'_> {
 
     fn apply(&mut self, rules: &HeaderRules, vars: &Vars<'_>) -> Result<()> {
         rules.apply(vars, self).map_err(rule_error)
+    }
+
+    fn cors(&mut self, cors: &Cors, origin: Option<&HeaderValue>) -> Result<()> {
+        crate::proxy::cors::on_response(cors, origin, self).map_err(rule_error)
     }
 }
 

@@ -12,6 +12,7 @@ mod addresses;
 mod balancing;
 mod bounds;
 mod bypass;
+mod cors;
 mod dns;
 mod forwarding;
 mod gateway;

@@ -521,6 +521,22 @@ pub struct RouteFile {
     pub request_headers: Option<HeaderRulesFile>,
     /// Headers set, added and removed on the upstream's response.
     pub response_headers: Option<HeaderRulesFile>,
+    /// Browsers on these origins may call the route (preflights answered by the gateway).
+    pub cors: Option<CorsFile>,
+}
+
+/// `cors`: the origins a browser may call a route from, and what it may send and read.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorsFile {
+    pub origins: Vec<String>,
+    pub methods: Option<Vec<String>>,
+    pub headers: Option<Vec<String>>,
+    pub expose: Option<Vec<String>>,
+    pub credentials: Option<bool>,
+    pub max_age: Option<HumanDuration>,
+    /// What becomes of the upstream's own `Access-Control-*` headers: "replace" | "keep".
+    pub upstream: Option<String>,
 }
 
 /// `request_headers` / `response_headers`: `set` (replacing), `add` (appending), `remove`.

@@ -281,6 +281,9 @@ pub struct RouteConfig {
     /// `request_headers` and `response_headers` (`None`: no rules).
     pub request_headers: Option<std::sync::Arc<crate::chain::header_rules::HeaderRules>>,
     pub response_headers: Option<std::sync::Arc<crate::chain::header_rules::HeaderRules>>,
+    /// `cors` (`None`: browsers on other origins get no CORS headers; preflights are
+    /// routed as any `OPTIONS` request).
+    pub cors: Option<std::sync::Arc<crate::chain::cors::Cors>>,
 }
 
 /// Callers from `nets` or identified as one of `clients` skip `limits` (`None`: every

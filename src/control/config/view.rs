@@ -125,6 +125,17 @@ pub fn render(config: &Config) -> Value {
             // Names only: a value may carry a credential for the upstream.
             "request_headers": r.request_headers.as_deref().map(rule_names),
             "response_headers": r.response_headers.as_deref().map(rule_names),
+            "cors": r.cors.as_deref().map(|c| json!({
+                "origins": c.origins.iter().map(|o| o.describe()).collect::<Vec<_>>(),
+                "methods": c.methods.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
+                "headers": match &c.headers {
+                    crate::chain::cors::AllowedHeaders::Any => json!("*"),
+                    crate::chain::cors::AllowedHeaders::Only(l) =>
+                        json!(l.iter().map(|h| h.as_str()).collect::<Vec<_>>()),
+                },
+                "credentials": c.credentials,
+                "upstream": if c.keep_upstream { "keep" } else { "replace" },
+            })),
             "callers": r.callers.as_deref().map(|c| json!({
                 "allow_clients": c.allow_clients.iter().collect::<Vec<_>>(),
                 "allow_plans": c.allow_plans.iter().collect::<Vec<_>>(),

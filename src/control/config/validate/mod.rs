@@ -9,6 +9,7 @@ mod admin;
 mod callers;
 mod checks;
 mod clients;
+mod cors;
 mod header_rules;
 mod issuers;
 mod plans;

@@ -70,6 +70,7 @@ pub(super) fn route_config(
         deny_plans,
         request_headers,
         response_headers,
+        cors,
     } = file;
     let callers = super::callers::CallerFiles {
         allow_clients,
@@ -215,6 +216,12 @@ pub(super) fn route_config(
         identifies,
         problems,
     );
+    let cors = super::cors::cors(
+        &format!("{base}.cors"),
+        cors,
+        response_headers.as_deref(),
+        problems,
+    );
     RouteConfig {
         name,
         path_prefix,
@@ -279,6 +286,7 @@ pub(super) fn route_config(
         callers: super::callers::caller_rules(&base, auth, callers, problems),
         request_headers,
         response_headers,
+        cors,
         reserve_from: reserve_from.and_then(|text| {
             use crate::chain::partition::KeyPart;
             match KeyPart::parse(&text) {

@@ -1,0 +1,101 @@
+//! CORS on the wire (`chain/cors.rs` decides): a preflight answered by the gateway, and the
+//! headers every answer to an allowed origin carries — the upstream's responses and the
+//! gateway's own refusals alike, so that a page can read why it was refused.
+
+use crate::chain::cors::{Cors, Refusal, RESPONSE_NAMES};
+use crate::chain::header_rules::RuleHead;
+use crate::chain::reject::Reject;
+use crate::chain::request_id;
+use crate::proxy::context::RequestCtx;
+use http::header::{HeaderName, HeaderValue, ORIGIN, VARY};
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use pingora::Result;
+
+/// The route's rules and the request's origin, when its answers carry CORS headers.
+pub fn allowed<'a>(
+    ctx: &'a RequestCtx,
+    session: &'a Session,
+) -> Option<(&'a Cors, &'a HeaderValue)> {
+    if !ctx.cors_origin {
+        return None;
+    }
+    let cors = ctx.route()?.config.cors.as_deref()?;
+    Some((cors, session.req_header().headers.get(ORIGIN)?))
+}
+
+/// Answers a preflight (`ctx.preflight`) the route allows with 204 and what it allows; a
+/// refused one is returned, for the caller to answer (403).
+pub async fn answer_preflight(session: &mut Session, ctx: &RequestCtx) -> Result<Option<Reject>> {
+    let Some(route) = ctx.route() else {
+        return Ok(None);
+    };
+    let headers = &session.req_header().headers;
+    let method = headers
+        .get(&crate::chain::cors::REQUEST_METHOD)
+        .map(HeaderValue::as_bytes)
+        .unwrap_or_default();
+    let answer = match allowed(ctx, session) {
+        None => Err(Refusal::Origin),
+        Some((cors, origin)) => cors.preflight(origin, method, headers),
+    };
+    let [allowed_count, refused_count] = &route.metrics.preflights;
+    match answer {
+        Ok(headers) => {
+            allowed_count.inc();
+            let mut resp = ResponseHeader::build_no_case(204, Some(headers.len() + 1))?;
+            resp.insert_header(request_id::NAME.clone(), ctx.request_id.clone())?;
+            for (name, value) in headers {
+                resp.append_header(name, value)?;
+            }
+            session.write_response_header(Box::new(resp), true).await?;
+            Ok(None)
+        }
+        Err(why) => {
+            refused_count.inc();
+            Ok(Some(Reject::CorsRefused(why)))
+        }
+    }
+}
+
+/// An upstream's response on a route with `cors`: to an allowed `origin`, the gateway's CORS
+/// headers; the upstream's own are replaced (taken away for any other origin), or kept
+/// when the route says `upstream = "keep"` and it sent some. `Vary: Origin` either way: the
+/// answer depends on it.
+pub fn on_response(
+    cors: &Cors,
+    origin: Option<&HeaderValue>,
+    head: &mut dyn RuleHead,
+) -> Result<(), String> {
+    let upstream_said = head
+        .headers()
+        .contains_key(http::header::ACCESS_CONTROL_ALLOW_ORIGIN);
+    if cors.keep_upstream && upstream_said {
+        return Ok(());
+    }
+    for name in &RESPONSE_NAMES {
+        head.remove(name);
+    }
+    let Some(origin) = origin else {
+        return head.append(&VARY, HeaderValue::from_static("Origin"));
+    };
+    for (name, value) in cors.actual(origin) {
+        if name == VARY {
+            head.append(&name, value)?;
+        } else {
+            head.replace(&name, value)?;
+        }
+    }
+    Ok(())
+}
+
+/// The gateway's own answer to an allowed origin: its CORS headers, added to `extra`.
+pub fn on_own_answer(
+    ctx: &RequestCtx,
+    session: &Session,
+    extra: &mut Vec<(HeaderName, HeaderValue)>,
+) {
+    if let Some((cors, origin)) = allowed(ctx, session) {
+        extra.extend(cors.actual(origin));
+    }
+}
