@@ -216,6 +216,16 @@ impl Browser {
         )
     }
 
+    /// Runs `script` (a function body whose last argument is the callback it calls with its
+    /// result) in the page, waiting for the callback; its value.
+    pub fn eval_async(&self, script: &str) -> Value {
+        self.session_call(
+            "POST",
+            "/execute/async",
+            json!({ "script": script, "args": [] }),
+        )
+    }
+
     /// Presses keys on whatever has the focus, as a keyboard does (WebDriver key codes:
     /// `TAB`, `ENTER`, or text).
     pub fn press(&self, keys: &str) {

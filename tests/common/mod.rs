@@ -9,6 +9,7 @@ pub mod grpc;
 pub mod http;
 pub mod jwks;
 pub mod otlp;
+pub mod page;
 pub mod python;
 pub mod redis;
 pub mod tls;

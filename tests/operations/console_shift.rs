@@ -289,27 +289,13 @@ fn during_a_store_outage_the_fleet_panel_says_so() {
 /// encoding that lets a form send anything) and a `fetch` to `POST /reload` of the admin
 /// listener on `admin_port`.
 fn hostile_page(admin_port: u16) -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let page = format!(
+    common::page::serve(format!(
         "<!doctype html><html><body>\
          <form id=f method=POST enctype=text/plain action=\"http://127.0.0.1:{admin_port}/reload\">\
          <input name='{{\"a\":\"' value='\"}}'></form>\
          <script>fetch('http://127.0.0.1:{admin_port}/reload', {{method: 'POST', mode: 'no-cors', body: 'x'}})\
          .finally(() => document.getElementById('f').submit());</script></body></html>"
-    );
-    std::thread::spawn(move || {
-        for mut conn in listener.incoming().flatten() {
-            let mut buf = [0u8; 4096];
-            let _ = conn.read(&mut buf);
-            let _ = write!(
-                conn,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
-                page.len()
-            );
-        }
-    });
-    port
+    ))
 }
 
 /// No admin token configured: a page on another origin cannot reload the gateway — neither

@@ -15,6 +15,7 @@ mod config;
 mod console;
 mod console_shift;
 mod container;
+mod cors_browser;
 mod dashboard;
 mod kubernetes;
 mod logs;
