@@ -18,7 +18,9 @@ pub fn config(data: &[u8]) {
     match Config::parse(text) {
         Ok(config) => {
             for route in &config.routes {
-                assert!(config.upstreams.contains_key(&route.upstream));
+                if let Some(upstream) = &route.upstream {
+                    assert!(config.upstreams.contains_key(upstream));
+                }
             }
             for client in &config.clients {
                 assert!(config.plans.contains_key(&client.plan));

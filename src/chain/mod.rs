@@ -29,6 +29,7 @@
 
 pub mod address;
 pub mod admission;
+pub mod answer;
 pub mod auth;
 pub mod body;
 pub mod callers;

@@ -189,7 +189,11 @@ impl Admin {
         let unhealthy_routes: Vec<&str> = snapshot
             .routes
             .iter()
-            .filter(|r| !r.pool.health().iter().any(|(_, healthy)| *healthy))
+            .filter(|r| {
+                r.pool
+                    .as_ref()
+                    .is_some_and(|p| !p.health().iter().any(|(_, healthy)| *healthy))
+            })
             .map(|r| &*r.rules.name)
             .collect();
         let breaker = snapshot.store.breaker_state();

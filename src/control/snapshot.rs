@@ -86,13 +86,14 @@ pub struct Route {
     /// What admission needs: the name (shared cheaply with limiter keys), cost, dry run,
     /// failure mode, per-IP table, the route's concurrency limit.
     pub rules: RouteRules,
-    pub pool: Arc<Pool>,
+    /// `None`: the route answers itself (`redirect` / `respond`).
+    pub pool: Option<Arc<Pool>>,
     /// With `auth.jwt`: the issuers whose tokens it accepts.
     pub issuers: Vec<Arc<Issuer>>,
     /// A keyed limit reads the client certificate (`cert:` parts).
     pub reads_cert: bool,
     pub metrics: RouteMetrics,
-    pub upstream_latency: prometheus::Histogram,
+    pub upstream_latency: Option<prometheus::Histogram>,
 }
 
 impl Snapshot {
@@ -199,7 +200,11 @@ impl Snapshot {
                         reserve_from: r.reserve_from.clone(),
                     },
                     config: r.clone(),
-                    pool: Arc::clone(&pools[&r.upstream]),
+                    pool: r
+                        .upstream
+                        .as_ref()
+                        .filter(|_| r.answer.is_none())
+                        .map(|u| Arc::clone(&pools[u])),
                     issuers: r
                         .issuers
                         .iter()
@@ -212,13 +217,13 @@ impl Snapshot {
                         .any(|p| matches!(p, crate::chain::partition::KeyPart::Cert(_))),
                     metrics: metrics.route(
                         &r.name,
-                        pools[&r.upstream]
-                            .gate
-                            .as_ref()
-                            .map(|_| r.upstream.as_str()),
+                        r.upstream.as_deref().filter(|u| pools[*u].gate.is_some()),
                         policy_names.iter().cloned(),
                     ),
-                    upstream_latency: metrics.upstream.duration.with_label_values(&[&r.upstream]),
+                    upstream_latency: r
+                        .upstream
+                        .as_ref()
+                        .map(|u| metrics.upstream.duration.with_label_values(&[u])),
                 })
             })
             .collect::<Result<Vec<Route>, ConfigError>>()?;

@@ -133,6 +133,11 @@ impl RequestCtx {
         self.route.map(|i| &self.snapshot.routes[i])
     }
 
+    /// The route's upstream pool (`None` before routing, or on a route that answers itself).
+    pub fn pool(&self) -> Option<&crate::upstream::pool::Pool> {
+        self.route()?.pool.as_deref()
+    }
+
     /// Who the upstream is told the client is (`X-Client-Id`, `allow_clients`,
     /// `${client_id}`): a token's subject, a certificate's name, else the client's id.
     pub fn client_name(&self) -> Option<&str> {

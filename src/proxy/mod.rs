@@ -30,6 +30,7 @@
 //! frame deadlines on HTTP/2; Pingora's own refusals as problem+json); `warm.rs` starts the
 //! service with its store warming.
 
+mod answer;
 mod charge;
 pub mod conn;
 mod context;
@@ -124,6 +125,14 @@ impl ProxyHttp for Gateway {
             return Ok(true);
         }
         let admitted = match request::admit(session, ctx).await {
+            Ok(request::Admitted::Answer) => {
+                answer::answer(session, ctx).await?;
+                return Ok(true);
+            }
+            Ok(request::Admitted::ToHttps(port)) => {
+                answer::to_https(session, ctx, port).await?;
+                return Ok(true);
+            }
             Ok(request::Admitted::Preflight) => match cors::answer_preflight(session, ctx).await? {
                 None => return Ok(true),
                 Some(refused) => Err(refused),

@@ -53,6 +53,11 @@ pub enum Admitted {
     Proxy,
     /// A CORS preflight past the per-IP bucket: the gateway answers it (`proxy/cors.rs`).
     Preflight,
+    /// A route that answers itself (`redirect`, `respond`), past the per-IP bucket.
+    Answer,
+    /// A plain-HTTP request with `server.https_redirect` on, past the per-IP bucket: sent to
+    /// this port of the TLS listener.
+    ToHttps(u16),
 }
 
 /// The request id, then steps [0]–[5] of the chain. `Err`: the caller answers with it.
@@ -73,9 +78,18 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<Admitt
         }
         checked?;
     }
+    if let Some(port) = snapshot.config.server.https_redirect {
+        let plain = session.digest().is_none_or(|d| d.ssl_digest.is_none());
+        if plain {
+            return Ok(Admitted::ToHttps(port));
+        }
+    }
     if ctx.preflight {
         // Never authenticated (a browser sends no credentials with it), never charged.
         return Ok(Admitted::Preflight);
+    }
+    if route.config.answer.is_some() {
+        return Ok(Admitted::Answer);
     }
     if route.config.auth.identifies() {
         let accepted = crate::proxy::identify::Accepted {
@@ -215,7 +229,7 @@ pub async fn pass_gate(ctx: &mut RequestCtx) -> Result<(), Reject> {
     let Some(route) = ctx.route.map(|i| &snapshot.routes[i]) else {
         return Ok(());
     };
-    let Some(gate) = route.pool.gate.clone() else {
+    let Some(gate) = route.pool.as_ref().and_then(|p| p.gate.clone()) else {
         return Ok(());
     };
     let priority = ctx

@@ -177,7 +177,7 @@ pub async fn fail_to_proxy(session: &mut Session, e: &Error, ctx: &mut RequestCt
             can_reuse_downstream: false,
         };
     };
-    let upstream = ctx.route().map_or("", |r| r.pool.config.name.as_str());
+    let upstream = ctx.pool().map_or("", |p| p.config.name.as_str());
     let detail = describe(kind, e, upstream);
     if session.response_written().is_none() {
         session.set_keepalive(None);
@@ -274,7 +274,7 @@ fn trace_facts<'a>(session: &'a Session, ctx: &'a RequestCtx, status: u16) -> Fa
         client: ctx.client.as_ref().map(|c| &*c.id),
         store_kind: ctx.snapshot.store.kind(),
         upstream_addr: ctx.upstream_addr.map(|a| a.to_string()),
-        upstream_pool: ctx.route().map(|r| r.pool.config.name.as_str()),
+        upstream_pool: ctx.pool().map(|p| p.config.name.as_str()),
         upstream_attempts: ctx.attempts,
     }
 }

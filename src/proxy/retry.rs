@@ -18,8 +18,8 @@ pub async fn before_try(ctx: &mut RequestCtx) -> Result<()> {
     let Some(route) = ctx.route.map(|i| &ctx.snapshot.routes[i]) else {
         return Ok(());
     };
-    if ctx.pool_active.is_none() && route.config.retry.is_some() {
-        ctx.pool_active = Some(route.pool.budget.enter());
+    if let (None, Some(_), Some(pool)) = (&ctx.pool_active, &route.config.retry, &route.pool) {
+        ctx.pool_active = Some(pool.budget.enter());
     }
     if !std::mem::take(&mut ctx.retry_pending) {
         return Ok(());
@@ -61,16 +61,18 @@ pub fn decide(session: &Session, ctx: &mut RequestCtx, reason: Reason) -> bool {
     {
         return false;
     }
-    let pool = &route.pool.config.name;
+    let Some(pool) = &route.pool else {
+        return false;
+    };
     let metrics = &ctx.snapshot.metrics;
-    match route.pool.budget.try_retry() {
+    match pool.budget.try_retry() {
         Some(retrying) => {
             ctx.retrying = Some(retrying);
             ctx.retry_pending = true;
             metrics
                 .upstream
                 .retries
-                .with_label_values(&[pool, &reason.label()])
+                .with_label_values(&[&pool.config.name, &reason.label()])
                 .inc();
             true
         }
@@ -78,7 +80,7 @@ pub fn decide(session: &Session, ctx: &mut RequestCtx, reason: Reason) -> bool {
             metrics
                 .upstream
                 .retry_budget_exhausted
-                .with_label_values(&[pool])
+                .with_label_values(&[&pool.config.name])
                 .inc();
             false
         }
@@ -115,8 +117,8 @@ pub fn error_while_proxy(
         return e;
     }
     let attempt = upstream_error::attempt(&e, false);
-    if let (Some(route), Some(addr), Some(attempt)) = (ctx.route(), ctx.upstream_addr, attempt) {
-        route.pool.record(addr, attempt);
+    if let (Some(pool), Some(addr), Some(attempt)) = (ctx.pool(), ctx.upstream_addr, attempt) {
+        pool.record(addr, attempt);
     }
     if session.req_header().method.is_idempotent() && !session.as_ref().retry_buffer_truncated() {
         e.retry.decide_reuse(client_reused);

@@ -31,20 +31,26 @@ pub fn upstream_peer(ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
     let route = &snapshot.routes[ctx
         .route
         .expect("request_filter sets the route before proxying")];
+    let Some(pool) = &route.pool else {
+        // A route that answers itself never gets here (`proxy/answer.rs`).
+        return Err(Error::explain(
+            NO_HEALTHY_UPSTREAM,
+            "the route has no upstream",
+        ));
+    };
     // A retry (or a connect tried again) goes to another server than the last try's.
-    let Some(server) = route.pool.select(ctx.upstream_addr) else {
+    let Some(server) = pool.select(ctx.upstream_addr) else {
         return Err(Error::explain(
             NO_HEALTHY_UPSTREAM,
             format!(
                 "every server of upstream {:?} is failing its health check",
-                route.pool.config.name
+                pool.config.name
             ),
         ));
     };
     ctx.upstream_addr = Some(server.addr);
     // A retried connect moves the count to the new server (the old guard drops).
     ctx.in_flight = server.load.as_ref().map(InFlight::start);
-    let pool = &route.pool;
     let mut peer = match &pool.tls {
         Some(tls) => {
             let sni = tls.sni.clone().unwrap_or_else(|| server.name());
@@ -90,22 +96,22 @@ pub fn upstream_peer(ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
         false => route.config.read_timeout,
     });
     options.write_timeout = within(route.config.write_timeout);
-    options.idle_timeout = Some(route.pool.config.keepalive_timeout);
+    options.idle_timeout = Some(pool.config.keepalive_timeout);
     Ok(Box::new(peer))
 }
 
 /// A connect failure is retried on the next server of the pool (the request has not been
 /// sent yet, so this is safe for every method), at most once per server.
 pub fn fail_to_connect(ctx: &RequestCtx, mut e: Box<Error>) -> Box<Error> {
-    if let (Some(route), Some(addr), Some(attempt)) = (
-        ctx.route(),
+    if let (Some(pool), Some(addr), Some(attempt)) = (
+        ctx.pool(),
         ctx.upstream_addr,
         upstream_error::attempt(&e, true),
     ) {
-        route.pool.record(addr, attempt);
+        pool.record(addr, attempt);
     }
-    if let Some(route) = ctx.route() {
-        if ctx.upstream_tries < route.pool.len() {
+    if let Some(pool) = ctx.pool() {
+        if ctx.upstream_tries < pool.len() {
             e.set_retry(true);
         }
     }
@@ -185,11 +191,11 @@ pub fn upstream_request_filter(
             t.tracestate.as_ref(),
         )
     });
-    let case = route.map_or(HeaderCase::Lower, |r| {
-        if r.pool.config.http2 {
+    let case = ctx.pool().map_or(HeaderCase::Lower, |pool| {
+        if pool.config.http2 {
             HeaderCase::Lower
         } else {
-            r.pool.config.header_case
+            pool.config.header_case
         }
     });
     let rules = route.and_then(|r| r.config.request_headers.as_deref());
@@ -240,10 +246,8 @@ fn value(text: String) -> std::result::Result<HeaderValue, String> {
 
 /// The upstream answered: how this try went counts for outlier detection.
 pub fn record_answer(response: &ResponseHeader, ctx: &RequestCtx) {
-    if let (Some(route), Some(addr)) = (ctx.route(), ctx.upstream_addr) {
-        route
-            .pool
-            .record(addr, Attempt::Answered(response.status.as_u16()));
+    if let (Some(pool), Some(addr)) = (ctx.pool(), ctx.upstream_addr) {
+        pool.record(addr, Attempt::Answered(response.status.as_u16()));
     }
 }
 
@@ -259,7 +263,9 @@ pub fn upstream_response_filter(response: &ResponseHeader, ctx: &mut RequestCtx)
     }
     if let (Some(sent), Some(route)) = (ctx.upstream_sent.take(), ctx.route()) {
         let latency = sent.elapsed();
-        route.upstream_latency.observe(latency.as_secs_f64());
+        if let Some(histogram) = &route.upstream_latency {
+            histogram.observe(latency.as_secs_f64());
+        }
         if let Some(permit) = ctx.permit.as_mut() {
             permit.record(latency);
         }

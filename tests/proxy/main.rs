@@ -9,6 +9,7 @@
 mod common;
 
 mod addresses;
+mod answers;
 mod balancing;
 mod bounds;
 mod bypass;

@@ -167,6 +167,37 @@ fn sni_picks_the_certificate_and_http2_requests_meet_the_same_limits() {
     assert!(!config.to_string().contains("api.key"), "{config}");
 }
 
+/// `https_redirect`: a plain request is sent (308) to the same host, path and query on the
+/// TLS listener; a request over TLS goes through as ever.
+#[test]
+fn plain_requests_are_redirected_to_the_tls_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new();
+    let ca_file = ca.write_ca(dir.path());
+    let api = ca.issue(dir.path(), "api", "api cert", &["api.test"]);
+    let up = Upstream::start("orders");
+    let tls_port = free_port();
+    let gw = Gateway::start_with("https_redirect = true", &config(&up, tls_port, &[&api], ""));
+    let headers = [("Host", "api.test:8080"), ("X-Api-Key", KEY)];
+    let plain = common::http::request(gw.port, "POST", "/orders?page=2", &headers, b"{}");
+    assert_eq!(plain.status, 308, "{}", plain.text());
+    assert_eq!(
+        plain.header("location").map(str::to_owned),
+        Some(format!("https://api.test:{tls_port}/orders?page=2"))
+    );
+    let (_, status, _) = curl(tls_port, "api.test", &ca_file, &[]);
+    assert_eq!(status, 200);
+    assert_eq!(up.served(), 1, "the redirected request was not proxied");
+    // No host to send it to: refused, not redirected anywhere.
+    let raw = common::http::raw(
+        gw.port,
+        b"GET /orders HTTP/1.0\r\nX-Api-Key: tls-test-key-0123456789abc\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(raw.status, 400, "{}", raw.text());
+    assert_eq!(raw.header("location"), None);
+}
+
 #[test]
 fn h2c_with_prior_knowledge_shares_the_plaintext_port_with_http1() {
     let dir = tempfile::tempdir().unwrap();

@@ -7,6 +7,7 @@ pub use super::file_auth::{
     AuthFile, AuthMethodFile, ClientCertModeFile, ClientIdentityFile, ExemptFile, IssuerFile,
     RegistryFile,
 };
+pub use super::file_rules::{CorsFile, HeaderRulesFile, RedirectFile, RespondFile};
 pub use super::file_store::{StoreFile, StoreKindFile};
 pub use super::file_upstream::{
     BalanceFile, FailureFile, HeaderCaseFile, HealthCheckFile, OutlierFile, PriorityFile,
@@ -135,6 +136,8 @@ pub struct ServerFile {
     /// Only clients from these networks may call any route; clients from `deny_ips` none.
     pub allow_ips: Option<Vec<String>>,
     pub deny_ips: Option<Vec<String>>,
+    /// Plain-HTTP requests are redirected (308) to the TLS listener.
+    pub https_redirect: Option<bool>,
     /// Client addresses are limited per prefix of this length.
     pub ipv4_prefix: Option<u8>,
     pub ipv6_prefix: Option<u8>,
@@ -452,7 +455,8 @@ pub struct RouteFile {
     pub path_prefix: String,
     pub host: Option<String>,
     pub methods: Option<Vec<String>>,
-    pub upstream: String,
+    /// Where requests go (required unless the route answers itself: `redirect`, `respond`).
+    pub upstream: Option<String>,
     pub connect_timeout: Option<HumanDuration>,
     pub read_timeout: Option<HumanDuration>,
     pub write_timeout: Option<HumanDuration>,
@@ -523,29 +527,10 @@ pub struct RouteFile {
     pub response_headers: Option<HeaderRulesFile>,
     /// Browsers on these origins may call the route (preflights answered by the gateway).
     pub cors: Option<CorsFile>,
-}
-
-/// `cors`: the origins a browser may call a route from, and what it may send and read.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CorsFile {
-    pub origins: Vec<String>,
-    pub methods: Option<Vec<String>>,
-    pub headers: Option<Vec<String>>,
-    pub expose: Option<Vec<String>>,
-    pub credentials: Option<bool>,
-    pub max_age: Option<HumanDuration>,
-    /// What becomes of the upstream's own `Access-Control-*` headers: "replace" | "keep".
-    pub upstream: Option<String>,
-}
-
-/// `request_headers` / `response_headers`: `set` (replacing), `add` (appending), `remove`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HeaderRulesFile {
-    pub set: Option<BTreeMap<String, String>>,
-    pub add: Option<BTreeMap<String, String>>,
-    pub remove: Option<Vec<String>>,
+    /// The route answers every request with a redirect to a fixed host.
+    pub redirect: Option<RedirectFile>,
+    /// The route answers every request itself (a maintenance page, a retired API).
+    pub respond: Option<RespondFile>,
 }
 
 /// A route's own limit, counted per key.

@@ -7,6 +7,7 @@ pub mod defaults;
 pub mod error;
 pub mod file;
 mod file_auth;
+mod file_rules;
 mod file_store;
 mod file_upstream;
 mod load;

@@ -46,6 +46,9 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
+    /// `https_redirect`: plain-HTTP requests are redirected (308) to this port of the TLS
+    /// listener, after routing and the per-IP bucket (`None`: off).
+    pub https_redirect: Option<u16>,
     pub threads: usize,
     pub pid_file: String,
     pub upgrade_sock: String,
@@ -224,7 +227,8 @@ pub struct RouteConfig {
     pub host: Option<String>,
     /// `None` allows every method.
     pub methods: Option<Vec<http::Method>>,
-    pub upstream: String,
+    /// `None`: the route answers itself (`answer`).
+    pub upstream: Option<String>,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
     pub write_timeout: Duration,
@@ -284,6 +288,9 @@ pub struct RouteConfig {
     /// `cors` (`None`: browsers on other origins get no CORS headers; preflights are
     /// routed as any `OPTIONS` request).
     pub cors: Option<std::sync::Arc<crate::chain::cors::Cors>>,
+    /// `redirect` / `respond`: the route answers every request itself, after the per-IP
+    /// bucket (`None`: it proxies).
+    pub answer: Option<std::sync::Arc<crate::chain::answer::Answer>>,
 }
 
 /// Callers from `nets` or identified as one of `clients` skip `limits` (`None`: every

@@ -81,7 +81,7 @@ fn probe(path: &str, arrays: &BTreeSet<String>) -> String {
         "" => return "__probe__ = 1".to_owned(),
         "ip_limit" => return "[server]\nip_limit = { __probe__ = 1 }".to_owned(),
         "retry" => return "[[routes]]\nretry = { __probe__ = 1 }".to_owned(),
-        "request_headers" | "response_headers" | "cors" => {
+        "request_headers" | "response_headers" | "cors" | "redirect" | "respond" => {
             return format!("[[routes]]\n{path} = {{ __probe__ = 1 }}")
         }
         "retry_budget" => return "[upstreams.x]\nretry_budget = { __probe__ = 1 }".to_owned(),

@@ -110,6 +110,7 @@ pub fn render(config: &Config) -> Value {
             "host": r.host,
             "methods": r.methods.as_ref().map(|ms| ms.iter().map(|m| m.as_str()).collect::<Vec<_>>()),
             "upstream": r.upstream,
+            "answers": r.answer.as_deref().map(|a| a.describe()),
             "connect_timeout": format_duration(r.connect_timeout),
             "read_timeout": format_duration(r.read_timeout),
             "write_timeout": format_duration(r.write_timeout),

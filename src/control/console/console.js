@@ -346,7 +346,7 @@ async function routes() {
     limits: r.limits.length ? r.limits.map(describeLimit).join('; ') : (r.auth === 'none' ? 'none' : 'the client\'s plan'),
     failure: r.on_store_error,
     priority: r.priority,
-    upstream: r.upstream,
+    upstream: r.upstream ?? r.answers,
   })), ['route', 'match', 'auth', 'limits', 'failure', 'priority', 'upstream']);
   fillTable('#plan-list', config.plans.map((p) => ({
     plan: p.name,

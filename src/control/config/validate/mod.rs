@@ -6,6 +6,7 @@
 mod access_log;
 mod addresses;
 mod admin;
+mod answers;
 mod callers;
 mod checks;
 mod clients;

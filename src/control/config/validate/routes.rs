@@ -71,6 +71,8 @@ pub(super) fn route_config(
         request_headers,
         response_headers,
         cors,
+        redirect,
+        respond,
     } = file;
     let callers = super::callers::CallerFiles {
         allow_clients,
@@ -79,7 +81,12 @@ pub(super) fn route_config(
         deny_plans,
     };
     let base = format!("routes[{index}]");
-    let priority = route_priority(&base, priority, upstreams.get(&upstream), problems);
+    let priority = route_priority(
+        &base,
+        priority,
+        upstream.as_ref().and_then(|u| upstreams.get(u)),
+        problems,
+    );
     let shadow = shadow.unwrap_or(false);
     let ip_limit = match ip_limit {
         None => IpLimitChoice::ServerDefault,
@@ -183,7 +190,14 @@ pub(super) fn route_config(
         }
         parsed
     });
-    if !upstreams.contains_key(&upstream) {
+    let answer = super::answers::answer(
+        &base,
+        (redirect, respond),
+        upstream.as_deref(),
+        auth.identifies(),
+        problems,
+    );
+    if let Some(upstream) = upstream.as_ref().filter(|u| !upstreams.contains_key(*u)) {
         let known: Vec<&str> = upstreams.keys().map(String::as_str).collect();
         problems.push(
             format!("{base}.upstream"),
@@ -287,6 +301,7 @@ pub(super) fn route_config(
         request_headers,
         response_headers,
         cors,
+        answer,
         reserve_from: reserve_from.and_then(|text| {
             use crate::chain::partition::KeyPart;
             match KeyPart::parse(&text) {

@@ -35,6 +35,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         trusted_proxies,
         allow_ips,
         deny_ips,
+        https_redirect,
         ipv4_prefix,
         ipv6_prefix,
         ip_limit,
@@ -102,6 +103,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
                     .ok()
             })
             .collect(),
+        https_redirect: https_redirect_port(https_redirect, tls.as_ref(), problems),
         tls: tls.map(|t| tls_listener_config(t, problems)),
         log_format: match log_format {
             Some(crate::control::config::file::LogFormatFile::Json) => {
@@ -444,4 +446,24 @@ fn client_auth_config(
         },
         plan,
     })
+}
+
+/// `https_redirect`: the TLS listener's port plain requests are sent to (`None`: off).
+fn https_redirect_port(
+    on: Option<bool>,
+    tls: Option<&crate::control::config::file::TlsListenerFile>,
+    problems: &mut Problems,
+) -> Option<u16> {
+    if on != Some(true) {
+        return None;
+    }
+    let Some(tls) = tls else {
+        problems.push(
+            "server.https_redirect",
+            "needs a TLS listener to send requests to: add [server.tls]",
+        );
+        return None;
+    };
+    // A bad address is reported by the TLS listener's own check.
+    tls.listen.parse::<SocketAddr>().ok().map(|a| a.port())
 }

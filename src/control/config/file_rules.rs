@@ -1,0 +1,47 @@
+//! The route's rules about what it answers and how, as written in the TOML file: header
+//! rules, CORS, and the answers of a route that answers itself.
+
+use super::units::HumanDuration;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// `request_headers` / `response_headers`: `set` (replacing), `add` (appending), `remove`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderRulesFile {
+    pub set: Option<BTreeMap<String, String>>,
+    pub add: Option<BTreeMap<String, String>>,
+    pub remove: Option<Vec<String>>,
+}
+
+/// `cors`: the origins a browser may call a route from, and what it may send and read.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorsFile {
+    pub origins: Vec<String>,
+    pub methods: Option<Vec<String>>,
+    pub headers: Option<Vec<String>>,
+    pub expose: Option<Vec<String>>,
+    pub credentials: Option<bool>,
+    pub max_age: Option<HumanDuration>,
+    /// What becomes of the upstream's own `Access-Control-*` headers: "replace" | "keep".
+    pub upstream: Option<String>,
+}
+
+/// `redirect`: the target (`${path}` for the request's path), its status, the query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedirectFile {
+    pub to: String,
+    pub status: Option<u16>,
+    pub keep_query: Option<bool>,
+}
+
+/// `respond`: a fixed answer.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RespondFile {
+    pub status: u16,
+    pub body: Option<String>,
+    pub content_type: Option<String>,
+}
