@@ -91,6 +91,7 @@ fn identity(c: &mut Criterion) {
         Arc::new(Client {
             id: "bench".into(),
             plan,
+            groups: Vec::new(),
         }),
     )]);
     c.bench_function("auth/api key: digest + lookup", |b| {

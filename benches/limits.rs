@@ -126,6 +126,7 @@ fn identity(c: &mut Criterion) {
             Arc::new(Client {
                 id: format!("c{i}").into(),
                 plan: Arc::clone(&plan),
+                groups: Vec::new(),
             }),
         )
     }));

@@ -103,6 +103,9 @@ impl Auth {
 pub struct Client {
     pub id: Arc<str>,
     pub plan: Arc<Plan>,
+    /// The groups the client is in (`groups` of `[[clients]]` and the registry, a token's
+    /// `groups_claim`): what `allow_groups` / `deny_groups` name.
+    pub groups: Vec<Arc<str>>,
 }
 
 /// A named set of limits.
@@ -300,10 +303,12 @@ mod tests {
         let ada = Arc::new(Client {
             id: "ada".into(),
             plan: Arc::clone(&plan),
+            groups: Vec::new(),
         });
         let bob = Arc::new(Client {
             id: "bob".into(),
             plan,
+            groups: Vec::new(),
         });
         let bob_digest =
             KeyDigest::from_hex("4b9c59b7d5c1ee8c3a69b8a8d9c9a3f0c3fe4d1c1ad4b39d4c8cc0c20e1d9a3a")

@@ -1,5 +1,5 @@
 //! Who may call a route, by identity (`allow_clients` / `deny_clients`, `allow_plans` /
-//! `deny_plans`): checked after identity and before any limit, so a refused client spends
+//! `deny_plans`, `allow_groups` / `deny_groups`): checked after identity and before any limit, so a refused client spends
 //! nothing and writes nothing to the store. Pure: names in, a yes or no out.
 
 /// A route's rules on its identified callers.
@@ -9,18 +9,29 @@ pub struct CallerRules {
     pub deny_clients: Names,
     pub allow_plans: Names,
     pub deny_plans: Names,
+    pub allow_groups: Names,
+    pub deny_groups: Names,
 }
 
 impl CallerRules {
-    /// Whether the client `id` on `plan` may call. A denied client or plan is refused; where
-    /// an allow list exists (of clients, of plans, or both), the client must be named in one
-    /// of them (its id or its plan).
-    pub fn admits(&self, id: &str, plan: &str) -> bool {
-        if self.deny_clients.contains(id) || self.deny_plans.contains(plan) {
+    /// Whether the client `id` on `plan`, in `groups`, may call. A denied client, plan or
+    /// group is refused; where an allow list exists (of clients, plans or groups), the client
+    /// must be named in one of them (its id, its plan or one of its groups).
+    pub fn admits(&self, id: &str, plan: &str, groups: &[std::sync::Arc<str>]) -> bool {
+        let in_group = |names: &Names| groups.iter().any(|g| names.contains(g));
+        if self.deny_clients.contains(id)
+            || self.deny_plans.contains(plan)
+            || in_group(&self.deny_groups)
+        {
             return false;
         }
-        let allows = !self.allow_clients.is_empty() || !self.allow_plans.is_empty();
-        !allows || self.allow_clients.contains(id) || self.allow_plans.contains(plan)
+        let allows = !self.allow_clients.is_empty()
+            || !self.allow_plans.is_empty()
+            || !self.allow_groups.is_empty();
+        !allows
+            || self.allow_clients.contains(id)
+            || self.allow_plans.contains(plan)
+            || in_group(&self.allow_groups)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -28,6 +39,8 @@ impl CallerRules {
             && self.deny_clients.is_empty()
             && self.allow_plans.is_empty()
             && self.deny_plans.is_empty()
+            && self.allow_groups.is_empty()
+            && self.deny_groups.is_empty()
     }
 }
 
@@ -59,6 +72,22 @@ impl Names {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn groups_allow_and_deny_like_plans() {
+        let rules = CallerRules {
+            allow_groups: names(&["partners"]),
+            deny_groups: names(&["suspended"]),
+            ..CallerRules::default()
+        };
+        let groups =
+            |list: &[&str]| -> Vec<Arc<str>> { list.iter().map(|g| Arc::from(*g)).collect() };
+        assert!(rules.admits("ada", "free", &groups(&["staff", "partners"])));
+        assert!(!rules.admits("ada", "free", &groups(&["staff"])));
+        assert!(!rules.admits("ada", "free", &[]));
+        assert!(!rules.admits("ada", "free", &groups(&["partners", "suspended"])));
+    }
 
     fn names(list: &[&str]) -> Names {
         Names::new(list.iter().map(|s| s.to_string()).collect())
@@ -71,12 +100,13 @@ mod tests {
             allow_plans: names(&["gold"]),
             deny_clients: names(&["mallory"]),
             deny_plans: names(&[]),
+            ..CallerRules::default()
         };
-        assert!(rules.admits("ada", "free"), "named client");
-        assert!(rules.admits("bob", "gold"), "named plan");
-        assert!(!rules.admits("bob", "free"), "neither");
+        assert!(rules.admits("ada", "free", &[]), "named client");
+        assert!(rules.admits("bob", "gold", &[]), "named plan");
+        assert!(!rules.admits("bob", "free", &[]), "neither");
         assert!(
-            !rules.admits("mallory", "gold"),
+            !rules.admits("mallory", "gold", &[]),
             "denied although on an allowed plan"
         );
     }
@@ -87,8 +117,8 @@ mod tests {
             deny_plans: names(&["trial"]),
             ..CallerRules::default()
         };
-        assert!(rules.admits("ada", "free"));
-        assert!(!rules.admits("ada", "trial"));
+        assert!(rules.admits("ada", "free", &[]));
+        assert!(!rules.admits("ada", "trial", &[]));
         assert!(CallerRules::default().is_empty());
     }
 

@@ -6,7 +6,7 @@
 //! ```text
 //! GET    /clients                       every client, keys as digest prefixes only
 //! GET    /clients/{id}
-//! PUT    /clients/{id}                  {"plan": "...", "metadata": {...}}: create or update
+//! PUT    /clients/{id}                  {"plan": "...", "metadata": {...}, "groups": [...]}: create or update
 //! DELETE /clients/{id}
 //! POST   /clients/{id}/keys             a new key, in this answer only
 //! DELETE /clients/{id}/keys/{key_id}
@@ -101,6 +101,8 @@ struct PutBody {
     plan: String,
     #[serde(default)]
     metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    groups: Vec<String>,
 }
 
 impl ClientsApi<'_> {
@@ -156,6 +158,7 @@ impl ClientsApi<'_> {
                     "id": c.id,
                     "plan": c.plan,
                     "metadata": c.metadata,
+                    "groups": c.groups,
                     "source": if c.in_clients_file { "clients_file" } else { "config" },
                     "keys": c.api_keys.iter().map(|d| json!({"id": &d.hex()[..12]})).collect::<Vec<_>>(),
                 })
@@ -169,6 +172,7 @@ impl ClientsApi<'_> {
                     "id": id,
                     "plan": entry.plan,
                     "metadata": entry.metadata,
+                    "groups": entry.groups,
                     "source": "registry",
                     "served": !unserved.iter().any(|(u, _)| u == id),
                     "keys": entry.keys.iter().map(|k| json!({"id": k.id(), "created": k.created})).collect::<Vec<_>>(),
@@ -196,15 +200,25 @@ impl ClientsApi<'_> {
                 return problem(
                     StatusCode::BAD_REQUEST,
                     "bad-body",
-                    &format!("expected {{\"plan\": \"...\", \"metadata\": {{...}}}}: {e}"),
+                    &format!(
+                    "expected {{\"plan\": \"...\", \"metadata\": {{...}}, \"groups\": [...]}}: {e}"
+                ),
                 )
             }
         };
+        if let Some(why) = crate::registry::model::groups_problem(&body.groups) {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                "bad-body",
+                &format!("groups: {why}"),
+            );
+        }
+        let fields = (body.metadata, body.groups);
         let result = match &self.snapshot.registry {
-            Some(r) => r.put(id, &body.plan, body.metadata).await,
+            Some(r) => r.put(id, &body.plan, fields).await,
             None => {
                 self.files
-                    .put(self.snapshot, self.reloader, id, &body.plan, body.metadata)
+                    .put(self.snapshot, self.reloader, id, &body.plan, fields)
                     .await
             }
         };
@@ -314,6 +328,7 @@ impl ClientsApi<'_> {
         Some(Arc::new(Client {
             id: Arc::from(id),
             plan: plans,
+            groups: Vec::new(),
         }))
     }
 

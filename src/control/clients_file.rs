@@ -29,7 +29,7 @@ impl FileClients {
         reloader: &Reloader,
         id: &str,
         plan: &str,
-        metadata: BTreeMap<String, String>,
+        (metadata, groups): (BTreeMap<String, String>, Vec<String>),
     ) -> Result<Put, RegistryError> {
         if !snapshot.config.plans.contains_key(plan) {
             return Err(RegistryError::Invalid(format!("no plan {plan:?}")));
@@ -37,10 +37,13 @@ impl FileClients {
         let mut outcome = Put::Created;
         self.change(snapshot, reloader, id, |clients| {
             match clients.iter_mut().find(|c| c.id == id) {
-                Some(c) if c.plan == plan && c.metadata == metadata => outcome = Put::Unchanged,
+                Some(c) if c.plan == plan && c.metadata == metadata && c.groups == groups => {
+                    outcome = Put::Unchanged
+                }
                 Some(c) => {
                     c.plan = plan.to_owned();
                     c.metadata = metadata.clone();
+                    c.groups = groups.clone();
                     outcome = Put::Updated;
                 }
                 None => clients.push(ClientConfig {
@@ -48,6 +51,7 @@ impl FileClients {
                     plan: plan.to_owned(),
                     api_keys: Vec::new(),
                     metadata: metadata.clone(),
+                    groups: groups.clone(),
                     in_clients_file: true,
                 }),
             }
@@ -211,6 +215,10 @@ fn render(clients: &[ClientConfig]) -> String {
                 .map(|(k, v)| format!("{} = {}", toml_string(k), toml_string(v)))
                 .collect();
             out.push_str(&format!("metadata = {{ {} }}\n", pairs.join(", ")));
+        }
+        if !c.groups.is_empty() {
+            let groups: Vec<String> = c.groups.iter().map(|g| toml_string(g)).collect();
+            out.push_str(&format!("groups = [{}]\n", groups.join(", ")));
         }
     }
     out

@@ -479,6 +479,7 @@ fn key_ring(config: &Config, plans: &BTreeMap<String, Arc<Plan>>) -> KeyRing {
         let client = Arc::new(Client {
             id: Arc::from(c.id.as_str()),
             plan: Arc::clone(&plans[&c.plan]),
+            groups: c.groups.iter().map(|g| Arc::from(g.as_str())).collect(),
         });
         c.api_keys
             .iter()

@@ -121,6 +121,7 @@ pub async fn identify(
             ctx.client = Some(Arc::new(Client {
                 id: id.into(),
                 plan,
+                groups: Vec::new(),
             }));
         }
     }

@@ -103,7 +103,7 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<Admitt
     if let (Some(rules), Some(client), Some(id)) =
         (&route.config.callers, &ctx.client, ctx.client_name())
     {
-        if !rules.admits(id, &client.plan.name) {
+        if !rules.admits(id, &client.plan.name, &client.groups) {
             route.metrics.client_refusals.inc();
             return Err(Reject::ClientRefused(route.rules.name.to_string()));
         }

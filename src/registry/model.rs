@@ -21,6 +21,9 @@ pub struct Entry {
     pub metadata: BTreeMap<String, String>,
     #[serde(default)]
     pub keys: Vec<StoredKey>,
+    /// Left out when empty: an entry without groups is stored as before groups existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
 }
 
 /// An API key as the registry keeps it: its SHA-256 (hex) and when it was issued.
@@ -42,6 +45,30 @@ impl StoredKey {
     pub fn id(&self) -> &str {
         &self.sha256[..KEY_ID_LEN.min(self.sha256.len())]
     }
+}
+
+/// Most groups a client may be in.
+pub const MAX_GROUPS: usize = 16;
+
+/// Why `groups` cannot be a client's, if they cannot: at most [`MAX_GROUPS`], each a name as
+/// a client id is, none twice.
+pub fn groups_problem(groups: &[String]) -> Option<String> {
+    if groups.len() > MAX_GROUPS {
+        return Some(format!("at most {MAX_GROUPS} groups"));
+    }
+    if let Some(bad) = groups.iter().find(|g| !valid_id(g)) {
+        return Some(format!(
+            "{bad:?}: a group name is 1 to 64 of A-Z a-z 0-9 _ - ., not only dots"
+        ));
+    }
+    if groups
+        .iter()
+        .enumerate()
+        .any(|(i, g)| groups[..i].contains(g))
+    {
+        return Some("a group is named twice".into());
+    }
+    None
 }
 
 /// A client id: 1 to 64 of `A-Z a-z 0-9 _ - .`, not only dots (as in the configuration;
@@ -90,6 +117,9 @@ impl Entry {
             return Err(format!(
                 "metadata names are 1 to {MAX_METADATA_TEXT} bytes, values at most {MAX_METADATA_TEXT}"
             ));
+        }
+        if let Some(problem) = groups_problem(&self.groups) {
+            return Err(problem);
         }
         if self.keys.len() > max_keys {
             return Err(format!("more than {max_keys} keys"));
@@ -156,8 +186,26 @@ mod tests {
                 sha256: digest_hex(&key),
                 created: 1,
             }],
+            groups: Vec::new(),
         };
         assert_eq!(Entry::from_json(&entry.to_json(), 10), Ok(entry.clone()));
+        // No groups: stored as before groups existed (a gateway of an older version reads it).
+        assert!(!entry.to_json().contains("groups"), "{}", entry.to_json());
+        let grouped = Entry {
+            groups: vec!["partners".into(), "eu".into()],
+            ..entry.clone()
+        };
+        assert_eq!(
+            Entry::from_json(&grouped.to_json(), 10),
+            Ok(grouped.clone())
+        );
+        for bad in [vec!["a:b".to_owned()], vec!["x".to_owned(), "x".to_owned()]] {
+            let entry = Entry {
+                groups: bad,
+                ..entry.clone()
+            };
+            assert!(Entry::from_json(&entry.to_json(), 10).is_err());
+        }
         assert_eq!(entry.keys[0].id().len(), KEY_ID_LEN);
         assert!(
             Entry::from_json(&entry.to_json(), 0).is_err(),

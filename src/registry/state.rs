@@ -225,6 +225,7 @@ impl Registry {
             let client = Arc::new(Client {
                 id: Arc::from(id.as_str()),
                 plan: Arc::clone(plan),
+                groups: entry.groups.iter().map(|g| Arc::from(g.as_str())).collect(),
             });
             keys.extend(
                 entry

@@ -55,7 +55,7 @@ impl Registry {
         &self,
         id: &str,
         plan: &str,
-        metadata: BTreeMap<String, String>,
+        (metadata, groups): (BTreeMap<String, String>, Vec<String>),
     ) -> Result<Put, RegistryError> {
         if !self.plan_exists(plan) {
             return Err(RegistryError::Invalid(format!("no plan {plan:?}")));
@@ -64,13 +64,14 @@ impl Registry {
         self.change(id, |current| {
             let entry = match current {
                 Some(mut e) => {
-                    outcome = if e.plan == plan && e.metadata == metadata {
+                    outcome = if e.plan == plan && e.metadata == metadata && e.groups == groups {
                         Put::Unchanged
                     } else {
                         Put::Updated
                     };
                     e.plan = plan.to_owned();
                     e.metadata = metadata.clone();
+                    e.groups = groups.clone();
                     e
                 }
                 None => {
@@ -79,6 +80,7 @@ impl Registry {
                         plan: plan.to_owned(),
                         metadata: metadata.clone(),
                         keys: Vec::new(),
+                        groups: groups.clone(),
                     }
                 }
             };

@@ -35,6 +35,7 @@ limits = [{{ name = "per-hour", algorithm = "sliding_window", limit = 100, windo
 id = "ada"
 plan = "gold"
 api_keys = ["{ADA}"]
+groups = ["partners", "eu"]
 
 [[clients]]
 id = "bob"
@@ -45,6 +46,7 @@ api_keys = ["{BOB}"]
 id = "eve"
 plan = "gold"
 api_keys = ["{EVE}"]
+groups = ["partners", "suspended"]
 
 [[routes]]
 name = "premium"
@@ -60,6 +62,14 @@ path_prefix = "/echo/everyone"
 upstream = "orders"
 auth = "api_key"
 deny_plans = ["trial"]
+
+[[routes]]
+name = "partners"
+path_prefix = "/echo/partners"
+upstream = "orders"
+auth = "api_key"
+allow_groups = ["partners"]
+deny_groups = ["suspended"]
 
 [plans.trial]
 limits = [{{ name = "per-hour", algorithm = "fixed_window", limit = 1, window = "1h" }}]
@@ -146,6 +156,56 @@ fn the_rules_follow_a_reload() {
     assert_eq!((status(ADA), status(BOB), status(EVE)), (403, 403, 200));
 }
 
+/// Groups: a client in an allowed group is let in, one in a denied group is refused (even
+/// inside an allowed one), one in neither is refused; nothing of the refused is stored.
+#[test]
+fn groups_let_in_and_keep_out_and_follow_a_reload() {
+    let redis = RedisServer::start();
+    let up = Upstream::start("callers");
+    let gw = Gateway::start(&config(&up, &redis));
+    let status = |key: &str| {
+        gw.get_with("/echo/partners/1", &[("X-Api-Key", key)])
+            .status
+    };
+    // Warm with bob, whose plan holds no concurrency slot (a release after the response
+    // would change the store while it is compared).
+    assert_eq!(
+        gw.get_with("/echo/everyone/1", &[("X-Api-Key", BOB)])
+            .status,
+        200
+    );
+    let before = state(&redis);
+    assert_eq!((status(BOB), status(EVE)), (403, 403));
+    assert_eq!(state(&redis), before, "a refused client changed the store");
+    assert_eq!(status(ADA), 200);
+    let clients = gw.admin("/clients").json();
+    let ada = clients["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "ada")
+        .unwrap()
+        .clone();
+    assert_eq!(ada["groups"], serde_json::json!(["partners", "eu"]));
+    // The route keeps out "eu" instead: ada (in it) is refused, eve let in.
+    gw.rewrite(
+        &config(&up, &redis).replace("deny_groups = [\"suspended\"]", "deny_groups = [\"eu\"]"),
+    );
+    assert_eq!(gw.reload().status, 200);
+    assert_eq!((status(ADA), status(BOB), status(EVE)), (403, 403, 200));
+    assert_check_refuses(
+        &config(&up, &redis).replace(
+            "deny_groups = [\"suspended\"]",
+            "deny_groups = [\"nobody-in-it\"]",
+        ),
+        &["deny_groups: unknown group \"nobody-in-it\"", "(line "],
+    );
+    assert_check_refuses(
+        &config(&up, &redis).replace("groups = [\"partners\", \"eu\"]", "groups = [\"a:b\"]"),
+        &["clients[0].groups", "a group name"],
+    );
+}
+
 #[test]
 fn check_names_caller_rule_mistakes_with_their_line() {
     let text = r#"[server]
@@ -175,7 +235,7 @@ deny_plans = ["gold"]
     assert_check_refuses(
         text,
         &[
-        "routes[0].auth: allow_clients, deny_clients, allow_plans and deny_plans need callers identified",
+        "routes[0].auth: allow_clients, deny_clients, allow_plans, deny_plans, allow_groups and deny_groups need callers identified",
         "(line 10,",
         "routes[1].allow_plans: unknown plan \"platinum\"",
         "(line 21,",

@@ -353,6 +353,69 @@ fn with_the_memory_store_the_clients_file_is_rewritten_and_reloaded() {
     );
 }
 
+/// Groups through the admin API: a registry client's groups let it into an `allow_groups`
+/// route, a change of them takes it out, bad groups are refused; the clients file (memory
+/// store) keeps them too.
+#[test]
+fn clients_get_groups_through_the_admin_api() {
+    let up = Upstream::start("api");
+    let redis = RedisServer::start();
+    let route = "[[routes]]\nname = \"partners\"\npath_prefix = \"/echo/partners\"\nupstream = \"api\"\nauth = \"api_key\"\nallow_groups = [\"partners\"]\n";
+    let gw = start(&config(&up, &redis_store(&redis), route));
+    let put = |groups: Value| {
+        admin(
+            &gw,
+            "PUT",
+            "/clients/acme",
+            Some(json!({"plan": "roomy", "groups": groups})),
+        )
+    };
+    assert_eq!(put(json!(["partners", "eu"])).status, 201);
+    let key = admin(&gw, "POST", "/clients/acme/keys", None).json()["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let partners = |key: &str| {
+        gw.get_with("/echo/partners/x", &[("X-Api-Key", key)])
+            .status
+    };
+    assert_eq!(partners(&key), 200);
+    assert_eq!(
+        admin(&gw, "GET", "/clients/acme", None).json()["groups"],
+        json!(["partners", "eu"])
+    );
+    assert_eq!(partners("file-client-key-0123456789"), 403, "in no group");
+    assert_eq!(put(json!(["eu"])).status, 200);
+    assert_eq!(
+        partners(&key),
+        403,
+        "out of the group at once at this gateway"
+    );
+    for bad in [json!(["a b"]), json!(["x", "x"]), json!([":"])] {
+        let refused = put(bad.clone());
+        assert_eq!(refused.status, 400, "{bad}: {}", refused.text());
+    }
+    assert_eq!(with_key(&gw, &key), 200, "the client is as it was");
+
+    let dir = tempfile::tempdir().unwrap();
+    let clients = dir.path().join("clients.toml");
+    std::fs::write(&clients, "").unwrap();
+    let gw = Gateway::start_full(
+        &format!("clients_file = \"{}\"", clients.display()),
+        &format!("tokens = {{ ops = \"{TOKEN}\" }}"),
+        &config(&up, "", route),
+    );
+    let put = admin(
+        &gw,
+        "PUT",
+        "/clients/acme",
+        Some(json!({"plan": "small", "groups": ["partners"]})),
+    );
+    assert_eq!(put.status, 201, "{}", put.text());
+    let written = std::fs::read_to_string(&clients).unwrap();
+    assert!(written.contains("groups = [\"partners\"]"), "{written}");
+}
+
 #[test]
 fn writes_need_a_named_token() {
     let up = Upstream::start("api");

@@ -30,6 +30,7 @@ fn client(policies: Vec<Policy>, shadow: Vec<bool>) -> Arc<Client> {
     Arc::new(Client {
         id: "ada".into(),
         plan: Arc::new(Plan::with_shadow("p", policies, shadow)),
+        groups: Vec::new(),
     })
 }
 

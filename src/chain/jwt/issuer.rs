@@ -156,6 +156,7 @@ pub async fn authenticate(
         client: Arc::new(Client {
             id: id.into(),
             plan: Arc::clone(&verified.plan),
+            groups: Vec::new(),
         }),
         subject: verified.subject,
         claims,

@@ -408,6 +408,8 @@ pub struct ClientFile {
     pub api_keys: Vec<super::units::SecretSource>,
     /// Free-form names and values (shown by the admin API).
     pub metadata: Option<BTreeMap<String, String>>,
+    /// Groups the client is in (`allow_groups` / `deny_groups` on routes).
+    pub groups: Option<Vec<String>>,
 }
 
 impl fmt::Debug for ClientFile {
@@ -521,6 +523,9 @@ pub struct RouteFile {
     /// These clients, and clients of these plans, may not call the route.
     pub deny_clients: Option<Vec<String>>,
     pub deny_plans: Option<Vec<String>>,
+    /// Clients in these groups may (or may not) call the route.
+    pub allow_groups: Option<Vec<String>>,
+    pub deny_groups: Option<Vec<String>>,
     /// Headers set, added and removed on the request the upstream receives.
     pub request_headers: Option<HeaderRulesFile>,
     /// Headers set, added and removed on the upstream's response.

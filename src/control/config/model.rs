@@ -213,6 +213,8 @@ pub struct ClientConfig {
     pub plan: String,
     pub api_keys: Vec<KeyDigest>,
     pub metadata: BTreeMap<String, String>,
+    /// Groups the client is in.
+    pub groups: Vec<String>,
     /// From `server.clients_file` (which the admin API may rewrite), not the main file.
     pub in_clients_file: bool,
 }

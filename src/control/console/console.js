@@ -428,7 +428,7 @@ async function detail(id, issued) {
   const path = `/clients/${segment(id)}`;
   const [{ data: client }, { data: usage }] = await Promise.all([api('GET', path), api('GET', `${path}/usage`)]);
   const parts = [el('h3', { id: 'detail-id' }, client.id)];
-  parts.push(el('p', {}, `plan ${client.plan}`), el('h4', {}, 'Metadata'), metadataTable(client.metadata));
+  parts.push(el('p', {}, `plan ${client.plan}`), el('p', {}, (client.groups || []).length ? `groups ${client.groups.join(', ')}` : 'in no group'), el('h4', {}, 'Metadata'), metadataTable(client.metadata));
   if (issued) parts.push(el('p', {}, 'New key (shown once): ', el('span', { class: 'secret', id: 'issued-key' }, issued)));
   const keys = (client.keys || []).map((k) => el('li', {}, el('code', {}, k.id), ' ',
     el('button', { type: 'button', class: 'revoke', 'data-key': k.id, onclick: () => guarded(() => revoke(id, k.id)) }, 'Revoke')));

@@ -1,6 +1,7 @@
-//! A route's `allow_clients` / `deny_clients` / `allow_plans` / `deny_plans`: only on routes
-//! that identify their callers, no empty allow list, no name both allowed and denied, every
-//! plan defined (a client id unknown to the file is a warning: the registry may add it).
+//! A route's `allow_clients` / `deny_clients` / `allow_plans` / `deny_plans` /
+//! `allow_groups` / `deny_groups`: only on routes that identify their callers, no empty allow
+//! list, no name both allowed and denied, every plan defined, every group one a client of
+//! the file is in (a warning with a registry, which may add it; so is an unknown client id).
 
 use super::checks::Problems;
 use crate::chain::auth::Auth;
@@ -15,6 +16,8 @@ pub(super) struct CallerFiles {
     pub deny_clients: Option<Vec<String>>,
     pub allow_plans: Option<Vec<String>>,
     pub deny_plans: Option<Vec<String>>,
+    pub allow_groups: Option<Vec<String>>,
+    pub deny_groups: Option<Vec<String>>,
 }
 
 pub(super) fn caller_rules(
@@ -37,6 +40,8 @@ pub(super) fn caller_rules(
         deny_clients: list("deny_clients", files.deny_clients),
         allow_plans: list("allow_plans", files.allow_plans),
         deny_plans: list("deny_plans", files.deny_plans),
+        allow_groups: list("allow_groups", files.allow_groups),
+        deny_groups: list("deny_groups", files.deny_groups),
     };
     if rules.is_empty() {
         return None;
@@ -44,12 +49,13 @@ pub(super) fn caller_rules(
     if !auth.identifies() {
         problems.push(
             format!("{base}.auth"),
-            "allow_clients, deny_clients, allow_plans and deny_plans need callers identified: set auth (api_key, jwt or client_cert)",
+            "allow_clients, deny_clients, allow_plans, deny_plans, allow_groups and deny_groups need callers identified: set auth (api_key, jwt or client_cert)",
         );
     }
     for (kind, allow, deny) in [
         ("clients", &rules.allow_clients, &rules.deny_clients),
         ("plans", &rules.allow_plans, &rules.deny_plans),
+        ("groups", &rules.allow_groups, &rules.deny_groups),
     ] {
         for name in allow.iter().filter(|n| deny.contains(n)) {
             problems.push(
@@ -83,6 +89,22 @@ pub(super) fn check_callers(
                     format!("routes[{i}].{key}"),
                     format!("unknown plan {plan:?}: define [plans.{plan}]"),
                 );
+            }
+        }
+        // A group no client of the file is in: an error, unless the registry can add one.
+        for (key, names) in [
+            ("allow_groups", &rules.allow_groups),
+            ("deny_groups", &rules.deny_groups),
+        ] {
+            for group in names
+                .iter()
+                .filter(|g| !clients.iter().any(|c| c.groups.iter().any(|cg| cg == *g)))
+            {
+                let message = format!("unknown group {group:?}: no client in [[clients]] is in it");
+                match registry {
+                    true => problems.warn(format!("routes[{i}].{key}"), message),
+                    false => problems.push(format!("routes[{i}].{key}"), message),
+                }
             }
         }
         // A token's subject or a certificate's name is no `[[clients]]` id.

@@ -23,7 +23,12 @@ pub(super) fn clients_config(
             plan,
             api_keys,
             metadata,
+            groups,
         } = client;
+        let groups = groups.unwrap_or_default();
+        if let Some(problem) = crate::registry::model::groups_problem(&groups) {
+            problems.push(format!("{base}.groups"), problem);
+        }
         let in_clients_file = base.starts_with("clients_file(");
         let metadata = metadata.unwrap_or_default();
         if metadata.len() > crate::registry::model::MAX_METADATA
@@ -112,6 +117,7 @@ pub(super) fn clients_config(
             plan,
             api_keys: digests,
             metadata,
+            groups,
             in_clients_file,
         });
         bases.push(base);

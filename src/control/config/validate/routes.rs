@@ -68,6 +68,8 @@ pub(super) fn route_config(
         allow_plans,
         deny_clients,
         deny_plans,
+        allow_groups,
+        deny_groups,
         request_headers,
         response_headers,
         cors,
@@ -79,6 +81,8 @@ pub(super) fn route_config(
         deny_clients,
         allow_plans,
         deny_plans,
+        allow_groups,
+        deny_groups,
     };
     let base = format!("routes[{index}]");
     let priority = route_priority(
