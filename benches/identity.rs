@@ -64,6 +64,7 @@ fn issuer(alg: Algorithm, keys: KeySet) -> Arc<Issuer> {
             plan_claim: None,
             plans: BTreeMap::new(),
             default_plan: plan,
+            groups_claim: None,
         },
         source: Arc::new(KeySource::fixed(keys, metrics())),
     })

@@ -101,6 +101,7 @@ fn rules(cfg: &IssuerConfig, plans: &BTreeMap<String, Arc<Plan>>) -> IssuerRules
         required: cfg.required.clone(),
         client_id_claim: cfg.client_id_claim.clone(),
         plan_claim: cfg.plan_claim.clone(),
+        groups_claim: cfg.groups_claim.clone(),
         plans: cfg
             .plans
             .iter()

@@ -930,3 +930,31 @@ fn who_may_call_a_route_reads_the_tokens_subject_and_plan() {
         "pro is denied"
     );
 }
+
+/// `groups_claim`: the token's groups (a list, or a space-separated string) are what
+/// `allow_groups` / `deny_groups` name.
+#[test]
+fn a_tokens_groups_claim_names_its_groups() {
+    let up = Upstream::start("api");
+    let key = Signer::ec("ec-1");
+    let idp = JwksServer::start(&[&key]);
+    let gw = Gateway::start(&config(
+        &up,
+        &format!("jwks_url = \"{}\"\nalgorithms = [\"ES256\"]", idp.url()),
+        "groups_claim = \"realm.groups\"",
+        "allow_groups = [\"admins\", \"ops\"]\ndeny_groups = [\"banned\"]",
+    ));
+    wait_until("keys fetched", || gw.admin("/readyz").status == 200);
+    let token = |groups: serde_json::Value| {
+        key.sign(&with(claims("alice"), "realm", json!({ "groups": groups })))
+    };
+    assert_eq!(call(&gw, &token(json!(["staff", "admins"]))).status, 200);
+    assert_eq!(call(&gw, &token(json!("staff ops"))).status, 200);
+    assert_eq!(call(&gw, &token(json!(["staff"]))).status, 403);
+    assert_eq!(call(&gw, &token(json!(["admins", "banned"]))).status, 403);
+    assert_eq!(
+        call(&gw, &key.sign(&claims("alice"))).status,
+        403,
+        "no claim: no group"
+    );
+}

@@ -156,7 +156,7 @@ pub async fn authenticate(
         client: Arc::new(Client {
             id: id.into(),
             plan: Arc::clone(&verified.plan),
-            groups: Vec::new(),
+            groups: verified.groups.clone(),
         }),
         subject: verified.subject,
         claims,

@@ -38,6 +38,8 @@ pub struct IssuerRules {
     pub plans: BTreeMap<String, Arc<Plan>>,
     /// The plan of tokens whose claim is absent or maps to none.
     pub default_plan: Arc<Plan>,
+    /// The claim naming the caller's groups.
+    pub groups_claim: Option<ClaimPath>,
 }
 
 /// A verified token's identity.
@@ -47,8 +49,33 @@ pub struct Verified {
     /// The client id claim's value, as the token has it.
     pub subject: String,
     pub plan: Arc<Plan>,
+    /// The groups its `groups_claim` names (none without one).
+    pub groups: Vec<Arc<str>>,
     /// `exp`, in Unix seconds: nothing of this token is used after it (plus the leeway).
     pub expires: u64,
+}
+
+/// Most groups taken from a token, and the longest name: the rest are not read.
+pub const MAX_TOKEN_GROUPS: usize = 64;
+pub const MAX_GROUP_LEN: usize = 128;
+
+/// The groups a claim's value names: a list of strings, or one string of names separated
+/// by spaces or commas; bounded in count and length (a longer name is left out).
+pub fn groups_of(value: Option<&serde_json::Value>) -> Vec<Arc<str>> {
+    let names: Vec<&str> = match value {
+        Some(serde_json::Value::Array(items)) => items.iter().filter_map(|v| v.as_str()).collect(),
+        Some(serde_json::Value::String(text)) => text
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|n| !n.is_empty())
+            .collect(),
+        _ => Vec::new(),
+    };
+    names
+        .into_iter()
+        .filter(|n| !n.is_empty() && n.len() <= MAX_GROUP_LEN)
+        .take(MAX_TOKEN_GROUPS)
+        .map(Arc::from)
+        .collect()
 }
 
 /// Why a token is refused. Details never quote the token.
@@ -227,8 +254,14 @@ pub fn verify(
         None => &rules.default_plan,
     };
     let expires = claims.seconds("exp").map_or(0, |e| e.max(0.0) as u64);
+    let groups = rules
+        .groups_claim
+        .as_ref()
+        .map(|claim| groups_of(claims.get(claim)))
+        .unwrap_or_default();
     Ok(Verified {
         plan: Arc::clone(plan),
+        groups,
         subject,
         expires,
         claims,
@@ -257,11 +290,26 @@ mod tests {
             plan_claim: Some(ClaimPath::parse("tier").unwrap()),
             plans: BTreeMap::from([("gold".to_owned(), pro)]),
             default_plan: free,
+            groups_claim: Some(ClaimPath::parse("groups").unwrap()),
         }
     }
 
     fn now() -> u64 {
         jsonwebtoken::get_current_timestamp()
+    }
+
+    #[test]
+    fn groups_come_from_a_list_or_a_string_and_are_bounded() {
+        let names = |v: serde_json::Value| -> Vec<String> {
+            groups_of(Some(&v)).iter().map(|g| g.to_string()).collect()
+        };
+        assert_eq!(names(json!(["a", "b", 3, ""])), ["a", "b"]);
+        assert_eq!(names(json!("a b,c  d")), ["a", "b", "c", "d"]);
+        assert!(names(json!({"a": 1})).is_empty());
+        assert!(groups_of(None).is_empty());
+        let many: Vec<String> = (0..100).map(|i| format!("g{i}")).collect();
+        assert_eq!(names(json!(many)).len(), MAX_TOKEN_GROUPS);
+        assert!(names(json!(["x".repeat(MAX_GROUP_LEN + 1)])).is_empty());
     }
 
     fn token(claims: serde_json::Value) -> String {

@@ -42,6 +42,9 @@ pub struct IssuerFile {
     pub plan_claim: Option<String>,
     /// `plan_claim` value → plan name.
     pub plans: Option<BTreeMap<String, String>>,
+    /// The claim naming the caller's groups (a list of strings, or one string of names
+    /// separated by spaces or commas): what routes' `allow_groups` / `deny_groups` name.
+    pub groups_claim: Option<String>,
 }
 
 /// One way a route identifies callers.

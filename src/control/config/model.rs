@@ -364,6 +364,8 @@ pub struct IssuerConfig {
     pub plan_claim: Option<ClaimPath>,
     /// `plan_claim` value → plan name.
     pub plans: BTreeMap<String, String>,
+    /// The claim naming the caller's groups.
+    pub groups_claim: Option<ClaimPath>,
 }
 
 /// Where an issuer's keys come from.

@@ -232,6 +232,7 @@ fn issuer(i: &super::model::IssuerConfig) -> Value {
         "client_id_claim": i.client_id_claim.as_str(),
         "plan": i.plan,
         "plan_claim": i.plan_claim.as_ref().map(|c| c.as_str()),
+        "groups_claim": i.groups_claim.as_ref().map(|c| c.as_str()),
         "plans": i.plans,
     })
 }

@@ -91,7 +91,8 @@ pub(super) fn check_callers(
                 );
             }
         }
-        // A group no client of the file is in: an error, unless the registry can add one.
+        // A group no client of the file is in: an error, unless the registry or a token's
+        // `groups_claim` can name it.
         for (key, names) in [
             ("allow_groups", &rules.allow_groups),
             ("deny_groups", &rules.deny_groups),
@@ -101,7 +102,7 @@ pub(super) fn check_callers(
                 .filter(|g| !clients.iter().any(|c| c.groups.iter().any(|cg| cg == *g)))
             {
                 let message = format!("unknown group {group:?}: no client in [[clients]] is in it");
-                match registry {
+                match registry || route.auth.jwt {
                     true => problems.warn(format!("routes[{i}].{key}"), message),
                     false => problems.push(format!("routes[{i}].{key}"), message),
                 }

@@ -35,6 +35,7 @@ pub(super) fn issuer_config(
         plan,
         plan_claim,
         plans: plan_map,
+        groups_claim,
     } = file;
     let base = format!("issuers.{name}");
     let errors = problems.errors.len();
@@ -153,6 +154,7 @@ pub(super) fn issuer_config(
         problems,
     );
     let plan_claim = plan_claim.and_then(|c| claim("plan_claim", &c, problems));
+    let groups_claim = groups_claim.and_then(|c| claim("groups_claim", &c, problems));
     let known = |p: &str| plans.contains_key(p);
     if !known(&plan) {
         problems.push(format!("{base}.plan"), unknown_plan(&plan, plans));
@@ -188,6 +190,7 @@ pub(super) fn issuer_config(
         plan,
         plan_claim,
         plans: plan_map,
+        groups_claim,
     })
 }
 
