@@ -325,10 +325,20 @@ impl ClientsApi<'_> {
     /// The client as the request path would find it (configuration first, then registry).
     fn client(&self, id: &str) -> Option<Arc<Client>> {
         let plans = crate::control::snapshot::plan_of(self.snapshot, id)?;
+        let config = &self.snapshot.config;
+        let groups: Vec<String> = match config.clients.iter().find(|c| c.id == id) {
+            Some(c) => c.groups.clone(),
+            None => self
+                .snapshot
+                .registry
+                .as_ref()
+                .and_then(|r| r.state().entries.get(id).map(|e| e.groups.clone()))
+                .unwrap_or_default(),
+        };
         Some(Arc::new(Client {
             id: Arc::from(id),
             plan: plans,
-            groups: Vec::new(),
+            groups: groups.iter().map(|g| Arc::from(g.as_str())).collect(),
         }))
     }
 
@@ -388,6 +398,7 @@ pub async fn usage_body(
     Ok(json!({
         "client": &*client.id,
         "plan": &*client.plan.name,
+        "groups": client.groups.iter().map(|g| &**g).collect::<Vec<_>>(),
         "routes": routes,
     }))
 }

@@ -385,6 +385,8 @@ fn clients_get_groups_through_the_admin_api() {
         json!(["partners", "eu"])
     );
     assert_eq!(partners("file-client-key-0123456789"), 403, "in no group");
+    let usage = admin(&gw, "GET", "/clients/acme/usage", None).json();
+    assert_eq!(usage["groups"], json!(["partners", "eu"]), "{usage}");
     assert_eq!(put(json!(["eu"])).status, 200);
     assert_eq!(
         partners(&key),

@@ -259,3 +259,40 @@ fn check_refuses_cors_that_cannot_be_right() {
         &["methods[0]", "upstream", "access-control-allow-origin"],
     );
 }
+
+/// `[server] cors` is every route's that has none of its own; `cors = "off"` opts out.
+#[test]
+fn the_servers_cors_is_every_routes_default() {
+    let up = Upstream::start("cors");
+    let server = format!("cors = {{ origins = [\"{APP}\"] }}");
+    let text = format!(
+        "[upstreams.orders]\nservers = [\"{}\"]\n\n\
+         [[routes]]\nname = \"a\"\npath_prefix = \"/echo/a\"\nupstream = \"orders\"\n\n\
+         [[routes]]\nname = \"own\"\npath_prefix = \"/echo/own\"\nupstream = \"orders\"\ncors = {{ origins = [\"https://other.example\"] }}\n\n\
+         [[routes]]\nname = \"none\"\npath_prefix = \"/echo/none\"\nupstream = \"orders\"\ncors = \"off\"\n",
+        up.addr()
+    );
+    let gw = Gateway::start_with(&server, &text);
+    let origin = |path: &str| {
+        gw.get_with(path, &[("Origin", APP)])
+            .header("access-control-allow-origin")
+            .map(str::to_owned)
+    };
+    assert_eq!(origin("/echo/a/1").as_deref(), Some(APP));
+    assert_eq!(origin("/echo/own/1"), None, "its own origins only");
+    assert_eq!(origin("/echo/none/1"), None);
+    assert_eq!(preflight(&gw, "/echo/a/1", APP, "GET", "").status, 204);
+    let off = preflight(&gw, "/echo/none/1", APP, "GET", "");
+    assert_eq!(
+        off.json()["method"],
+        "OPTIONS",
+        "sent upstream like any OPTIONS"
+    );
+    assert_check_refuses(
+        &format!(
+            "[server]\n{server}\n\n{}",
+            text.replace("cors = \"off\"", "cors = \"no\"")
+        ),
+        &["invalid cors \"no\""],
+    );
+}

@@ -7,7 +7,7 @@ pub use super::file_auth::{
     AuthFile, AuthMethodFile, ClientCertModeFile, ClientIdentityFile, ExemptFile, IssuerFile,
     RegistryFile,
 };
-pub use super::file_rules::{CorsFile, HeaderRulesFile, RedirectFile, RespondFile};
+pub use super::file_rules::{CorsFile, CorsSetting, HeaderRulesFile, RedirectFile, RespondFile};
 pub use super::file_store::{StoreFile, StoreKindFile};
 pub use super::file_upstream::{
     BalanceFile, FailureFile, HeaderCaseFile, HealthCheckFile, OutlierFile, PriorityFile,
@@ -138,6 +138,8 @@ pub struct ServerFile {
     pub deny_ips: Option<Vec<String>>,
     /// Plain-HTTP requests are redirected (308) to the TLS listener.
     pub https_redirect: Option<bool>,
+    /// CORS for every route without its own `cors`.
+    pub cors: Option<CorsFile>,
     /// Client addresses are limited per prefix of this length.
     pub ipv4_prefix: Option<u8>,
     pub ipv6_prefix: Option<u8>,
@@ -530,8 +532,9 @@ pub struct RouteFile {
     pub request_headers: Option<HeaderRulesFile>,
     /// Headers set, added and removed on the upstream's response.
     pub response_headers: Option<HeaderRulesFile>,
-    /// Browsers on these origins may call the route (preflights answered by the gateway).
-    pub cors: Option<CorsFile>,
+    /// Browsers on these origins may call the route (preflights answered by the gateway);
+    /// `"off"`: not `[server] cors` either.
+    pub cors: Option<CorsSetting>,
     /// The route answers every request with a redirect to a fixed host.
     pub redirect: Option<RedirectFile>,
     /// The route answers every request itself (a maintenance page, a retired API).

@@ -2,8 +2,10 @@
 //! rules, CORS, and the answers of a route that answers itself.
 
 use super::units::HumanDuration;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::fmt;
 
 /// `request_headers` / `response_headers`: `set` (replacing), `add` (appending), `remove`.
 #[derive(Debug, Deserialize)]
@@ -44,4 +46,44 @@ pub struct RespondFile {
     pub status: u16,
     pub body: Option<String>,
     pub content_type: Option<String>,
+}
+
+/// A route's `cors`: a table, or `"off"` / `false` to opt out of `[server] cors`.
+#[derive(Debug)]
+pub enum CorsSetting {
+    Off,
+    Rules(CorsFile),
+}
+
+impl<'de> Deserialize<'de> for CorsSetting {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = CorsSetting;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a table like { origins = [\"https://app.example.com\"] }, or \"off\"")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<CorsSetting, E> {
+                match v {
+                    "off" => Ok(CorsSetting::Off),
+                    other => Err(E::custom(format_args!(
+                        "invalid cors {other:?}: expected a table like {{ origins = [\"https://app.example.com\"] }}, or \"off\""
+                    ))),
+                }
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<CorsSetting, E> {
+                match v {
+                    false => Ok(CorsSetting::Off),
+                    true => Err(E::custom(
+                        "cors = true says nothing: give { origins = [\"https://app.example.com\"] }",
+                    )),
+                }
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<CorsSetting, A::Error> {
+                CorsFile::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(CorsSetting::Rules)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
 }

@@ -49,6 +49,8 @@ pub struct ServerConfig {
     /// `https_redirect`: plain-HTTP requests are redirected (308) to this port of the TLS
     /// listener, after routing and the per-IP bucket (`None`: off).
     pub https_redirect: Option<u16>,
+    /// `[server] cors`: every route's without its own (`None`: none).
+    pub cors: Option<std::sync::Arc<crate::chain::cors::Cors>>,
     pub threads: usize,
     pub pid_file: String,
     pub upgrade_sock: String,

@@ -5,7 +5,7 @@
 use super::checks::Problems;
 use crate::chain::cors::{AllowedHeaders, Cors, OriginPattern, DEFAULT_METHODS};
 use crate::chain::header_rules::HeaderRules;
-use crate::control::config::file::CorsFile;
+use crate::control::config::file::{CorsFile, CorsSetting};
 use http::{HeaderName, Method};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,10 +13,41 @@ use std::time::Duration;
 /// The longest `max_age` browsers honour (Firefox: 24 h; Chromium caps at 2 h).
 const MAX_AGE: Duration = Duration::from_secs(86_400);
 
+/// A route's `cors`: its own, none (`"off"`), or the server's (`server`, unset).
+pub(super) fn route_cors(
+    path: &str,
+    setting: Option<CorsSetting>,
+    server: Option<&Arc<Cors>>,
+    response_rules: Option<&HeaderRules>,
+    problems: &mut Problems,
+) -> Option<Arc<Cors>> {
+    let cors = match setting {
+        Some(CorsSetting::Off) => None,
+        Some(CorsSetting::Rules(file)) => cors(path, Some(file), problems),
+        None => server.cloned(),
+    }?;
+    if let Some(rules) = response_rules {
+        let names = rules
+            .set
+            .iter()
+            .chain(&rules.add)
+            .map(|(n, _)| n)
+            .chain(&rules.remove);
+        for name in names {
+            if name.as_str().starts_with("access-control-") {
+                problems.push(
+                    path.to_owned(),
+                    format!("response_headers names {name}, which cors answers: keep one of them"),
+                );
+            }
+        }
+    }
+    Some(cors)
+}
+
 pub(super) fn cors(
     path: &str,
     file: Option<CorsFile>,
-    response_rules: Option<&HeaderRules>,
     problems: &mut Problems,
 ) -> Option<Arc<Cors>> {
     let file = file?;
@@ -108,22 +139,6 @@ pub(super) fn cors(
             false
         }
     };
-    if let Some(rules) = response_rules {
-        let names = rules
-            .set
-            .iter()
-            .chain(&rules.add)
-            .map(|(n, _)| n)
-            .chain(&rules.remove);
-        for name in names {
-            if name.as_str().starts_with("access-control-") {
-                problems.push(
-                    path.to_owned(),
-                    format!("response_headers names {name}, which cors answers: keep one of them"),
-                );
-            }
-        }
-    }
     Some(Arc::new(Cors::new(
         origins,
         methods,

@@ -234,9 +234,10 @@ pub(super) fn route_config(
         identifies,
         problems,
     );
-    let cors = super::cors::cors(
+    let cors = super::cors::route_cors(
         &format!("{base}.cors"),
         cors,
+        server.cors.as_ref(),
         response_headers.as_deref(),
         problems,
     );

@@ -36,6 +36,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
         allow_ips,
         deny_ips,
         https_redirect,
+        cors,
         ipv4_prefix,
         ipv6_prefix,
         ip_limit,
@@ -104,6 +105,7 @@ pub(super) fn server_config(file: ServerFile, problems: &mut Problems) -> Server
             })
             .collect(),
         https_redirect: https_redirect_port(https_redirect, tls.as_ref(), problems),
+        cors: super::cors::cors("server.cors", cors, problems),
         tls: tls.map(|t| tls_listener_config(t, problems)),
         log_format: match log_format {
             Some(crate::control::config::file::LogFormatFile::Json) => {
