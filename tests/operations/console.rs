@@ -69,13 +69,13 @@ fn start(up: &Upstream, dir: &tempfile::TempDir, server: &str, admin: &str) -> G
 /// Markup in a client's metadata: the console must show it as text, and run none of it.
 const HOSTILE: &str = "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>";
 
-/// Client "mallory" (plan small) with [`HOSTILE`] metadata.
+/// Client "mallory" (plan small, group red-team) with [`HOSTILE`] metadata.
 fn add_mallory(gw: &Gateway) {
     let put = admin(
         gw,
         "PUT",
         "/clients/mallory",
-        Some(json!({"plan": "small", "metadata": {"note": HOSTILE}})),
+        Some(json!({"plan": "small", "metadata": {"note": HOSTILE}, "groups": ["red-team"]})),
     );
     assert_eq!(put.status, 201, "{}", put.text());
 }
@@ -193,6 +193,7 @@ fn an_operator_follows_a_client_from_its_first_key_to_its_429_in_the_console() {
         t.contains("mallory")
     });
     assert!(shown.contains("<script>window.pwned=2</script>"), "{shown}");
+    assert!(shown.contains("groups red-team"), "{shown}");
     assert_eq!(
         browser.eval("return window.pwned === undefined"),
         json!(true)
