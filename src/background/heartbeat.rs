@@ -37,6 +37,12 @@ fn to_publish(now: String, last: &mut Option<String>) -> String {
 /// How long to wait before looking again when the store has no heartbeat (memory store).
 const IDLE: Duration = Duration::from_secs(1);
 
+/// The most a failed heartbeat waits before it is tried again: an instance whose first beat
+/// failed (its store not reachable yet, a machine too busy to make the connection in time)
+/// is counted by the others within a second of the store answering, not a whole interval
+/// later.
+const RETRY: Duration = Duration::from_secs(1);
+
 #[async_trait]
 impl BackgroundService for Heartbeat {
     async fn start(&self, mut shutdown: ShutdownWatch) {
@@ -54,12 +60,15 @@ impl BackgroundService for Heartbeat {
                     }
                     let now = crate::ops::access_log::unix_ms();
                     let limited = to_publish(snapshot.refusals.published(now), &mut last);
-                    if let Err(e) = store.heartbeat(false, &limited).await {
-                        log::debug!("heartbeat failed: {e}");
-                        // Whether it was written is unknown: send it whole next time.
-                        last = None;
+                    match store.heartbeat(false, &limited).await {
+                        Ok(_) => interval,
+                        Err(e) => {
+                            log::debug!("heartbeat failed: {e}");
+                            // Whether it was written is unknown: send it whole next time.
+                            last = None;
+                            interval.min(RETRY)
+                        }
                     }
-                    interval
                 }
                 None => IDLE,
             };

@@ -456,6 +456,30 @@ fn a_redis_refused_or_unreachable_at_startup_does_not_stop_the_gateway() {
     }
 }
 
+/// A heartbeat that failed (Redis down when the gateway started) is tried again within a
+/// second, not a whole `heartbeat_interval` later: the instance is registered soon after
+/// Redis answers.
+#[test]
+fn a_failed_heartbeat_is_tried_again_soon() {
+    let mut redis = RedisServer::start();
+    redis.kill();
+    let up = Upstream::start("a");
+    let text = config(&up, &redis.url(), "startup_grace = \"1s\"").replace(
+        "heartbeat_interval = \"100ms\"",
+        "heartbeat_interval = \"1h\"",
+    );
+    let gw = Gateway::start(&text);
+    wait_until("ready after the startup grace", || {
+        gw.admin("/readyz").status == 200
+    });
+    redis.restart();
+    wait_until("the gateway registered in Redis", || {
+        let members: Vec<String> = redis.cmd(&["ZRANGE", "turnstile:instances", "0", "-1"]);
+        members.len() == 1
+    });
+    assert_no_panic(&gw);
+}
+
 #[test]
 fn errors_redis_answers_with_are_not_treated_as_allowed() {
     let redis = RedisServer::start();
