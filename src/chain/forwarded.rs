@@ -67,16 +67,7 @@ impl Forwarding {
 pub fn headers(o: &Origin<'_>, incoming: &HeaderMap) -> Result<Forwarding, String> {
     let value = |text: &str| HeaderValue::try_from(text).map_err(|e| e.to_string());
     let ours = if o.tls { "https" } else { "http" };
-    let proto = o
-        .trusted
-        .then(|| single(incoming, X_FORWARDED_PROTO))
-        .flatten()
-        .and_then(|v| match v {
-            _ if v.eq_ignore_ascii_case("https") => Some("https"),
-            _ if v.eq_ignore_ascii_case("http") => Some("http"),
-            _ => None,
-        })
-        .unwrap_or(ours);
+    let proto = client_scheme(o.trusted, o.tls, incoming);
     let host = o
         .trusted
         .then(|| single(incoming, X_FORWARDED_HOST))
@@ -109,6 +100,22 @@ pub fn headers(o: &Origin<'_>, incoming: &HeaderMap) -> Result<Forwarding, Strin
         host: host.map(value).transpose()?,
         prefix: prefix.map(value).transpose()?,
     })
+}
+
+/// The scheme the client used: `https` or `http` from one `X-Forwarded-Proto` field of a
+/// trusted proxy (which knows how the client reached it), otherwise the gateway's own (`tls`).
+/// The upstream's `X-Forwarded-Proto`, and whether `[server] https_redirect` answers a plain
+/// request (a trusted TLS-terminating proxy in front would otherwise be redirected forever).
+pub fn client_scheme(trusted: bool, tls: bool, incoming: &HeaderMap) -> &'static str {
+    trusted
+        .then(|| single(incoming, X_FORWARDED_PROTO))
+        .flatten()
+        .and_then(|v| match v {
+            _ if v.eq_ignore_ascii_case("https") => Some("https"),
+            _ if v.eq_ignore_ascii_case("http") => Some("http"),
+            _ => None,
+        })
+        .unwrap_or(if tls { "https" } else { "http" })
 }
 
 /// The one value of `name`: `None` when absent, repeated, a list, or not text.

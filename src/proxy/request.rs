@@ -79,8 +79,7 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<Admitt
         checked?;
     }
     if let Some(port) = snapshot.config.server.https_redirect {
-        let plain = session.digest().is_none_or(|d| d.ssl_digest.is_none());
-        if plain {
+        if plain_http(session, &snapshot.config.server.trusted_proxies) {
             return Ok(Admitted::ToHttps(port));
         }
     }
@@ -176,6 +175,18 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx) -> Result<Admitt
 /// learns nothing of the routes), the route, its address rules, and what the route sets up
 /// (an upgrade let through, retries' replay buffer and deadline). The route's index and the
 /// client address (after trusted proxies).
+/// The client reached us over plain HTTP: this connection is not TLS, and no trusted proxy in
+/// front says its client used `https`.
+fn plain_http(session: &Session, trusted_proxies: &crate::chain::identity::TrustedProxies) -> bool {
+    let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+    let peer = session
+        .client_addr()
+        .and_then(PeerAddr::as_inet)
+        .map(|a| a.ip());
+    let trusted = peer.is_some_and(|ip| trusted_proxies.contains(ip));
+    crate::chain::forwarded::client_scheme(trusted, tls, &session.req_header().headers) == "http"
+}
+
 fn route_admitted(
     session: &mut Session,
     ctx: &mut RequestCtx,

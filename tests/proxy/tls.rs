@@ -196,6 +196,37 @@ fn plain_requests_are_redirected_to_the_tls_listener() {
     .unwrap();
     assert_eq!(raw.status, 400, "{}", raw.text());
     assert_eq!(raw.header("location"), None);
+    // A client that is no trusted proxy cannot talk its way past the redirect.
+    let spoofed = [("Host", "api.test"), ("X-Forwarded-Proto", "https")];
+    let spoofed = common::http::request(gw.port, "GET", "/orders", &spoofed, b"");
+    assert_eq!(spoofed.status, 308, "{}", spoofed.text());
+    assert_eq!(up.served(), 1);
+}
+
+#[test]
+fn a_trusted_proxy_that_terminated_tls_is_not_redirected() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new();
+    let api = ca.issue(dir.path(), "api", "api cert", &["api.test"]);
+    let up = Upstream::start("orders");
+    let server = "https_redirect = true\ntrusted_proxies = [\"127.0.0.1/32\"]";
+    let gw = Gateway::start_with(server, &config(&up, free_port(), &[&api], ""));
+    let send = |proto: &str| {
+        let headers = [
+            ("Host", "api.test"),
+            ("X-Api-Key", KEY),
+            ("X-Forwarded-Proto", proto),
+        ];
+        common::http::request(gw.port, "GET", "/orders", &headers, b"")
+    };
+    // The proxy in front says its client used https: proxied (a redirect would loop).
+    let ok = send("https");
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    assert_eq!(up.served(), 1);
+    // Its client used plain HTTP: redirected.
+    let plain = send("http");
+    assert_eq!(plain.status, 308, "{}", plain.text());
+    assert_eq!(up.served(), 1);
 }
 
 #[test]
