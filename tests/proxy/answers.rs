@@ -140,3 +140,21 @@ fn check_refuses_answers_that_cannot_be_right() {
         &["respond.body"],
     );
 }
+
+#[test]
+fn check_warns_of_what_a_route_that_answers_itself_never_reaches() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("turnstile.toml");
+    let route = "[[routes]]\nname = \"r\"\npath_prefix = \"/\"\nrespond = { status = 410 }\ncost = 2\n\n[[routes.limits]]\nname = \"l\"\nalgorithm = \"fixed_window\"\nkey = [\"ip\"]\nlimit = 5\nwindow = \"1m\"\n";
+    std::fs::write(&path, route).unwrap();
+    let (code, out, err) = common::turnstile(&["check", path.to_str().unwrap()]);
+    let said = format!("{out}{err}");
+    assert_eq!(code, 0, "warnings, not errors: {said}");
+    for key in ["limits", "cost"] {
+        assert!(
+            said.contains(&format!("routes[0].{key}")) && said.contains("is never used"),
+            "{key} in {said}"
+        );
+    }
+    assert!(!said.contains("routes[0].retry"), "{said}");
+}

@@ -53,6 +53,17 @@ pub(super) fn answer(
     Some(Arc::new(answer))
 }
 
+/// Warns of each of a self-answering route's `settings` that is set (`true`) but never
+/// used: its requests are answered before identity, limits and the upstream.
+pub(super) fn warn_unused(base: &str, settings: &[(&str, bool)], problems: &mut Problems) {
+    for (key, _) in settings.iter().filter(|(_, set)| *set) {
+        problems.warn(
+            format!("{base}.{key}"),
+            "is never used: the route answers every request itself (redirect / respond), before identity, limits and any upstream",
+        );
+    }
+}
+
 fn redirect_answer(path: &str, file: RedirectFile, problems: &mut Problems) -> Option<Answer> {
     let status = file.status.unwrap_or(301);
     let known = REDIRECT_STATUSES.contains(&status);

@@ -76,6 +76,14 @@ pub(super) fn route_config(
         redirect,
         respond,
     } = file;
+    // What a route that answers itself never reaches.
+    let unused_if_answered = [
+        ("limits", limits.as_ref().is_some_and(|l| !l.is_empty())),
+        ("max_concurrent", max_concurrent.is_some()),
+        ("cost", cost.is_some()),
+        ("request_headers", request_headers.is_some()),
+        ("retry", retry.is_some()),
+    ];
     let callers = super::callers::CallerFiles {
         allow_clients,
         deny_clients,
@@ -201,6 +209,9 @@ pub(super) fn route_config(
         auth.identifies(),
         problems,
     );
+    if answer.is_some() {
+        super::answers::warn_unused(&base, &unused_if_answered, problems);
+    }
     if let Some(upstream) = upstream.as_ref().filter(|u| !upstreams.contains_key(*u)) {
         let known: Vec<&str> = upstreams.keys().map(String::as_str).collect();
         problems.push(
