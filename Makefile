@@ -59,9 +59,10 @@ bench-floor: deps
 bench-modes: deps
 	benches/load/modes.sh
 
-# The request path counted in instructions (callgrind): pass-through, one Redis limit, plan +
-# keyed; BEFORE=<older binary> alternates it with this tree's, the way to show a change costs
-# nothing on a noisy machine.
+# The request path counted in instructions (callgrind): pass-through, one and four Redis
+# limits, plan + keyed, beside the floor (bare pingora-proxy, the same adding the forwarding
+# headers, and that with one EVALSHA through the redis crate); BEFORE=<older binary>
+# alternates it with this tree's, the way to show a change costs nothing on a noisy machine.
 bench-count: deps
 	benches/load/count.sh
 

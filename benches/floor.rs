@@ -10,12 +10,17 @@
 //!   (`X-Forwarded-For`, `X-Request-Id`, `X-Forwarded-Proto`, `X-Forwarded-Host` upstream,
 //!   `X-Request-Id` downstream) through Pingora's own header API, as any Pingora proxy would:
 //!   the floor for a gateway that forwards them.
+//! - `redis`: `forwarding`, and before the upstream one `EVALSHA` per request through the
+//!   `redis` crate's `ConnectionManager` (the connection turnstile decides on), with a key
+//!   and arguments of a one-limit decision's size and a reply of its shape: the floor of a
+//!   gateway that asks Redis once per request through that crate, whatever it decides.
 //! - `core`: no `pingora-proxy` at all — `pingora-core`'s HTTP server session, its HTTP/1
 //!   connector and connection pool, and a loop that copies the request header and body up
 //!   and the response header and body down. It does only what a plain keep-alive HTTP/1
 //!   exchange needs: no upgrades, no retries, no HTTP/2, no filters, no error pages.
 //!
-//! Usage: `cargo bench --bench floor -- <proxy|forwarding|core> <listen addr> <origin addr> <threads>`.
+//! Usage: `cargo bench --bench floor -- <proxy|forwarding|redis|core> <listen addr> <origin addr>
+//! <threads> [redis url]`.
 //! Without arguments (as `cargo test --all-targets` and `cargo bench` run it) it prints this
 //! usage and exits.
 
@@ -86,10 +91,58 @@ impl HttpServerApp for CoreLoop {
 }
 
 /// Bare `pingora-proxy`: the upstream is the only decision (and, when `forwarding`, the
-/// forwarding headers).
+/// forwarding headers; with `redis`, one script call per request too).
 struct BareProxy {
     origin: HttpPeer,
     forwarding: bool,
+    redis: Option<FloorRedis>,
+}
+
+/// A script answering as `check.lua` does for one admitted limit: one string.
+const SCRIPT: &str = "return '1 ' .. ARGV[2] .. ' 1 999999 1000 0 '";
+
+/// One `ConnectionManager`, made on first use inside Pingora's runtime (its driver task
+/// lives there), and the script's SHA.
+struct FloorRedis {
+    url: String,
+    conn: tokio::sync::OnceCell<(redis::aio::ConnectionManager, String)>,
+}
+
+impl FloorRedis {
+    async fn call(&self, client: &str) -> Option<()> {
+        let (conn, sha) = self
+            .conn
+            .get_or_init(|| async {
+                let client = redis::Client::open(self.url.as_str()).expect("redis url");
+                let mut conn = redis::aio::ConnectionManager::new(client)
+                    .await
+                    .expect("redis");
+                let sha: String = redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(SCRIPT)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("SCRIPT LOAD");
+                (conn, sha)
+            })
+            .await;
+        // A one-limit decision's size: its key, then the time, cost, slot and the limit's six.
+        let mut cmd = redis::Cmd::with_capacity(32, 512);
+        cmd.arg("EVALSHA").arg(sha.as_str()).arg(1);
+        cmd.arg(format!(
+            "turnstile:{{{client}}}:redis1:per-s@tb2:1000000/1000/1000000"
+        ));
+        cmd.arg("")
+            .arg(1)
+            .arg("")
+            .arg("per-s")
+            .arg("tb")
+            .arg(1_000_000)
+            .arg(1000);
+        cmd.arg(1_000_000).arg("0");
+        let reply: String = cmd.query_async(&mut conn.clone()).await.ok()?;
+        reply.starts_with("1 ").then_some(())
+    }
 }
 
 /// A request id per request, 32 hex digits (as long as the ids turnstile makes).
@@ -105,6 +158,25 @@ impl ProxyHttp for BareProxy {
 
     fn new_ctx(&self) -> Self::CTX {
         None
+    }
+
+    async fn request_filter(&self, session: &mut Session, _ctx: &mut Self::CTX) -> Result<bool> {
+        let Some(redis) = &self.redis else {
+            return Ok(false);
+        };
+        let client = session
+            .req_header()
+            .headers
+            .get("x-api-key")
+            .and_then(|k| k.to_str().ok())
+            .unwrap_or("anonymous");
+        match redis.call(client).await {
+            Some(()) => Ok(false),
+            None => Err(Error::explain(
+                ErrorType::InternalError,
+                "redis call failed",
+            )),
+        }
     }
 
     async fn upstream_request_filter(
@@ -160,11 +232,15 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
-    let [mode, listen, origin, threads] = args.as_slice() else {
-        println!(
-            "floor (bench-only): cargo bench --bench floor -- <proxy|forwarding|core> <listen> <origin> <threads>"
-        );
-        return;
+    let (mode, listen, origin, threads, redis_url) = match args.as_slice() {
+        [mode, listen, origin, threads] => (mode, listen, origin, threads, None),
+        [mode, listen, origin, threads, url] => (mode, listen, origin, threads, Some(url)),
+        _ => {
+            println!(
+                "floor (bench-only): cargo bench --bench floor -- <proxy|forwarding|redis|core> <listen> <origin> <threads> [redis url]"
+            );
+            return;
+        }
     };
     let threads: usize = threads.parse().expect("threads: a number");
     let origin = HttpPeer::new(origin.as_str(), false, String::new());
@@ -186,15 +262,25 @@ fn main() {
             service.threads = Some(threads);
             server.add_service(service);
         }
-        "proxy" | "forwarding" => {
-            let forwarding = mode == "forwarding";
-            let proxy = BareProxy { origin, forwarding };
+        "proxy" | "forwarding" | "redis" => {
+            let forwarding = mode != "proxy";
+            let redis = (mode == "redis").then(|| FloorRedis {
+                url: redis_url
+                    .expect("redis: a Redis URL after <threads>")
+                    .clone(),
+                conn: tokio::sync::OnceCell::new(),
+            });
+            let proxy = BareProxy {
+                origin,
+                forwarding,
+                redis,
+            };
             let mut service = http_proxy_service(&server.configuration, proxy);
             service.add_tcp(listen);
             service.threads = Some(threads);
             server.add_service(service);
         }
-        other => panic!("unknown mode {other:?}: proxy, forwarding or core"),
+        other => panic!("unknown mode {other:?}: proxy, forwarding, redis or core"),
     }
     server.run_forever();
 }

@@ -10,8 +10,9 @@
 #   keyed    an API key, one plan limit plus one header-keyed limit
 # Before them, in the same run: bare pingora-proxy (benches/floor.rs `proxy`: only
 # upstream_peer) and the same adding the forwarding headers the gateway's pass-through adds,
-# through Pingora's header API (`forwarding`) — the floor the pass column is read against
-# (FLOOR=0: skip them).
+# through Pingora's header API (`forwarding`) — the floor the pass column is read against —
+# and `forwarding` with one EVALSHA per request through the redis crate's ConnectionManager
+# (`redis`): the floor under the limited modes' extra cost (FLOOR=0: skip them).
 # BEFORE=/path/to/an/older/turnstile: that binary too, the two alternated over $ROUNDS rounds
 # (the way to show a change to the request path costs nothing). THREADS=2 CONNS=4: two
 # worker threads and four connections — instructions the second thread adds (callgrind runs
@@ -107,12 +108,12 @@ TOML
   kill "$vg"; wait "$vg" 2>/dev/null || true
 }
 
-# floor MODE: benches/floor.rs's MODE under callgrind, $N requests after 300; prints its
-# instructions per request.
+# floor MODE [REDIS-URL]: benches/floor.rs's MODE under callgrind, $N requests after 300;
+# prints its instructions per request.
 floor() {
   local mode=$1 p vg path
   p=$(port)
-  valgrind --tool=callgrind --callgrind-out-file="$WORK/floor-$mode.out" "$FLOOR_BIN" "$mode" "127.0.0.1:$p" "127.0.0.1:$ORIGIN" "$THREADS" > "$WORK/floor-$mode.log" 2>&1 &
+  valgrind --tool=callgrind --callgrind-out-file="$WORK/floor-$mode.out" "$FLOOR_BIN" "$mode" "127.0.0.1:$p" "127.0.0.1:$ORIGIN" "$THREADS" "${@:2}" > "$WORK/floor-$mode.log" 2>&1 &
   vg=$!; pids+=("$vg")
   wait_started "floor $mode" "$vg" "$p" "$WORK/floor-$mode.log"
   h2load --h1 -c"$CONNS" -n300 "http://127.0.0.1:$p/pass" > /dev/null
@@ -127,7 +128,7 @@ floor() {
 
 if [ "${FLOOR:-1}" != 0 ]; then
   FLOOR_BIN=$(floor_binary)
-  BARE=$(floor proxy); FORWARDING=$(floor forwarding)
+  BARE=$(floor proxy); FORWARDING=$(floor forwarding); FLOOR_REDIS=$(floor redis "redis://127.0.0.1:$REDIS")
 fi
 
 echo "valgrind --tool=callgrind, $THREADS worker thread(s), h2load --h1 -c$CONNS, $N requests per mode after 300 to warm up;"
@@ -139,6 +140,7 @@ row() { awk '{printf "| %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6
 if [ -n "${BARE:-}" ]; then
   echo "| bare pingora-proxy | $BARE | | | | |"
   echo "| pingora-proxy + forwarding headers | $FORWARDING | | | | |"
+  echo "| the same + one EVALSHA through redis-rs | | $FLOOR_REDIS | | | |"
 fi
 rows=$(for _ in $(seq "$ROUNDS"); do
   [ -z "${BEFORE:-}" ] || count before "$BEFORE" | row
@@ -148,10 +150,11 @@ done)
 echo "$rows"
 # The ratios the request path is held to: pass / bare, pass / bare + forwarding, and each
 # limited mode / pass (the gateway's rows, mean over the rounds).
-echo "$rows" | awk -F'|' -v bare="${BARE:-0}" -v fwd="${FORWARDING:-0}" '
+echo "$rows" | awk -F'|' -v bare="${BARE:-0}" -v fwd="${FORWARDING:-0}" -v fred="${FLOOR_REDIS:-0}" '
   { name = $2; gsub(/ /, "", name); if (name == "before" || name == "batch_max=1") next
     p += $3; r += $4; f += $5; k += $6; n++ }
   END { if (!n) exit; p /= n; r /= n; f /= n; k /= n
     print ""
     if (bare > 0) printf "pass / bare pingora-proxy: %.2fx; pass / pingora-proxy + forwarding headers: %.2fx\n", p / bare, p / fwd
-    printf "redis1 / pass: %.2fx; four / pass: %.2fx; keyed / pass: %.2fx\n", r / p, f / p, k / p }'
+    printf "redis1 / pass: %.2fx; four / pass: %.2fx; keyed / pass: %.2fx\n", r / p, f / p, k / p
+    if (fred > 0) printf "the floor: one redis-rs call adds %d instructions to the forwarding proxy (%.2fx); redis1 adds %d to pass\n", fred - fwd, fred / fwd, r - p }'
