@@ -44,21 +44,19 @@ pub fn policy_header<'a>(policies: impl Iterator<Item = &'a Policy>) -> String {
 
 /// `RateLimit` for the given (policy, decision) pairs.
 pub fn ratelimit_header<'a>(entries: impl Iterator<Item = (&'a Policy, &'a Decision)>) -> String {
+    // Appended, not formatted: it runs for every limited request.
     let mut out = String::with_capacity(48);
+    let mut digits = itoa::Buffer::new();
     for (i, (p, d)) in entries.enumerate() {
         if i > 0 {
             out.push_str(", ");
         }
-        if p.is_concurrency() {
-            let _ = write!(out, "\"{}\";r={}", p.name, d.remaining);
-        } else {
-            let _ = write!(
-                out,
-                "\"{}\";r={};t={}",
-                p.name,
-                d.remaining,
-                secs_ceil(d.reset_ms)
-            );
+        for part in ["\"", &p.name, "\";r=", digits.format(d.remaining)] {
+            out.push_str(part);
+        }
+        if !p.is_concurrency() {
+            out.push_str(";t=");
+            out.push_str(digits.format(secs_ceil(d.reset_ms)));
         }
     }
     out
@@ -172,10 +170,9 @@ impl LimitStatus {
         };
         out.push((&RATELIMIT_POLICY, policy));
         let ratelimit = ratelimit_header(self.entries.iter().map(|(p, d)| (p, d)));
-        out.push((
-            &RATELIMIT,
-            HeaderValue::from_str(&ratelimit).expect("ASCII"),
-        ));
+        // The string's own buffer, not a copy of it.
+        let ratelimit = HeaderValue::from_maybe_shared(bytes::Bytes::from(ratelimit));
+        out.push((&RATELIMIT, ratelimit.expect("ASCII")));
         if legacy {
             if let Some(d) = most_restrictive(self.entries.iter().map(|(_, d)| d)) {
                 for (name, value) in legacy_headers(d) {

@@ -3,7 +3,6 @@
 //! means a changed limit starts from fresh keys; old keys expire by their TTL.
 
 use crate::limit::{Algorithm, Policy, Scope};
-use std::fmt::Write;
 
 /// The marker of a call after a decision (a charge, a refund: `lua/lib.lua`'s
 /// `applied_before`), in the hash slot of `sibling` (one of the call's keys, whose `{tag}` it
@@ -17,51 +16,63 @@ pub fn once_key(prefix: &str, sibling: &str, id: &str) -> String {
 }
 
 /// `<prefix>:{<client>}:<route>:<name>@<definition>`; `*` as the route of a client-wide
-/// (all routes) limit.
+/// (all routes) limit. Appended piece by piece, no formatting machinery: this runs for every
+/// limit of every decision.
 pub fn key(prefix: &str, client: &str, route: &str, policy: &Policy) -> String {
+    let mut key = String::with_capacity(
+        prefix.len() + client.len() + route.len() + policy.name.len() + DEFINITION,
+    );
     let route = match policy.scope {
         Scope::Route => route,
         Scope::Client => "*",
     };
-    let mut key =
-        String::with_capacity(prefix.len() + client.len() + route.len() + policy.name.len() + 32);
-    let _ = write!(key, "{prefix}:{{{client}}}:{route}:{}@", policy.name);
+    for part in [prefix, ":{", client, "}:", route, ":", &policy.name, "@"] {
+        key.push_str(part);
+    }
     if let Some(calendar) = policy.calendar() {
-        let _ = write!(
-            key,
-            "cw{}/{}/{}",
-            policy.limit,
-            calendar.unit.as_str(),
-            calendar.zone
-        );
+        key.push_str("cw");
+        numbers(&mut key, &[policy.limit()]);
+        for part in ["/", calendar.unit.as_str(), "/", &calendar.zone] {
+            key.push_str(part);
+        }
         return key;
     }
-    let _ = match policy.algorithm {
+    match policy.algorithm {
         // `lb2:`, `tb2:`: the buckets' second form, one STRING each (lua/leaky_bucket.lua,
         // lua/token_bucket.lua); the first, a HASH, was named `lb<limit>/…`, `tb<limit>/…`,
         // so gateways of both versions never share a key.
-        Algorithm::LeakyBucket => write!(
-            key,
-            "lb2:{}/{}/{}/{}",
-            policy.limit,
-            policy.window_ms,
-            policy.burst,
-            policy.delay()
-        ),
-        Algorithm::TokenBucket => write!(
-            key,
-            "tb2:{}/{}/{}",
-            policy.limit, policy.window_ms, policy.burst
-        ),
-        other => write!(
-            key,
-            "{}{}/{}",
-            algorithm_code(other),
-            policy.limit,
-            policy.window_ms
-        ),
-    };
+        Algorithm::LeakyBucket => {
+            key.push_str("lb2:");
+            let (limit, window, burst) = (policy.limit(), policy.window_ms(), policy.burst());
+            numbers(&mut key, &[limit, window, burst, policy.delay()]);
+        }
+        Algorithm::TokenBucket => {
+            key.push_str("tb2:");
+            numbers(
+                &mut key,
+                &[policy.limit(), policy.window_ms(), policy.burst()],
+            );
+        }
+        other => {
+            key.push_str(algorithm_code(other));
+            numbers(&mut key, &[policy.limit(), policy.window_ms()]);
+        }
+    }
     key
+}
+
+/// Room for a definition's numbers and codes, reserved with the key.
+const DEFINITION: usize = 48;
+
+/// `values` in decimal, `/` between them.
+fn numbers(key: &mut String, values: &[u64]) {
+    let mut digits = itoa::Buffer::new();
+    for (i, &value) in values.iter().enumerate() {
+        if i > 0 {
+            key.push('/');
+        }
+        key.push_str(digits.format(value));
+    }
 }
 
 /// What the scripts call a policy's algorithm: its algorithm, or `cw` for a fixed window on
@@ -111,6 +122,7 @@ pub fn registry_keys(prefix: &str) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limit::calendar::Unit;
 
     #[test]
     fn keys_put_the_client_in_the_hash_tag_and_the_definition_last() {
@@ -128,6 +140,17 @@ mod tests {
         assert_eq!(
             key("gw1", "ada", "orders", &p),
             "gw1:{ada}:orders:smooth@lb2:10/1000/20/5"
+        );
+        let month = crate::limit::calendar::Calendar::new(Unit::Month, "Europe/Berlin").unwrap();
+        let p = Policy::calendar_window("monthly", 5000, month).unwrap();
+        assert_eq!(
+            key("gw1", "ada", "orders", &p),
+            "gw1:{ada}:orders:monthly@cw5000/month/Europe/Berlin"
+        );
+        let p = Policy::concurrency("concurrency", 3, 30_000, Scope::Client).unwrap();
+        assert_eq!(
+            key("gw1", "ada", "orders", &p),
+            "gw1:{ada}:*:concurrency@cc3/30000"
         );
     }
 }
