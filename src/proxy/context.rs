@@ -75,6 +75,8 @@ pub struct RequestCtx {
     /// A CORS preflight routed by the method it asks for, to a route with `cors`: the
     /// gateway answers it after the per-IP bucket.
     pub preflight: bool,
+    /// For the quota endpoint (no route): its CORS rules are `[server] cors`.
+    pub quota: bool,
     /// The request counted in flight to its server (least-request pools).
     pub in_flight: Option<crate::upstream::balance::InFlight>,
     /// Times the request was sent upstream.
@@ -116,6 +118,7 @@ impl RequestCtx {
             tunnel: false,
             cors_origin: false,
             preflight: false,
+            quota: false,
             in_flight: None,
             attempts: 0,
             retry_pending: false,

@@ -12,7 +12,16 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::Result;
 
-/// The route's rules and the request's origin, when its answers carry CORS headers.
+/// The request's CORS rules: its route's, or for the quota endpoint the server's.
+fn rules(ctx: &RequestCtx) -> Option<&Cors> {
+    match ctx.route() {
+        Some(route) => route.config.cors.as_deref(),
+        None if ctx.quota => ctx.snapshot.config.server.cors.as_deref(),
+        None => None,
+    }
+}
+
+/// The rules and the request's origin, when its answers carry CORS headers.
 pub fn allowed<'a>(
     ctx: &'a RequestCtx,
     session: &'a Session,
@@ -20,16 +29,31 @@ pub fn allowed<'a>(
     if !ctx.cors_origin {
         return None;
     }
-    let cors = ctx.route()?.config.cors.as_deref()?;
-    Some((cors, session.req_header().headers.get(ORIGIN)?))
+    Some((rules(ctx)?, session.req_header().headers.get(ORIGIN)?))
 }
 
-/// Answers a preflight (`ctx.preflight`) the route allows with 204 and what it allows; a
-/// refused one is returned, for the caller to answer (403).
-pub async fn answer_preflight(session: &mut Session, ctx: &RequestCtx) -> Result<Option<Reject>> {
-    let Some(route) = ctx.route() else {
-        return Ok(None);
+/// A request for the quota endpoint (`ctx.quota`): whether `[server] cors` allows its origin,
+/// and whether it is a preflight for the gateway to answer.
+pub fn quota_request(session: &Session, ctx: &mut RequestCtx) {
+    let Some(cors) = ctx.snapshot.config.server.cors.as_deref() else {
+        return;
     };
+    let req = session.req_header();
+    ctx.cors_origin = req
+        .headers
+        .get(ORIGIN)
+        .is_some_and(|o| cors.allows_origin(o.as_bytes()));
+    ctx.preflight = crate::chain::cors::preflight_method(&req.method, &req.headers).is_some();
+}
+
+/// Answers a preflight (`ctx.preflight`) the rules allow with 204 and what they allow; a
+/// refused one is returned, for the caller to answer (403). Counted per route (the quota
+/// endpoint's are not).
+pub async fn answer_preflight(session: &mut Session, ctx: &RequestCtx) -> Result<Option<Reject>> {
+    if rules(ctx).is_none() {
+        return Ok(None);
+    }
+    let counts = ctx.route().map(|route| &route.metrics.preflights);
     let headers = &session.req_header().headers;
     let method = headers
         .get(&crate::chain::cors::REQUEST_METHOD)
@@ -39,10 +63,14 @@ pub async fn answer_preflight(session: &mut Session, ctx: &RequestCtx) -> Result
         None => Err(Refusal::Origin),
         Some((cors, origin)) => cors.preflight(origin, method, headers),
     };
-    let [allowed_count, refused_count] = &route.metrics.preflights;
+    let count = |i: usize| {
+        if let Some(counts) = counts {
+            counts[i].inc();
+        }
+    };
     match answer {
         Ok(headers) => {
-            allowed_count.inc();
+            count(0);
             let mut resp = ResponseHeader::build_no_case(204, Some(headers.len() + 1))?;
             resp.insert_header(request_id::NAME.clone(), ctx.request_id.clone())?;
             for (name, value) in headers {
@@ -52,7 +80,7 @@ pub async fn answer_preflight(session: &mut Session, ctx: &RequestCtx) -> Result
             Ok(None)
         }
         Err(why) => {
-            refused_count.inc();
+            count(1);
             Ok(Some(Reject::CorsRefused(why)))
         }
     }

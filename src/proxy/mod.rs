@@ -111,6 +111,8 @@ impl ProxyHttp for Gateway {
             ));
         }
         if quota::is_quota(session, ctx) {
+            ctx.quota = true;
+            cors::quota_request(session, ctx);
             let addr = request::client_addr(session, ctx);
             let ip = addr.map(|a| request::group(a, ctx));
             let checked = request::check_head(session, ctx)

@@ -39,16 +39,25 @@ pub async fn answer(
     ip: Option<u128>,
 ) -> Result<(), Reject> {
     let snapshot = Arc::clone(&ctx.snapshot);
+    if let (Some(table), Some(ip)) = (snapshot.ip_tables.get(&IpTableId::ServerDefault), ip) {
+        let rule = IpRule::new(Arc::clone(&table.limiter));
+        ctx.admission
+            .check_ip_rule(&rule, ip, MonotonicClock.now_ms())?;
+    }
+    if ctx.preflight {
+        // `[server] cors`: answered here, never authenticated (a browser sends no
+        // credentials with it) and never charged.
+        return match crate::proxy::cors::answer_preflight(session, ctx).await {
+            Ok(None) => Ok(()),
+            Ok(Some(refused)) => Err(refused),
+            Err(_) => Err(Reject::BadMessage("the answer could not be written")),
+        };
+    }
     if session.req_header().method != http::Method::GET {
         return Err(Reject::MethodNotAllowed {
             detail: "the quota endpoint answers GET".into(),
             allow: "GET".into(),
         });
-    }
-    if let (Some(table), Some(ip)) = (snapshot.ip_tables.get(&IpTableId::ServerDefault), ip) {
-        let rule = IpRule::new(Arc::clone(&table.limiter));
-        ctx.admission
-            .check_ip_rule(&rule, ip, MonotonicClock.now_ms())?;
     }
     let issuers: Vec<_> = snapshot.identity.issuers.values().cloned().collect();
     let accepted = Accepted {
@@ -83,6 +92,11 @@ pub async fn answer(
             crate::chain::request_id::NAME.clone(),
             ctx.request_id.clone(),
         )?;
+        let mut cors = Vec::new();
+        crate::proxy::cors::on_own_answer(ctx, session, &mut cors);
+        for (name, value) in cors {
+            resp.append_header(name, value)?;
+        }
         session.write_response_header(Box::new(resp), false).await?;
         session
             .write_response_body(Some(Bytes::from(body)), true)

@@ -296,3 +296,46 @@ fn the_servers_cors_is_every_routes_default() {
         &["invalid cors \"no\""],
     );
 }
+
+#[test]
+fn the_quota_endpoint_answers_other_origins_by_the_servers_cors() {
+    let up = Upstream::start("cors");
+    let server = format!(
+        "quota_path = \"/_quota\"\ncors = {{ origins = [\"{APP}\"], headers = [\"x-api-key\"] }}"
+    );
+    let gw = Gateway::start_with(&server, &config(&up));
+    let allow_origin =
+        |r: &http::Response| r.header("access-control-allow-origin").map(str::to_owned);
+    // A browser asks first (its fetch sends X-Api-Key): answered here, not authenticated.
+    let asked = preflight(&gw, "/_quota", APP, "GET", "x-api-key");
+    assert_eq!(asked.status, 204, "{}", asked.text());
+    assert_eq!(allow_origin(&asked).as_deref(), Some(APP));
+    assert!(asked
+        .header("access-control-allow-headers")
+        .is_some_and(|h| h.contains("x-api-key")));
+    assert_eq!(
+        preflight(&gw, "/_quota", "https://evil.example", "GET", "").status,
+        403
+    );
+    // The answer itself, and a refusal, readable by the page.
+    let quota = gw.get_with("/_quota", &[("Origin", APP), ("X-Api-Key", KEY)]);
+    assert_eq!(quota.status, 200, "{}", quota.text());
+    assert_eq!(allow_origin(&quota).as_deref(), Some(APP));
+    assert!(quota
+        .header("access-control-expose-headers")
+        .is_some_and(|h| h.to_ascii_lowercase().contains("ratelimit")));
+    assert_eq!(quota.json()["client"], "ada");
+    let refused = gw.get_with(
+        "/_quota",
+        &[("Origin", APP), ("X-Api-Key", "no-such-key-0123456789")],
+    );
+    assert_eq!(refused.status, 401);
+    assert_eq!(allow_origin(&refused).as_deref(), Some(APP));
+    let elsewhere = gw.get_with(
+        "/_quota",
+        &[("Origin", "https://evil.example"), ("X-Api-Key", KEY)],
+    );
+    assert_eq!(elsewhere.status, 200);
+    assert_eq!(allow_origin(&elsewhere), None);
+    assert_eq!(up.served(), 0, "nothing of it went upstream");
+}
