@@ -26,6 +26,9 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method};
 pub const DEFAULT_METHODS: [&str; 6] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
 
 /// The gateway's headers every allowed origin may read (lower-case, as on the wire).
+/// What a gRPC-Web client reads from the gateway's own answers, exposed on them.
+const GRPC_EXPOSED: [&str; 3] = ["grpc-status", "grpc-message", "grpc-retry-pushback-ms"];
+
 pub const ALWAYS_EXPOSED: [&str; 4] = [
     "ratelimit",
     "ratelimit-policy",
@@ -104,6 +107,9 @@ pub struct Cors {
     methods_value: HeaderValue,
     /// `Access-Control-Expose-Headers` as sent (the gateway's and the configured ones).
     expose_value: HeaderValue,
+    /// The same on the gateway's own answer to a gRPC-Web call, with its status headers
+    /// (a browser's gRPC-Web client reads the status from them).
+    grpc_expose_value: HeaderValue,
     max_age_value: Option<HeaderValue>,
 }
 
@@ -148,6 +154,11 @@ impl Cors {
                 exposed.push(name.as_str());
             }
         }
+        let grpc_exposed: Vec<&str> = exposed
+            .iter()
+            .copied()
+            .chain(GRPC_EXPOSED.into_iter().filter(|g| !exposed.contains(g)))
+            .collect();
         Cors {
             origins,
             methods,
@@ -159,6 +170,8 @@ impl Cors {
                 .unwrap_or(HeaderValue::from_static("GET")),
             expose_value: HeaderValue::try_from(exposed.join(", "))
                 .unwrap_or(HeaderValue::from_static("x-request-id")),
+            grpc_expose_value: HeaderValue::try_from(grpc_exposed.join(", "))
+                .unwrap_or(HeaderValue::from_static("grpc-status")),
             max_age_value: max_age.map(HeaderValue::from),
         }
     }
@@ -216,6 +229,17 @@ impl Cors {
     pub fn actual(&self, origin: &HeaderValue) -> Vec<(HeaderName, HeaderValue)> {
         let mut out = self.common(origin);
         out.push((ACCESS_CONTROL_EXPOSE_HEADERS, self.expose_value.clone()));
+        out
+    }
+
+    /// [`actual`](Self::actual) for the gateway's own answer to a gRPC-Web call: its
+    /// `grpc-status`, `grpc-message` and `grpc-retry-pushback-ms` exposed too.
+    pub fn actual_grpc(&self, origin: &HeaderValue) -> Vec<(HeaderName, HeaderValue)> {
+        let mut out = self.common(origin);
+        out.push((
+            ACCESS_CONTROL_EXPOSE_HEADERS,
+            self.grpc_expose_value.clone(),
+        ));
         out
     }
 

@@ -192,6 +192,7 @@ name = "web"
 path_prefix = "/echo.Echo"
 upstream = "gone"
 auth = "api_key"
+cors = {{ origins = ["https://app.example"], headers = ["x-api-key", "content-type", "x-grpc-web"] }}
 "#,
         dead = free_port()
     ));
@@ -217,7 +218,8 @@ auth = "api_key"
     );
 
     // The answer on the wire, for both gRPC-Web content types: the status and the metadata
-    // in the header, the content type of the call's flavour, an empty body.
+    // in the header, the content type of the call's flavour, an empty body — and, for a
+    // page on an allowed origin, the CORS headers with the status exposed to its script.
     for (sent, answered) in [
         ("application/grpc-web+proto", "application/grpc-web"),
         ("application/grpc-web-text", "application/grpc-web-text"),
@@ -226,10 +228,22 @@ auth = "api_key"
             gw.port,
             "POST",
             "/echo.Echo/Say",
-            &[("content-type", sent), ("x-api-key", KEY)],
+            &[
+                ("content-type", sent),
+                ("x-api-key", KEY),
+                ("origin", "https://app.example"),
+            ],
             b"AAAAAAVoZWxsbw==",
         );
         assert_eq!(resp.status, 200, "{}", resp.text());
+        assert_eq!(
+            resp.header("access-control-allow-origin"),
+            Some("https://app.example")
+        );
+        let exposed = resp.header("access-control-expose-headers").unwrap_or("");
+        for name in ["grpc-status", "grpc-message", "retry-after", "ratelimit"] {
+            assert!(exposed.contains(name), "{name} in {exposed:?}");
+        }
         assert_eq!(resp.header("content-type"), Some(answered));
         assert_eq!(resp.header("grpc-status"), Some("8"));
         let retry_after: u64 = resp.header("retry-after").unwrap().parse().unwrap();
