@@ -117,25 +117,17 @@ pub fn on_response(
     Ok(())
 }
 
-/// The gateway's own answer to a gRPC-Web call from an allowed origin: its CORS headers,
-/// the call's status headers exposed, added to `extra`.
-pub fn on_own_grpc_answer(
-    ctx: &RequestCtx,
-    session: &Session,
-    extra: &mut Vec<(HeaderName, HeaderValue)>,
-) {
-    if let Some((cors, origin)) = allowed(ctx, session) {
-        extra.extend(cors.actual_grpc(origin));
-    }
-}
-
-/// The gateway's own answer to an allowed origin: its CORS headers, added to `extra`.
+/// The gateway's own answer to an allowed origin: its CORS headers, added to `extra` (to a
+/// gRPC call, with the status headers a browser's gRPC-Web client reads exposed).
 pub fn on_own_answer(
     ctx: &RequestCtx,
     session: &Session,
     extra: &mut Vec<(HeaderName, HeaderValue)>,
 ) {
     if let Some((cors, origin)) = allowed(ctx, session) {
-        extra.extend(cors.actual(origin));
+        extra.extend(match ctx.grpc {
+            Some(_) => cors.actual_grpc(origin),
+            None => cors.actual(origin),
+        });
     }
 }

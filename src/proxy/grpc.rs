@@ -29,7 +29,7 @@ pub async fn answer(
     extra: Vec<(HeaderName, HeaderValue)>,
 ) -> Result<()> {
     let mut extra = extra;
-    crate::proxy::cors::on_own_grpc_answer(ctx, session, &mut extra);
+    crate::proxy::cors::on_own_answer(ctx, session, &mut extra);
     // No case map: the same bytes (`response_head.rs`); gRPC is HTTP/2 anyway.
     let mut resp = ResponseHeader::build_no_case(200, Some(6 + extra.len()))?;
     resp.insert_header(CONTENT_TYPE, flavor.content_type())?;
