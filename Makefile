@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping bench-resilience bench-redis-core bench-cluster-batching bench-redis-native bench-modes bench-console bench-console-count bench-count fuzz clean
+.PHONY: all deps deps-demo build release demo cluster-demo test test-repeat lint fmt bench bench-load bench-floor bench-overload bench-tracing bench-tls bench-identity bench-shaping bench-resilience bench-redis-core bench-cluster-batching bench-redis-native bench-modes bench-console bench-console-count bench-count fuzz module clean
 
 all: build
 
@@ -28,9 +28,19 @@ release: deps-demo
 cluster-demo: build
 	@scripts/cluster.sh
 
+# The optional Redis module (module/): target/release/libturnstile_module.so, for
+# `loadmodule` (docs/operations.md). Its unit tests run with `make test`, and the limits
+# suite loads it into the Redis servers it starts.
+module: deps-module
+	$(CARGO) build --release --locked -p turnstile-module
+
+deps-module:
+	@scripts/install-deps.sh module
+
 # --no-fail-fast: one run lists every failing test, not only those of the first failing file.
-test: deps
+test: deps module
 	$(CARGO) test --all-targets --no-fail-fast
+	$(CARGO) test --locked -p turnstile-module
 
 # The suite RUNS times, every other run with all CPUs kept busy by stress-ng; lists each
 # failing test with the runs it failed in (flakiness hunting: CONTENTION=none|cpu|alternate).
@@ -41,7 +51,7 @@ test-repeat: deps
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all

@@ -14,16 +14,21 @@
 #   firefox-esr (or firefox), and geckodriver from crates.io (cargo install, pinned) — the
 #                  console's test in Firefox
 #   stress-ng    — the startup test keeps the CPUs busy (an instance started under load)
+#   libclang-dev — the Redis module's build (`module`, and `test`, which builds it): the
+#                  redis-module crate generates its bindings with bindgen
 # Uses apt-get when root (or via passwordless sudo); otherwise says what to install.
 set -euo pipefail
 
 set_=${1:-test}
-case "$set_" in demo|test) ;; *) echo "usage: $0 [demo|test]" >&2; exit 2 ;; esac
+case "$set_" in demo|test|module) ;; *) echo "usage: $0 [demo|test|module]" >&2; exit 2 ;; esac
 
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+if [ "$set_" != demo ] && ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/*/libclang*.so* >/dev/null 2>&1; then
+  need+=(libclang-dev)
+fi
 if [ "$set_" = test ]; then
   command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
   command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)

@@ -351,3 +351,18 @@ impl SentinelSetup {
         )
     }
 }
+
+/// The turnstile Redis module (`module/`, built by `make module`, which `make test` runs
+/// first): `TURNSTILE_MODULE`, or the release build in this workspace's target directory.
+pub fn module_path() -> String {
+    let path = std::env::var("TURNSTILE_MODULE").unwrap_or_else(|_| {
+        let target = std::env::var("CARGO_TARGET_DIR")
+            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").into());
+        format!("{target}/release/libturnstile_module.so")
+    });
+    assert!(
+        Path::new(&path).exists(),
+        "the Redis module is not built at {path}: run `make module` (make test does)"
+    );
+    path
+}

@@ -21,6 +21,7 @@ mod keyed;
 mod leaky;
 mod leasing;
 mod lua_agrees;
+mod module_agrees;
 mod plan_limits;
 mod redis_store;
 mod redis_transport;

@@ -1,0 +1,38 @@
+//! turnstile's Redis module: a request's limits decided in native code inside Redis, on the
+//! keys and in the stored form of the Lua scripts (`lua/`), so that gateways with and without
+//! it share one Redis and every script it does not replace (leases, charges, refunds,
+//! releases, give-backs) keeps working on what it wrote.
+//!
+//! Commands:
+//! - `TURNSTILE.DECIDE numkeys key… arg…`: `lua/check.lua` — the same keys, arguments and
+//!   reply — for the token bucket, fixed and calendar windows and the sliding window; a
+//!   limit of another algorithm (leaky bucket, sliding log, concurrency) is refused with an
+//!   error naming it, and the caller sends that request to the Lua script. Keys are declared
+//!   by position (as EVAL's are), so a Redis Cluster routes the call, redirects it (`MOVED`,
+//!   `ASK`) and refuses one spanning slots (`CROSSSLOT`) exactly as it does a script.
+//! - `TURNSTILE.VERSION`: the module's version and what it decides.
+//!
+//! Writes are replicated as their effects (`SET … PXAT`, `HSET`, `PEXPIREAT`), never as the
+//! command: a replica must not decide again on its own clock. No panic crosses into Redis:
+//! a command that panicked answers an error and, having written nothing before its decision
+//! was whole, leaves the keyspace as it was.
+//!
+//! Load: `redis-server --loadmodule /path/to/libturnstile_module.so` (Redis 7.0 or later).
+
+pub mod algorithm;
+pub mod args;
+
+// The Redis glue: compiled into what Redis loads (feature `module`, the default); the unit
+// tests build it without registering it, so it is dead code there.
+#[cfg(feature = "module")]
+#[cfg_attr(test, allow(dead_code, unused_imports))]
+mod commands;
+#[cfg(feature = "module")]
+#[cfg_attr(test, allow(dead_code))]
+mod decide;
+#[cfg(feature = "module")]
+#[cfg_attr(test, allow(dead_code))]
+mod store;
+
+/// The module's version, as `TURNSTILE.VERSION` and `MODULE LIST` report it.
+pub const VERSION: i32 = 1;

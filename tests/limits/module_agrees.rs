@@ -1,0 +1,303 @@
+//! The Redis module (`module/`) decides exactly as the Lua scripts: driven with the same
+//! random request sequences — the gateway's own arguments (`Scripts::check_call`), at the
+//! same explicit times — every reply is the same text and every key holds the same bytes,
+//! with refunds (a Lua script) run now and then on what each side wrote. And what it writes
+//! reaches a replica as its effects: the replica's keys equal the primary's, byte for byte,
+//! expiry times included, though the replica has no module to decide with.
+
+use crate::common;
+use crate::lua_agrees::Rng;
+
+use common::redis::{module_path, RedisServer};
+use std::sync::Arc;
+use turnstile::limit::calendar::{Calendar, Unit};
+use turnstile::limit::store::redis::scripts::{Scripts, CHECK_SOURCE, REFUND_SOURCE};
+use turnstile::limit::store::request::{CheckRequest, DecideAt};
+use turnstile::limit::{Algorithm, Policy};
+
+/// The algorithms the module decides: token bucket, fixed, calendar and sliding windows.
+fn native_policy(rng: &mut Rng, i: usize) -> Policy {
+    let name = format!("p{i}");
+    let limit = 1 + rng.below(12);
+    match rng.below(4) {
+        0 => Policy::calendar_window(
+            &name,
+            limit,
+            Calendar::new(Unit::Day, "Asia/Kolkata").unwrap(),
+        )
+        .unwrap(),
+        1 => Policy::new(
+            &name,
+            Algorithm::TokenBucket,
+            limit,
+            window(rng),
+            1 + rng.below(15),
+        ),
+        2 => Policy::new(&name, Algorithm::FixedWindow, limit, window(rng), limit),
+        _ => Policy::new(&name, Algorithm::SlidingWindow, limit, window(rng), limit),
+    }
+}
+
+fn window(rng: &mut Rng) -> u64 {
+    rng.pick(&[7, 50, 100, 250, 1000, 3000, 60_000])
+}
+
+/// A call's arguments after `EVALSHA <sha>`: numkeys, the keys, the script's ARGV.
+fn args_of(call: &redis::Cmd) -> Vec<Vec<u8>> {
+    call.args_iter()
+        .skip(2)
+        .map(|a| match a {
+            redis::Arg::Simple(b) => b.to_vec(),
+            _ => unreachable!("a script call has no cursor"),
+        })
+        .collect()
+}
+
+/// Every key of a server but the refund markers, with its value (a STRING's bytes, a HASH's
+/// fields sorted) and its absolute expiry.
+fn keyspace(conn: &mut redis::Connection, pattern: &str) -> Vec<(String, String, i64)> {
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(conn).unwrap();
+    keys.retain(|k| !k.contains("once"));
+    keys.sort();
+    keys.into_iter()
+        .map(|k| {
+            let kind: String = redis::cmd("TYPE").arg(&k).query(conn).unwrap();
+            let value = match kind.as_str() {
+                "string" => redis::cmd("GET").arg(&k).query::<String>(conn).unwrap(),
+                _ => {
+                    let mut f: Vec<(String, String)> =
+                        redis::cmd("HGETALL").arg(&k).query(conn).unwrap();
+                    f.sort();
+                    format!("{f:?}")
+                }
+            };
+            let at: i64 = redis::cmd("PEXPIRETIME").arg(&k).query(conn).unwrap();
+            (k, value, at)
+        })
+        .collect()
+}
+
+#[test]
+fn the_module_and_lua_decide_and_store_identically_on_random_sequences() {
+    let server = RedisServer::start_with(&["--loadmodule", &module_path()]);
+    let mut conn = server.conn();
+    let scripts = Scripts::new();
+    let check_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(CHECK_SOURCE)
+        .query(&mut conn)
+        .unwrap();
+    let refund_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(REFUND_SOURCE)
+        .query(&mut conn)
+        .unwrap();
+    let time: Vec<String> = redis::cmd("TIME").query(&mut conn).unwrap();
+    let base: u64 = time[0].parse::<u64>().unwrap() * 1000;
+    let (mut compared, mut rejected, mut refunds) = (0, 0, 0);
+    for seed in 1..=40u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let n = 1 + rng.below(3) as usize;
+        let policies: Vec<Policy> = (0..n).map(|i| native_policy(&mut rng, i)).collect();
+        let shadow: Vec<bool> = (0..n).map(|_| rng.below(4) == 0).collect();
+        let max_cost = policies.iter().map(Policy::capacity).min().unwrap().min(3);
+        let client: Arc<str> = format!("client-{seed}").into();
+        let route: Arc<str> = "route".into();
+        let mut at = base;
+        for step in 0..150 {
+            at += rng.pick(&[0, 0, 1, 2, 5, 13, 40, 120, 400, 1500]);
+            let cost = 1 + rng.below(max_cost);
+            let costs: Vec<u64> = if rng.below(2) == 0 {
+                (0..n).map(|_| 1 + rng.below(max_cost)).collect()
+            } else {
+                Vec::new()
+            };
+            let request = CheckRequest {
+                shadow: &shadow,
+                costs: &costs,
+                at: DecideAt::Fixed(at),
+                ..CheckRequest::new(&client, &route, &policies, cost)
+            };
+            let lua: String = redis::cmd("EVALSHA")
+                .arg(&check_sha)
+                .arg(args_of(&scripts.check_call("lua", &request).cmd))
+                .query(&mut conn)
+                .unwrap();
+            let native: String = redis::cmd("TURNSTILE.DECIDE")
+                .arg(args_of(&scripts.check_call("mod", &request).cmd))
+                .query(&mut conn)
+                .unwrap();
+            let context = format!(
+                "seed {seed}, step {step}, at {at}, policies {policies:?}, shadow {shadow:?}"
+            );
+            assert_eq!(native, lua, "{context}");
+            compared += 1;
+            let words: Vec<&str> = lua.split(' ').collect();
+            if words[0] == "0" {
+                rejected += 1;
+            } else if rng.below(5) == 0 {
+                // Given back by the Lua refund script, on what Lua wrote and on what the
+                // module wrote: both must answer and store the same.
+                let committed = |i: usize| words[2 + 4 * i] == "1";
+                let once = format!("r{seed}-{step}");
+                let mut replies = Vec::new();
+                for prefix in ["lua", "mod"] {
+                    // None: every limit was a shadow one that refused (nothing committed).
+                    let Some(call) = scripts.refund_call(prefix, &request, committed, (at, &once))
+                    else {
+                        continue;
+                    };
+                    let reply: redis::Value = redis::cmd("EVALSHA")
+                        .arg(&refund_sha)
+                        .arg(args_of(&call.cmd))
+                        .query(&mut conn)
+                        .unwrap();
+                    replies.push(reply);
+                }
+                assert_eq!(replies.first(), replies.get(1), "refund: {context}");
+                refunds += replies.len() / 2;
+            }
+        }
+        let values = |prefix: &str, conn: &mut redis::Connection| -> Vec<(String, String)> {
+            keyspace(conn, &format!("{prefix}:*{{client-{seed}}}*"))
+                .into_iter()
+                .map(|(k, v, _)| (k.replacen(prefix, "", 1), v))
+                .collect()
+        };
+        let (lua, native) = (values("lua", &mut conn), values("mod", &mut conn));
+        assert!(!lua.is_empty(), "seed {seed}: nothing stored");
+        assert_eq!(native, lua, "seed {seed}: stored state");
+    }
+    // The sequences reached what they are meant to: rejections and refunds on both sides.
+    assert!(
+        compared == 40 * 150 && rejected > 500 && refunds > 200,
+        "{compared} {rejected} {refunds}"
+    );
+}
+
+#[test]
+fn the_module_refuses_bad_arguments_and_what_it_does_not_decide() {
+    let server = RedisServer::start_with(&["--loadmodule", &module_path()]);
+    let mut conn = server.conn();
+    let version: String = redis::cmd("TURNSTILE.VERSION").query(&mut conn).unwrap();
+    assert!(version.starts_with("turnstile-module 1 "), "{version}");
+    for bad in [
+        vec!["1", "k", "", "1", ""],                                   // too few
+        vec!["1", "k", "", "x", "", "a", "tb", "1", "1000", "1", "0"], // a cost not a number
+        vec!["1", "k", "", "1", "", "a", "tb", "0", "1000", "1", "0"], // a limit of 0
+        vec![
+            "1",
+            "k",
+            "",
+            "99999999999999999999",
+            "",
+            "a",
+            "fw",
+            "1",
+            "1",
+            "1",
+            "0",
+        ],
+        vec!["1", "k", "", "1", "", "a", "sl", "1", "1000", "1", "0"], // not native
+        vec!["2", "k"],                                                // keys past the end
+        vec!["x"],
+    ] {
+        let reply: redis::RedisResult<String> =
+            redis::cmd("TURNSTILE.DECIDE").arg(&bad).query(&mut conn);
+        let err = reply.expect_err(&format!("{bad:?} was accepted"));
+        assert!(
+            err.to_string().contains("turnstile module")
+                || err.to_string().contains("wrong number"),
+            "{err}"
+        );
+    }
+    // A key of another type: refused, as the script's GET/HMGET would.
+    let _: () = redis::cmd("SADD")
+        .arg("set")
+        .arg("x")
+        .query(&mut conn)
+        .unwrap();
+    let reply: redis::RedisResult<String> = redis::cmd("TURNSTILE.DECIDE")
+        .arg(&["1", "set", "", "1", "", "a", "tb", "1", "1000", "1", "0"])
+        .query(&mut conn);
+    assert!(reply.unwrap_err().to_string().contains("WRONGTYPE"));
+    // Nothing refused wrote anything; the server is alive.
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    assert_eq!(keys, vec!["set".to_string()]);
+}
+
+#[test]
+fn what_the_module_writes_reaches_a_replica_as_its_effects() {
+    let primary = RedisServer::start_with(&["--loadmodule", &module_path()]);
+    // The replica has no module: it can only apply effects, never decide again.
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    let mut conn = primary.conn();
+    let mut replica_conn = replica.conn();
+    // Linked before anything is decided: every write then travels as a command, not in the
+    // first sync's snapshot.
+    common::wait_until("the replica to link", || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut replica_conn)
+            .unwrap();
+        info.contains("master_link_status:up")
+    });
+    let scripts = Scripts::new();
+    let mut rng = Rng(0x5eed);
+    // Minute-long and day-long windows: no key expires while the two keyspaces are read.
+    let policies = [
+        Policy::new("tb", Algorithm::TokenBucket, 50, 60_000, 20),
+        Policy::new("sw", Algorithm::SlidingWindow, 30, 60_000, 30),
+        Policy::calendar_window("day", 40, Calendar::new(Unit::Day, "Asia/Kolkata").unwrap())
+            .unwrap(),
+        Policy::new("fw", Algorithm::FixedWindow, 10, 60_000, 10),
+    ];
+    let route: Arc<str> = "route".into();
+    let mut decided = 0;
+    for step in 0..400 {
+        let client: Arc<str> = format!("c{}", rng.below(20)).into();
+        let first = rng.below(4) as usize;
+        let n = 1 + rng.below(4 - first as u64) as usize;
+        let request = CheckRequest {
+            at: DecideAt::StoreClockPlus(step * 7),
+            ..CheckRequest::new(&client, &route, &policies[first..first + n], 1)
+        };
+        let _: String = redis::cmd("TURNSTILE.DECIDE")
+            .arg(args_of(&scripts.check_call("mod", &request).cmd))
+            .query(&mut conn)
+            .unwrap();
+        decided += 1;
+    }
+    let offset: i64 = {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut conn)
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("master_repl_offset:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    common::wait_until("the replica to catch up", || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut replica_conn)
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("slave_repl_offset:"))
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .is_some_and(|v| v >= offset)
+    });
+    let on_primary = keyspace(&mut conn, "mod:*");
+    let on_replica = keyspace(&mut replica_conn, "mod:*");
+    assert!(
+        decided == 400 && on_primary.len() > 20,
+        "{}",
+        on_primary.len()
+    );
+    assert_eq!(on_replica, on_primary);
+    // What went over the link: the writes themselves (the replica has no module command).
+    assert!(replica.command_calls("set") > 0 && replica.command_calls("hset") > 0);
+}
