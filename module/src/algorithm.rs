@@ -1,7 +1,8 @@
 //! The decisions themselves, pure: a limit's stored state in, its decision and the state to
 //! write out. Each mirrors its Lua file line for line (`lua/token_bucket.lua`,
-//! `lua/fixed_window.lua`, `lua/sliding_window.lua`), in integers where Lua uses doubles
-//! that stay exact below 2^52 — so the replies are the same text.
+//! `lua/fixed_window.lua`, `lua/sliding_window.lua`; `leaky.rs` and `logs.rs` the others),
+//! in integers where Lua uses doubles that stay exact below 2^52 — so the replies are the
+//! same text.
 
 use crate::args::{Algorithm, Limit};
 
@@ -10,29 +11,41 @@ use crate::args::{Algorithm, Limit};
 pub const TTL_GRACE_MS: i64 = 1000;
 
 /// A limit's stored state, as the Lua scripts keep it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum State {
     /// No key: a full bucket, an empty window.
     #[default]
     Missing,
-    /// A bucket's STRING "<level> <updated>".
-    Bucket { level: i64, updated: i64 },
+    /// A bucket's STRING "<level> <updated>[ <turn> …]" (a leaky bucket's turns given back).
+    Bucket {
+        level: i64,
+        updated: i64,
+        turns: Vec<i64>,
+    },
     /// A window's HASH: `s` (its start), `c`, and `p` (a sliding window's previous count).
     Window {
         start: i64,
         count: i64,
         previous: i64,
     },
+    /// A ZSET's live scores, ascending: a sliding log's entries after `now - window`, or the
+    /// concurrency slots expiring after `now`.
+    Live(Vec<i64>),
 }
 
 /// What a limit reports: admitted, remaining, reset_ms, retry_after_ms (check.lua's four).
 pub type Report = [i64; 4];
 
 /// The state to write when the decision commits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Write {
-    /// `SET key "<level> <time>" PX ttl`.
-    Bucket { level: i64, time: i64, ttl: i64 },
+    /// `SET key "<level> <time>[ <turn> …]" PX ttl`.
+    Bucket {
+        level: i64,
+        time: i64,
+        turns: Vec<i64>,
+        ttl: i64,
+    },
     /// `HSET key c count` (the window the key holds: its TTL stays).
     Count { count: i64 },
     /// `HSET key s start c count [p previous]`, then `PEXPIRE key ttl`.
@@ -42,15 +55,32 @@ pub enum Write {
         previous: Option<i64>,
         ttl: i64,
     },
+    /// `ZREMRANGEBYSCORE key -inf trim`, then `units` members "<at>:<ordinal>" scored `at`,
+    /// ordinals counted on from `ordinal` past those taken (`ZADD NX`), then `PEXPIRE ttl`.
+    Log {
+        trim: i64,
+        at: i64,
+        units: i64,
+        ordinal: i64,
+        ttl: i64,
+    },
+    /// `ZREMRANGEBYSCORE key -inf trim`, then (`take`) the request's slot scored `expires`
+    /// and `PEXPIRE ttl`.
+    Slot {
+        trim: i64,
+        take: bool,
+        expires: i64,
+        ttl: i64,
+    },
 }
 
-fn ceil_div(a: i64, b: i64) -> i64 {
+pub fn ceil_div(a: i64, b: i64) -> i64 {
     (a + b - 1).div_euclid(b)
 }
 
 /// `limit` decided at `now` for `cost` units on `state`: its report, and the write that
 /// commits it (None when it does not admit).
-pub fn decide(limit: &Limit, state: State, now: i64, cost: i64) -> (Report, Option<Write>) {
+pub fn decide(limit: &Limit, state: &State, now: i64, cost: i64) -> (Report, Option<Write>) {
     match limit.algorithm {
         Algorithm::TokenBucket { burst } => {
             token_bucket(state, now, cost, limit.limit, limit.window, burst)
@@ -71,11 +101,16 @@ pub fn decide(limit: &Limit, state: State, now: i64, cost: i64) -> (Report, Opti
             }
         }
         Algorithm::SlidingWindow => sliding_window(state, now, cost, limit.limit, limit.window),
+        Algorithm::LeakyBucket { burst, delay } => {
+            crate::leaky::leaky_bucket(state, now, cost, limit, (burst, delay))
+        }
+        Algorithm::SlidingLog => crate::logs::sliding_log(state, now, cost, limit),
+        Algorithm::Concurrency => crate::logs::concurrency(state, now, cost, limit),
     }
 }
 
 fn token_bucket(
-    state: State,
+    state: &State,
     now: i64,
     cost: i64,
     limit: i64,
@@ -83,8 +118,8 @@ fn token_bucket(
     burst: i64,
 ) -> (Report, Option<Write>) {
     let cap = burst * window;
-    let (mut level, updated) = match state {
-        State::Bucket { level, updated } => (level, updated),
+    let (mut level, updated) = match *state {
+        State::Bucket { level, updated, .. } => (level, updated),
         _ => (cap, 0),
     };
     let elapsed = (now - updated).max(0);
@@ -97,6 +132,7 @@ fn token_bucket(
         let write = Write::Bucket {
             level: after,
             time,
+            turns: Vec::new(),
             ttl: reset + TTL_GRACE_MS,
         };
         return ([1, after / window, reset, 0], Some(write));
@@ -113,14 +149,14 @@ fn token_bucket(
 }
 
 fn window_in(
-    state: State,
+    state: &State,
     now: i64,
     cost: i64,
     limit: i64,
     start: i64,
     stop: i64,
 ) -> (Report, Option<Write>) {
-    let (count, same) = match state {
+    let (count, same) = match *state {
         State::Window {
             start: s, count, ..
         } if s == start => (count, true),
@@ -145,14 +181,14 @@ fn window_in(
 }
 
 fn sliding_window(
-    state: State,
+    state: &State,
     now: i64,
     cost: i64,
     limit: i64,
     window: i64,
 ) -> (Report, Option<Write>) {
     let start = now - now % window;
-    let (cur, prev, same) = match state {
+    let (cur, prev, same) = match *state {
         State::Window {
             start: s,
             count,
@@ -214,18 +250,51 @@ mod tests {
     #[test]
     fn a_token_bucket_drains_and_refills_exactly() {
         let tb = limit("a,tb,2,1000,3,0");
-        let (report, write) = decide(&tb, State::Missing, 10_000, 3);
+        let (report, write) = decide(&tb, &State::Missing, 10_000, 3);
         assert_eq!(report, [1, 0, 1500, 0]);
-        let Some(Write::Bucket { level, time, ttl }) = write else {
-            panic!()
+        let Some(Write::Bucket {
+            level, time, ttl, ..
+        }) = write
+        else {
+            panic!("no write")
         };
         assert_eq!((level, time, ttl), (0, 10_000, 2500));
         let state = State::Bucket {
             level,
             updated: time,
+            turns: Vec::new(),
         };
-        assert_eq!(decide(&tb, state, 10_200, 1).0, [0, 0, 1300, 300]);
-        assert_eq!(decide(&tb, state, 10_500, 1).0, [1, 0, 1500, 0]);
+        assert_eq!(decide(&tb, &state, 10_200, 1).0, [0, 0, 1300, 300]);
+        assert_eq!(decide(&tb, &state, 10_500, 1).0, [1, 0, 1500, 0]);
+    }
+
+    #[test]
+    fn a_leaky_bucket_gives_a_turn_given_back_to_the_next_request() {
+        // 1 per second, 2 may wait, none passes at once past the first.
+        let lb = limit("a,lb,1,1000,2:0,0");
+        let state = State::Bucket {
+            level: 2000,
+            updated: 0,
+            turns: vec![300, 100, 50],
+        };
+        // At 80 the turn at 100 is the earliest still ahead: taken, the backlog unchanged.
+        let (report, write) = decide(&lb, &state, 80, 1);
+        assert_eq!(report, [1, 0, 1920, 20]);
+        let Some(Write::Bucket { level, turns, .. }) = write else {
+            panic!("no write")
+        };
+        assert_eq!((level, turns), (1920, vec![300]));
+    }
+
+    #[test]
+    fn a_sliding_log_waits_for_its_oldest_entries() {
+        let sl = limit("a,sl,2,1000,2,0");
+        let state = State::Live(vec![100, 400]);
+        assert_eq!(decide(&sl, &state, 500, 1).0, [0, 0, 600, 600]);
+        assert_eq!(decide(&sl, &state, 500, 2).0, [0, 0, 600, 900]);
+        let cc = limit("a,cc,2,1000,2,0");
+        assert_eq!(decide(&cc, &State::Live(vec![900]), 500, 1).0, [1, 0, 0, 0]);
+        assert_eq!(decide(&cc, &state, 500, 1).0, [0, 0, 0, 1000]);
     }
 
     #[test]
@@ -237,7 +306,7 @@ mod tests {
             previous: 0,
         };
         // At 1500 the previous window (4) weighs half: 2 used, 2 left.
-        let (report, write) = decide(&sw, state, 1500, 2);
+        let (report, write) = decide(&sw, &state, 1500, 2);
         assert_eq!(report, [1, 0, 500, 0]);
         assert!(matches!(
             write,
@@ -248,6 +317,6 @@ mod tests {
                 ..
             })
         ));
-        assert_eq!(decide(&sw, state, 1500, 3).0[0], 0);
+        assert_eq!(decide(&sw, &state, 1500, 3).0[0], 0);
     }
 }

@@ -36,6 +36,14 @@ pub enum Algorithm {
         bounds: [i64; 4],
     },
     SlidingWindow,
+    /// The leaky bucket that delays: `burst` and `delay` in requests.
+    LeakyBucket {
+        burst: i64,
+        delay: i64,
+    },
+    SlidingLog,
+    /// Requests in flight (`window`: how long a slot lives unreleased).
+    Concurrency,
 }
 
 /// One limit of a decision.
@@ -54,6 +62,8 @@ pub struct Limit<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision<'a> {
     pub time: Time,
+    /// The request's slot id: names its concurrency slots ("" when it has none).
+    pub slot_id: &'a [u8],
     pub limits: Vec<Limit<'a>>,
 }
 
@@ -95,10 +105,25 @@ pub fn decision<'a>(keys: usize, args: &[&'a [u8]]) -> Result<Decision<'a>, Stri
                 }
                 (Algorithm::SlidingWindow, window)
             }
-            b"cw" => (Algorithm::CalendarWindow { bounds: bounds(a[3])? }, 0),
+            b"cw" => (
+                Algorithm::CalendarWindow {
+                    bounds: bounds(a[3])?,
+                },
+                0,
+            ),
+            b"lb" => {
+                let window = positive(a[3], "window")?;
+                let (burst, delay) = shape(a[4])?;
+                if (burst + 1).checked_mul(window).is_none_or(|c| c >= 1 << 52) {
+                    return Err("a leaky bucket's burst × window must be below 2^52".into());
+                }
+                (Algorithm::LeakyBucket { burst, delay }, window)
+            }
+            b"sl" => (Algorithm::SlidingLog, positive(a[3], "window")?),
+            b"cc" => (Algorithm::Concurrency, positive(a[3], "slot lifetime")?),
             other => {
                 return Err(format!(
-                    "algorithm {} is not decided by this module (tb fw cw sw are): send it to the Lua scripts",
+                    "unknown algorithm {}",
                     String::from_utf8_lossy(&other[..other.len().min(8)])
                 ))
             }
@@ -117,7 +142,11 @@ pub fn decision<'a>(keys: usize, args: &[&'a [u8]]) -> Result<Decision<'a>, Stri
             cost,
         });
     }
-    Ok(Decision { time, limits })
+    Ok(Decision {
+        time,
+        slot_id: args[2],
+        limits,
+    })
 }
 
 fn time(arg: &[u8]) -> Result<Time, String> {
@@ -143,6 +172,19 @@ fn positive(arg: &[u8], what: &str) -> Result<i64, String> {
         0 => Err(format!("a {what} of 0")),
         n => Ok(n),
     }
+}
+
+/// A leaky bucket's "burst:delay" (requests), the delay at most the burst.
+fn shape(arg: &[u8]) -> Result<(i64, i64), String> {
+    let (b, d) = match arg.iter().position(|&c| c == b':') {
+        Some(at) => (&arg[..at], &arg[at + 1..]),
+        None => return Err("a leaky bucket's shape must be burst:delay".into()),
+    };
+    let (burst, delay) = (number(b, "burst")?, number(d, "delay")?);
+    if delay > burst {
+        return Err("a leaky bucket's delay must not exceed its burst".into());
+    }
+    Ok((burst, delay))
 }
 
 /// A calendar window's "previous:start:end:next", in order.

@@ -32,7 +32,7 @@ fn version_command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             return Err(RedisError::WrongArity);
         }
         Ok(RedisValue::SimpleString(format!(
-            "turnstile-module {} {} decide tb fw cw sw",
+            "turnstile-module {} {} decide tb lb fw cw sw sl cc",
             VERSION,
             env!("CARGO_PKG_VERSION")
         )))

@@ -1,7 +1,7 @@
 //! `TURNSTILE.DECIDE`: `lua/check.lua` (`lua/decide.lua`'s decide_request) in native code.
 
 use crate::algorithm::{self, Report};
-use crate::args::{self, Algorithm, Time};
+use crate::args::{self, Time};
 use crate::store;
 use redis_module::{raw, Context, RedisError, RedisResult, RedisString, RedisValue};
 
@@ -43,9 +43,8 @@ pub fn decide(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let mut writes = Vec::with_capacity(n);
     let mut rejected: Option<&[u8]> = None;
     for (limit, key) in decision.limits.iter().zip(keys) {
-        let bucket = matches!(limit.algorithm, Algorithm::TokenBucket { .. });
-        let state = store::read(ctx, key, bucket)?;
-        let (report, write) = algorithm::decide(limit, state, now, limit.cost);
+        let state = store::read(ctx, key, limit, now)?;
+        let (report, write) = algorithm::decide(limit, &state, now, limit.cost);
         if report[0] == 0 && rejected.is_none() && !limit.shadow {
             rejected = Some(limit.name);
         }
@@ -57,7 +56,7 @@ pub fn decide(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         None => {
             for (key, write) in keys.iter().zip(writes) {
                 if let Some(write) = write {
-                    store::apply(ctx, key, write, clock)?;
+                    store::apply(ctx, key, write, (clock, decision.slot_id))?;
                 }
             }
         }
@@ -65,7 +64,7 @@ pub fn decide(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             // Nothing is written: limits that would have admitted report their state as it stays.
             for (i, limit) in decision.limits.iter().enumerate() {
                 if reports[i][0] == 1 {
-                    reports[i] = algorithm::decide(limit, states[i], now, 0).0;
+                    reports[i] = algorithm::decide(limit, &states[i], now, 0).0;
                 }
             }
         }

@@ -5,9 +5,8 @@
 //!
 //! Commands:
 //! - `TURNSTILE.DECIDE numkeys key… arg…`: `lua/check.lua` — the same keys, arguments and
-//!   reply — for the token bucket, fixed and calendar windows and the sliding window; a
-//!   limit of another algorithm (leaky bucket, sliding log, concurrency) is refused with an
-//!   error naming it, and the caller sends that request to the Lua script. Keys are declared
+//!   reply — for every algorithm: token and leaky buckets, fixed, calendar and sliding
+//!   windows, sliding logs, concurrency slots. Keys are declared
 //!   by position (as EVAL's are), so a Redis Cluster routes the call, redirects it (`MOVED`,
 //!   `ASK`) and refuses one spanning slots (`CROSSSLOT`) exactly as it does a script.
 //! - `TURNSTILE.VERSION`: the module's version and what it decides.
@@ -21,6 +20,8 @@
 
 pub mod algorithm;
 pub mod args;
+pub mod leaky;
+pub mod logs;
 
 // The Redis glue: compiled into what Redis loads (feature `module`, the default); the unit
 // tests build it without registering it, so it is dead code there.

@@ -3,20 +3,39 @@
 //! AOF replay applies what the primary wrote and never decides again on its own clock.
 
 use crate::algorithm::{State, Write};
-use redis_module::{raw, Context, KeyType, RedisError, RedisString};
+use crate::args::{Algorithm, Limit};
+use redis_module::{raw, Context, KeyType, RedisError, RedisString, RedisValue};
 
-/// A key's state, read as the algorithm of `bucket` (a STRING) or a window (a HASH) keeps it.
-pub fn read(ctx: &Context, name: &RedisString, bucket: bool) -> Result<State, RedisError> {
+/// How an algorithm stores its state.
+#[derive(PartialEq)]
+enum Form {
+    Bucket,
+    Window,
+}
+
+/// `limit`'s state in the key `name` at `now`, as its algorithm keeps it.
+pub fn read(
+    ctx: &Context,
+    name: &RedisString,
+    limit: &Limit,
+    now: i64,
+) -> Result<State, RedisError> {
+    let form = match limit.algorithm {
+        Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => Form::Bucket,
+        Algorithm::SlidingLog => return live(ctx, name, now - limit.window),
+        Algorithm::Concurrency => return live(ctx, name, now),
+        _ => Form::Window,
+    };
     let key = ctx.open_key_writable(name);
-    match (key.key_type(), bucket) {
+    match (key.key_type(), form) {
         (KeyType::Empty, _) => Ok(State::Missing),
-        (KeyType::String, true) => {
+        (KeyType::String, Form::Bucket) => {
             let dma = key.as_string_dma()?;
             bucket_of(&dma).ok_or(RedisError::Str(
                 "ERR turnstile module: a key holds no bucket",
             ))
         }
-        (KeyType::Hash, false) => {
+        (KeyType::Hash, Form::Window) => {
             let field = |f: &str| -> Result<Option<i64>, RedisError> {
                 match key.hash_get(f)? {
                     None => Ok(None),
@@ -42,7 +61,33 @@ pub fn read(ctx: &Context, name: &RedisString, bucket: bool) -> Result<State, Re
     }
 }
 
-/// `lua/lib.lua`'s bucket_of: "<level> <updated>" then anything (a leaky bucket's turns).
+/// The scores of a ZSET's members scored after `after`, ascending (a WRONGTYPE key: the
+/// command's own error, as the script's ZCOUNT gives).
+fn live(ctx: &Context, name: &RedisString, after: i64) -> Result<State, RedisError> {
+    let from = format!("({after}");
+    let args: [&[u8]; 4] = [name.as_slice(), from.as_bytes(), b"+inf", b"WITHSCORES"];
+    let RedisValue::Array(items) = ctx.call("ZRANGEBYSCORE", &args[..])? else {
+        return Err(RedisError::Str(
+            "ERR turnstile module: ZRANGEBYSCORE answered no array",
+        ));
+    };
+    let mut scores = Vec::with_capacity(items.len() / 2);
+    for score in items.iter().skip(1).step_by(2) {
+        let text = match score {
+            RedisValue::BulkString(s) => s.as_bytes(),
+            RedisValue::StringBuffer(s) => s.as_slice(),
+            RedisValue::SimpleString(s) => s.as_bytes(),
+            _ => &[],
+        };
+        let score = crate::args::number(text, "a score")
+            .map_err(|_| RedisError::Str("ERR turnstile module: a member's score is no time"))?;
+        scores.push(score);
+    }
+    Ok(State::Live(scores))
+}
+
+/// `lua/lib.lua`'s bucket_of: "<level> <updated>", then a leaky bucket's turns given back
+/// (every run of digits after them, as the script's `gmatch('%d+')`).
 fn bucket_of(text: &[u8]) -> Option<State> {
     let digits = |b: &[u8]| b.iter().take_while(|c| c.is_ascii_digit()).count();
     let l = digits(text);
@@ -52,9 +97,15 @@ fn bucket_of(text: &[u8]) -> Option<State> {
         return None;
     }
     let number = |b: &[u8]| crate::args::number(b, "").ok();
+    let turns = rest[t..]
+        .split(|c| !c.is_ascii_digit())
+        .filter(|run| !run.is_empty())
+        .map(number)
+        .collect::<Option<Vec<i64>>>()?;
     Some(State::Bucket {
         level: number(&text[..l])?,
         updated: number(&rest[..t])?,
+        turns,
     })
 }
 
@@ -105,15 +156,22 @@ pub fn apply(
     ctx: &Context,
     name: &RedisString,
     write: Write,
-    clock: i64,
+    (clock, slot_id): (i64, &[u8]),
 ) -> Result<(), RedisError> {
     let key = Handle::open(ctx, name);
     let mut buf = itoa::Buffer::new();
     match write {
-        Write::Bucket { level, time, ttl } => {
+        Write::Bucket {
+            level,
+            time,
+            turns,
+            ttl,
+        } => {
             let mut text = itoa::Buffer::new().format(level).to_owned();
-            text.push(' ');
-            text.push_str(buf.format(time));
+            for n in std::iter::once(time).chain(turns) {
+                text.push(' ');
+                text.push_str(buf.format(n));
+            }
             let value = ctx.create_string(text.as_bytes());
             ok(raw::string_set(key.0, value.inner))?;
             let at = clock + ttl;
@@ -161,6 +219,72 @@ pub fn apply(
             let args: [&[u8]; 2] = [name.as_slice(), at.as_bytes()];
             ctx.replicate("PEXPIREAT", &args[..]);
         }
+        Write::Log {
+            trim,
+            at,
+            units,
+            mut ordinal,
+            ttl,
+        } => {
+            drop(key);
+            effect(
+                ctx,
+                "ZREMRANGEBYSCORE",
+                &[name.as_slice(), b"-inf", buf.format(trim).as_bytes()],
+            )?;
+            let score = itoa::Buffer::new().format(at).to_owned();
+            for _ in 0..units {
+                // The first ordinal free at this time (the script's `ZADD NX` loop).
+                loop {
+                    ordinal += 1;
+                    let member = format!("{at}:{ordinal}");
+                    let args: [&[u8]; 4] =
+                        [name.as_slice(), b"NX", score.as_bytes(), member.as_bytes()];
+                    if ctx.call("ZADD", &args[..])? == RedisValue::Integer(1) {
+                        let args: [&[u8]; 3] =
+                            [name.as_slice(), score.as_bytes(), member.as_bytes()];
+                        ctx.replicate("ZADD", &args[..]);
+                        break;
+                    }
+                }
+            }
+            expire_at(ctx, name, clock + ttl)?;
+        }
+        Write::Slot {
+            trim,
+            take,
+            expires,
+            ttl,
+        } => {
+            drop(key);
+            effect(
+                ctx,
+                "ZREMRANGEBYSCORE",
+                &[name.as_slice(), b"-inf", buf.format(trim).as_bytes()],
+            )?;
+            if take {
+                let expires = itoa::Buffer::new().format(expires).to_owned();
+                effect(ctx, "ZADD", &[name.as_slice(), expires.as_bytes(), slot_id])?;
+                expire_at(ctx, name, clock + ttl)?;
+            }
+        }
     }
+    Ok(())
+}
+
+/// A write command run here and replicated as it is (deterministic: no clock of its own).
+fn effect(ctx: &Context, command: &str, args: &[&[u8]]) -> Result<(), RedisError> {
+    ctx.call(command, args)?;
+    ctx.replicate(command, args);
+    Ok(())
+}
+
+/// The key's expiry at `at` (Unix ms), here and on replicas.
+fn expire_at(ctx: &Context, name: &RedisString, at: i64) -> Result<(), RedisError> {
+    let key = Handle::open(ctx, name);
+    key.expire_at(at)?;
+    let at = itoa::Buffer::new().format(at).to_owned();
+    let args: [&[u8]; 2] = [name.as_slice(), at.as_bytes()];
+    ctx.replicate("PEXPIREAT", &args[..]);
     Ok(())
 }

@@ -1,40 +1,34 @@
 //! The Redis module (`module/`) decides exactly as the Lua scripts: driven with the same
 //! random request sequences — the gateway's own arguments (`Scripts::check_call`), at the
 //! same explicit times — every reply is the same text and every key holds the same bytes,
-//! with refunds (a Lua script) run now and then on what each side wrote. And what it writes
+//! on every algorithm, with refunds (a Lua script) run now and then on what each side wrote,
+//! and a third set of keys decided by either at random (a rollout). And what it writes
 //! reaches a replica as its effects: the replica's keys equal the primary's, byte for byte,
 //! expiry times included, though the replica has no module to decide with.
 
 use crate::common;
-use crate::lua_agrees::Rng;
+use crate::lua_agrees::{random_policy, Rng};
 
 use common::redis::{module_path, RedisServer};
 use std::sync::Arc;
 use turnstile::limit::calendar::{Calendar, Unit};
 use turnstile::limit::store::redis::scripts::{Scripts, CHECK_SOURCE, REFUND_SOURCE};
 use turnstile::limit::store::request::{CheckRequest, DecideAt};
-use turnstile::limit::{Algorithm, Policy};
+use turnstile::limit::{Algorithm, Policy, Scope};
 
-/// The algorithms the module decides: token bucket, fixed, calendar and sliding windows.
+/// Every algorithm: the five of `lua_agrees`, a calendar day, and now and then a
+/// concurrency limit.
 fn native_policy(rng: &mut Rng, i: usize) -> Policy {
     let name = format!("p{i}");
-    let limit = 1 + rng.below(12);
-    match rng.below(4) {
+    match rng.below(7) {
         0 => Policy::calendar_window(
             &name,
-            limit,
+            1 + rng.below(12),
             Calendar::new(Unit::Day, "Asia/Kolkata").unwrap(),
         )
         .unwrap(),
-        1 => Policy::new(
-            &name,
-            Algorithm::TokenBucket,
-            limit,
-            window(rng),
-            1 + rng.below(15),
-        ),
-        2 => Policy::new(&name, Algorithm::FixedWindow, limit, window(rng), limit),
-        _ => Policy::new(&name, Algorithm::SlidingWindow, limit, window(rng), limit),
+        1 => Policy::concurrency(&name, 1 + rng.below(4), window(rng), Scope::Route).unwrap(),
+        _ => random_policy(rng, i),
     }
 }
 
@@ -64,6 +58,16 @@ fn keyspace(conn: &mut redis::Connection, pattern: &str) -> Vec<(String, String,
             let kind: String = redis::cmd("TYPE").arg(&k).query(conn).unwrap();
             let value = match kind.as_str() {
                 "string" => redis::cmd("GET").arg(&k).query::<String>(conn).unwrap(),
+                "zset" => {
+                    let m: Vec<(String, String)> = redis::cmd("ZRANGE")
+                        .arg(&k)
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES")
+                        .query(conn)
+                        .unwrap();
+                    format!("{m:?}")
+                }
                 _ => {
                     let mut f: Vec<(String, String)> =
                         redis::cmd("HGETALL").arg(&k).query(conn).unwrap();
@@ -112,9 +116,12 @@ fn the_module_and_lua_decide_and_store_identically_on_random_sequences() {
             } else {
                 Vec::new()
             };
+            // Each request its own concurrency slot.
+            let slot = format!("slot-{seed}-{step}");
             let request = CheckRequest {
                 shadow: &shadow,
                 costs: &costs,
+                slot_id: &slot,
                 at: DecideAt::Fixed(at),
                 ..CheckRequest::new(&client, &route, &policies, cost)
             };
@@ -131,17 +138,34 @@ fn the_module_and_lua_decide_and_store_identically_on_random_sequences() {
                 "seed {seed}, step {step}, at {at}, policies {policies:?}, shadow {shadow:?}"
             );
             assert_eq!(native, lua, "{context}");
+            // A third client's keys decided by either, at random: a rollout, where gateways
+            // with and without the module share one Redis.
+            let mixed = scripts.check_call("mix", &request);
+            let mut by = redis::cmd("TURNSTILE.DECIDE");
+            if rng.below(2) == 0 {
+                by = redis::cmd("EVALSHA");
+                by.arg(&check_sha);
+            }
+            let mixed: String = by.arg(args_of(&mixed.cmd)).query(&mut conn).unwrap();
+            assert_eq!(mixed, lua, "mixed: {context}");
             compared += 1;
             let words: Vec<&str> = lua.split(' ').collect();
             if words[0] == "0" {
                 rejected += 1;
             } else if rng.below(5) == 0 {
                 // Given back by the Lua refund script, on what Lua wrote and on what the
-                // module wrote: both must answer and store the same.
+                // module wrote: both must answer and store the same (a leaky bucket's turn
+                // given back is then taken by a later request, on either side).
                 let committed = |i: usize| words[2 + 4 * i] == "1";
+                // A leaky bucket's turn: how long its limit held the request.
+                let waits: Vec<u64> = (0..n).map(|i| words[5 + 4 * i].parse().unwrap()).collect();
+                let request = CheckRequest {
+                    waits: &waits,
+                    ..request
+                };
                 let once = format!("r{seed}-{step}");
                 let mut replies = Vec::new();
-                for prefix in ["lua", "mod"] {
+                for prefix in ["lua", "mod", "mix"] {
                     // None: every limit was a shadow one that refused (nothing committed).
                     let Some(call) = scripts.refund_call(prefix, &request, committed, (at, &once))
                     else {
@@ -154,8 +178,11 @@ fn the_module_and_lua_decide_and_store_identically_on_random_sequences() {
                         .unwrap();
                     replies.push(reply);
                 }
-                assert_eq!(replies.first(), replies.get(1), "refund: {context}");
-                refunds += replies.len() / 2;
+                assert!(
+                    replies.iter().all(|r| Some(r) == replies.first()),
+                    "refund: {context}"
+                );
+                refunds += usize::from(!replies.is_empty());
             }
         }
         let values = |prefix: &str, conn: &mut redis::Connection| -> Vec<(String, String)> {
@@ -164,9 +191,10 @@ fn the_module_and_lua_decide_and_store_identically_on_random_sequences() {
                 .map(|(k, v, _)| (k.replacen(prefix, "", 1), v))
                 .collect()
         };
-        let (lua, native) = (values("lua", &mut conn), values("mod", &mut conn));
+        let lua = values("lua", &mut conn);
         assert!(!lua.is_empty(), "seed {seed}: nothing stored");
-        assert_eq!(native, lua, "seed {seed}: stored state");
+        assert_eq!(values("mod", &mut conn), lua, "seed {seed}: stored state");
+        assert_eq!(values("mix", &mut conn), lua, "seed {seed}: mixed state");
     }
     // The sequences reached what they are meant to: rejections and refunds on both sides.
     assert!(
@@ -198,7 +226,7 @@ fn the_module_refuses_bad_arguments_and_what_it_does_not_decide() {
             "1",
             "0",
         ],
-        vec!["1", "k", "", "1", "", "a", "sl", "1", "1000", "1", "0"], // not native
+        vec!["1", "k", "", "1", "", "a", "xx", "1", "1000", "1", "0"], // no such algorithm
         vec!["2", "k"],                                                // keys past the end
         vec!["x"],
     ] {
@@ -245,20 +273,26 @@ fn what_the_module_writes_reaches_a_replica_as_its_effects() {
     let scripts = Scripts::new();
     let mut rng = Rng(0x5eed);
     // Minute-long and day-long windows: no key expires while the two keyspaces are read.
+    // Every stored form: STRINGs (buckets, a leaky one's turns), HASHes, ZSETs.
     let policies = [
         Policy::new("tb", Algorithm::TokenBucket, 50, 60_000, 20),
         Policy::new("sw", Algorithm::SlidingWindow, 30, 60_000, 30),
         Policy::calendar_window("day", 40, Calendar::new(Unit::Day, "Asia/Kolkata").unwrap())
             .unwrap(),
         Policy::new("fw", Algorithm::FixedWindow, 10, 60_000, 10),
+        Policy::leaky_bucket("lb", 20, 60_000, 5, 2).unwrap(),
+        Policy::new("sl", Algorithm::SlidingLog, 30, 60_000, 30),
+        Policy::concurrency("cc", 8, 60_000, Scope::Route).unwrap(),
     ];
     let route: Arc<str> = "route".into();
     let mut decided = 0;
     for step in 0..400 {
         let client: Arc<str> = format!("c{}", rng.below(20)).into();
-        let first = rng.below(4) as usize;
-        let n = 1 + rng.below(4 - first as u64) as usize;
+        let first = rng.below(7) as usize;
+        let n = 1 + rng.below(7 - first as u64) as usize;
+        let slot = format!("slot-{step}");
         let request = CheckRequest {
+            slot_id: &slot,
             at: DecideAt::StoreClockPlus(step * 7),
             ..CheckRequest::new(&client, &route, &policies[first..first + n], 1)
         };
