@@ -67,6 +67,78 @@ pub struct Decision<'a> {
     pub limits: Vec<Limit<'a>>,
 }
 
+/// What a member of a batch is (`lua/batch.lua`'s kinds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A request's decision (check.lua's; a member without a kind).
+    Decide,
+    /// A quota question (usage.lua's: `u`).
+    Usage,
+    /// A charge, refund or release (`c`, `r`, `l`): Lua's, not the module's.
+    Other(u8),
+}
+
+/// One member of a batch: its kind, and where its keys and arguments are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub kind: Kind,
+    pub keys: std::ops::Range<usize>,
+    pub args: std::ops::Range<usize>,
+}
+
+/// The most members one batch may carry.
+pub const MAX_MEMBERS: usize = 4096;
+
+/// A batch's layout (`lua/batch.lua`'s ARGV, keys declared): `m`, then per member its kind
+/// (none for a decision), its key count `n`, its argument count `a` and its arguments.
+/// Every member must fit, and nothing may be left over, before any member runs.
+pub fn batch(keys: usize, argv: &[&[u8]]) -> Result<Vec<Member>, String> {
+    let m = match argv.first() {
+        Some([b'a', ..]) => {
+            return Err(
+                "a batch with its keys after the arguments (a Cluster's) is batch.lua's".into(),
+            )
+        }
+        Some(m) => number(m, "the member count")? as usize,
+        None => return Err("no member count".into()),
+    };
+    if m > MAX_MEMBERS {
+        return Err(format!("more than {MAX_MEMBERS} members"));
+    }
+    let (mut members, mut kb, mut p) = (Vec::with_capacity(m), 0, 1);
+    for j in 1..=m {
+        let past = || format!("member {j} runs past the keys or arguments");
+        let first = argv.get(p).ok_or_else(past)?;
+        let (kind, h) = match number(first, "") {
+            Ok(_) => (Kind::Decide, p),
+            Err(_) => match *first {
+                b"u" => (Kind::Usage, p + 1),
+                [k] => (Kind::Other(*k), p + 1),
+                _ => return Err(format!("member {j}: unknown kind")),
+            },
+        };
+        let n = number(argv.get(h).ok_or_else(past)?, "a key count")? as usize;
+        let a = number(argv.get(h + 1).ok_or_else(past)?, "an argument count")? as usize;
+        if kb + n > keys || h + 2 + a > argv.len() {
+            return Err(past());
+        }
+        members.push(Member {
+            kind,
+            keys: kb..kb + n,
+            args: h + 2..h + 2 + a,
+        });
+        (kb, p) = (kb + n, h + 2 + a);
+    }
+    if kb != keys || p != argv.len() {
+        return Err(format!(
+            "{} keys and {} arguments left over",
+            keys - kb,
+            argv.len() - p
+        ));
+    }
+    Ok(members)
+}
+
 /// Reads one decision's arguments (`args`: check.lua's ARGV) for `keys` limits.
 pub fn decision<'a>(keys: usize, args: &[&'a [u8]]) -> Result<Decision<'a>, String> {
     if keys == 0 || keys > MAX_LIMITS {
@@ -221,6 +293,30 @@ mod tests {
             }
         );
         assert!(d.limits[1].shadow && !d.limits[0].shadow);
+    }
+
+    #[test]
+    fn reads_a_batchs_members_and_refuses_a_broken_layout() {
+        let members = batch(3, &args("2,2,4,,1,,x,u,1,3,,0,")).unwrap();
+        assert_eq!(members[0].kind, Kind::Decide);
+        assert_eq!(
+            (members[0].keys.clone(), members[0].args.clone()),
+            (0..2, 3..7)
+        );
+        assert_eq!(members[1].kind, Kind::Usage);
+        assert_eq!(
+            (members[1].keys.clone(), members[1].args.clone()),
+            (2..3, 10..13)
+        );
+        for bad in [
+            "3,2,4,,1,,x,u,1,3,,0,",
+            "1,2,4,,1,,x",
+            "2,2,4,,1,,x,u,1,3,,0,,",
+            "a2",
+            "",
+        ] {
+            assert!(batch(3, &args(bad)).is_err(), "{bad}");
+        }
     }
 
     #[test]

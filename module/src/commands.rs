@@ -26,6 +26,14 @@ fn decide_command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     guarded(ctx, args, decide::decide)
 }
 
+fn usage_command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, args, decide::usage)
+}
+
+fn batch_command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, args, decide::batch)
+}
+
 fn version_command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     guarded(ctx, args, |_, args| {
         if args.len() != 1 {
@@ -67,6 +75,8 @@ redis_module! {
     init: init,
     commands: [
         ["turnstile.decide", decide_command, "write deny-oom getkeys-api", 0, 0, 0, ""],
+        ["turnstile.usage", usage_command, "readonly getkeys-api", 0, 0, 0, ""],
+        ["turnstile.batch", batch_command, "write deny-oom getkeys-api", 0, 0, 0, ""],
         ["turnstile.version", version_command, "readonly fast", 0, 0, 0, ""],
     ],
 }

@@ -1,7 +1,7 @@
 //! `TURNSTILE.DECIDE`: `lua/check.lua` (`lua/decide.lua`'s decide_request) in native code.
 
 use crate::algorithm::{self, Report};
-use crate::args::{self, Time};
+use crate::args::{self, Kind, Time};
 use crate::store;
 use redis_module::{raw, Context, RedisError, RedisResult, RedisString, RedisValue};
 
@@ -9,43 +9,122 @@ fn error(message: String) -> RedisError {
     RedisError::String(format!("ERR turnstile module: {message}"))
 }
 
-pub fn decide(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+/// `numkeys` and the keys of a call laid out as EVAL's: `args[1]` the count, then the keys
+/// (the Cluster's key positions when Redis asks for them: `None`, answered).
+fn keys_of(ctx: &Context, args: &[RedisString], most: usize) -> Result<Option<usize>, RedisError> {
     let numkeys = args
         .get(1)
         .ok_or(RedisError::WrongArity)
         .and_then(|n| args::number(n.as_slice(), "numkeys").map_err(error))?;
     let n = usize::try_from(numkeys).map_err(|_| RedisError::WrongArity)?;
-    if n > args::MAX_LIMITS || args.len() < 2 + n {
+    if n > most || args.len() < 2 + n {
         return Err(error(format!(
-            "numkeys {n} past the arguments, or over {}",
-            args::MAX_LIMITS
+            "numkeys {n} past the arguments, or over {most}"
         )));
     }
     if ctx.is_keys_position_request() {
         for pos in 2..2 + n {
             ctx.key_at_pos(pos as i32);
         }
-        return Ok(RedisValue::NoReply);
+        return Ok(None);
     }
-    let argv: Vec<&[u8]> = args[2 + n..].iter().map(RedisString::as_slice).collect();
-    let decision = args::decision(n, &argv).map_err(error)?;
+    Ok(Some(n))
+}
+
+fn clock() -> i64 {
     // SAFETY: an API function Redis fills in before any command runs.
-    let clock = unsafe { raw::RedisModule_Milliseconds.unwrap()() };
+    unsafe { raw::RedisModule_Milliseconds.unwrap()() }
+}
+
+/// `TURNSTILE.DECIDE`: check.lua.
+pub fn decide(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let Some(n) = keys_of(ctx, &args, args::MAX_LIMITS)? else {
+        return Ok(RedisValue::NoReply);
+    };
+    let argv: Vec<&[u8]> = args[2 + n..].iter().map(RedisString::as_slice).collect();
+    let reply = member(ctx, &args[2..2 + n], &argv, clock(), Kind::Decide)?;
+    Ok(RedisValue::StringBuffer(reply))
+}
+
+/// `TURNSTILE.USAGE`: usage.lua (what a client has left, read without writing).
+pub fn usage(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let Some(n) = keys_of(ctx, &args, args::MAX_LIMITS)? else {
+        return Ok(RedisValue::NoReply);
+    };
+    let argv: Vec<&[u8]> = args[2 + n..].iter().map(RedisString::as_slice).collect();
+    let reply = member(ctx, &args[2..2 + n], &argv, clock(), Kind::Usage)?;
+    Ok(RedisValue::StringBuffer(reply))
+}
+
+/// `TURNSTILE.BATCH`: batch.lua's decisions and quota questions, on one clock reading, in
+/// arrival order; a member that cannot run answers "E <message>" alone and writes nothing.
+/// Charges, refunds and releases stay Lua's (batch.lua): such a member answers "E".
+pub fn batch(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let most = args::MAX_LIMITS * args::MAX_MEMBERS;
+    let Some(n) = keys_of(ctx, &args, most)? else {
+        return Ok(RedisValue::NoReply);
+    };
+    let argv: Vec<&[u8]> = args[2 + n..].iter().map(RedisString::as_slice).collect();
+    let members = args::batch(n, &argv).map_err(error)?;
+    let (keys, clock) = (&args[2..2 + n], clock());
+    let replies = members
+        .iter()
+        .map(|m| {
+            let run = match m.kind {
+                Kind::Other(kind) => Err(error(format!(
+                    "a member of kind {} is batch.lua's",
+                    char::from(kind)
+                ))),
+                kind => member(
+                    ctx,
+                    &keys[m.keys.clone()],
+                    &argv[m.args.clone()],
+                    clock,
+                    kind,
+                ),
+            };
+            RedisValue::StringBuffer(run.unwrap_or_else(|e| {
+                let message = e.to_string();
+                let message = message.strip_prefix("ERR ").unwrap_or(&message);
+                format!("E {message}").into_bytes()
+            }))
+        })
+        .collect();
+    Ok(RedisValue::Array(replies))
+}
+
+/// One request's decision (or quota question: every limit asked at cost 0, nothing written).
+fn member(
+    ctx: &Context,
+    keys: &[RedisString],
+    argv: &[&[u8]],
+    clock: i64,
+    kind: Kind,
+) -> Result<Vec<u8>, RedisError> {
+    let usage = kind == Kind::Usage;
+    if usage && argv.len() != 3 + args::PER * keys.len() {
+        return Err(error(format!(
+            "expected 3 + 6 arguments per key, got {} for {} keys",
+            argv.len(),
+            keys.len()
+        )));
+    }
+    let decision = args::decision(keys.len(), argv).map_err(error)?;
     let now = match decision.time {
         Time::Clock => clock,
         Time::ClockPlus(ms) => clock + ms,
         Time::At(ms) => ms,
     };
-    let keys = &args[2..2 + n];
-
+    let n = keys.len();
     let mut states = Vec::with_capacity(n);
     let mut reports: Vec<Report> = Vec::with_capacity(n);
     let mut writes = Vec::with_capacity(n);
     let mut rejected: Option<&[u8]> = None;
     for (limit, key) in decision.limits.iter().zip(keys) {
         let state = store::read(ctx, key, limit, now)?;
-        let (report, write) = algorithm::decide(limit, &state, now, limit.cost);
-        if report[0] == 0 && rejected.is_none() && !limit.shadow {
+        let cost = if usage { 0 } else { limit.cost };
+        let (report, write) = algorithm::decide(limit, &state, now, cost);
+        if report[0] == 0 && rejected.is_none() && !limit.shadow && !usage {
             rejected = Some(limit.name);
         }
         states.push(state);
@@ -53,6 +132,7 @@ pub fn decide(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         writes.push(write);
     }
     match rejected {
+        None if usage => {}
         None => {
             for (key, write) in keys.iter().zip(writes) {
                 if let Some(write) = write {
@@ -69,7 +149,7 @@ pub fn decide(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             }
         }
     }
-    Ok(RedisValue::StringBuffer(reply(now, &reports, rejected)))
+    Ok(reply(now, &reports, rejected))
 }
 
 /// check.lua's reply: "<admitted> <now>", four integers per limit, then the rejecting limit's

@@ -9,6 +9,13 @@
 //!   windows, sliding logs, concurrency slots. Keys are declared
 //!   by position (as EVAL's are), so a Redis Cluster routes the call, redirects it (`MOVED`,
 //!   `ASK`) and refuses one spanning slots (`CROSSSLOT`) exactly as it does a script.
+//! - `TURNSTILE.USAGE numkeys key… arg…`: `lua/usage.lua` — what a client has left of each
+//!   limit, read without writing.
+//! - `TURNSTILE.BATCH numkeys key… m member…`: `lua/batch.lua`'s layout with its keys
+//!   declared — many decisions and quota questions in one call, on one clock reading, each
+//!   member answering alone ("E <message>" when it cannot run). Charges, refunds and
+//!   releases stay the Lua scripts' (a member of their kinds answers "E"), and so does a
+//!   Cluster's batch of many slots (its keys after its arguments: refused whole).
 //! - `TURNSTILE.VERSION`: the module's version and what it decides.
 //!
 //! Writes are replicated as their effects (`SET … PXAT`, `HSET`, `PEXPIREAT`), never as the

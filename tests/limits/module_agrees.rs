@@ -12,7 +12,7 @@ use crate::lua_agrees::{random_policy, Rng};
 use common::redis::{module_path, RedisServer};
 use std::sync::Arc;
 use turnstile::limit::calendar::{Calendar, Unit};
-use turnstile::limit::store::redis::scripts::{Scripts, CHECK_SOURCE, REFUND_SOURCE};
+use turnstile::limit::store::redis::scripts::{Scripts, BATCH_SOURCE, CHECK_SOURCE, REFUND_SOURCE};
 use turnstile::limit::store::request::{CheckRequest, DecideAt};
 use turnstile::limit::{Algorithm, Policy, Scope};
 
@@ -334,4 +334,117 @@ fn what_the_module_writes_reaches_a_replica_as_its_effects() {
     assert_eq!(on_replica, on_primary);
     // What went over the link: the writes themselves (the replica has no module command).
     assert!(replica.command_calls("set") > 0 && replica.command_calls("hset") > 0);
+}
+
+/// A batch's arguments (`lua/batch.lua`'s, keys declared) from its members' own calls
+/// (`args_of`), each with its kind (`None`: a decision, `Some("u")`: a quota question).
+fn batch_args(members: &[(Option<&str>, Vec<Vec<u8>>)]) -> Vec<Vec<u8>> {
+    let keys =
+        |args: &Vec<Vec<u8>>| -> usize { std::str::from_utf8(&args[0]).unwrap().parse().unwrap() };
+    let total: usize = members.iter().map(|(_, a)| keys(a)).sum();
+    let mut out = vec![total.to_string().into_bytes()];
+    for (_, a) in members {
+        out.extend(a[1..1 + keys(a)].iter().cloned());
+    }
+    out.push(members.len().to_string().into_bytes());
+    for (kind, a) in members {
+        let n = keys(a);
+        out.extend(kind.map(|k| k.as_bytes().to_vec()));
+        out.push(n.to_string().into_bytes());
+        out.push((a.len() - 1 - n).to_string().into_bytes());
+        out.extend(a[1 + n..].iter().cloned());
+    }
+    out
+}
+
+#[test]
+fn the_modules_batches_and_quota_questions_agree_with_batch_lua() {
+    let server = RedisServer::start_with(&["--loadmodule", &module_path()]);
+    let mut conn = server.conn();
+    let scripts = Scripts::new();
+    let batch_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(BATCH_SOURCE)
+        .query(&mut conn)
+        .unwrap();
+    let time: Vec<String> = redis::cmd("TIME").query(&mut conn).unwrap();
+    let base: u64 = time[0].parse::<u64>().unwrap() * 1000;
+    let (mut members_sent, mut questions) = (0, 0);
+    for seed in 1..=25u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1);
+        let n = 1 + rng.below(3) as usize;
+        let policies: Vec<Policy> = (0..n).map(|i| native_policy(&mut rng, i)).collect();
+        let shadow: Vec<bool> = (0..n).map(|_| rng.below(4) == 0).collect();
+        let max_cost = policies.iter().map(Policy::capacity).min().unwrap().min(3);
+        let clients: Vec<Arc<str>> = (0..3).map(|c| format!("b{seed}-c{c}").into()).collect();
+        let route: Arc<str> = "route".into();
+        let mut at = base;
+        for group in 0..30 {
+            at += rng.pick(&[0, 0, 1, 5, 40, 400, 1500]);
+            let size = 1 + rng.below(12) as usize;
+            let asks: Vec<(usize, u64, String)> = (0..size)
+                .map(|i| {
+                    (
+                        rng.below(3) as usize,
+                        1 + rng.below(max_cost),
+                        format!("s{group}-{i}"),
+                    )
+                })
+                .collect();
+            let question = rng.below(4) == 0;
+            let mut replies = Vec::new();
+            for prefix in ["lua", "mod"] {
+                let mut members: Vec<(Option<&str>, Vec<Vec<u8>>)> = asks
+                    .iter()
+                    .map(|(c, cost, slot)| {
+                        let request = CheckRequest {
+                            shadow: &shadow,
+                            slot_id: slot,
+                            at: DecideAt::Fixed(at),
+                            ..CheckRequest::new(&clients[*c], &route, &policies, *cost)
+                        };
+                        (None, args_of(&scripts.check_call(prefix, &request).cmd))
+                    })
+                    .collect();
+                if question {
+                    let keys: Vec<String> = policies
+                        .iter()
+                        .map(|p| {
+                            turnstile::limit::store::redis::keys::key(
+                                prefix,
+                                &clients[0],
+                                &route,
+                                p,
+                            )
+                        })
+                        .collect();
+                    let call = scripts.usage_call(keys.iter().map(String::as_str).zip(&policies));
+                    let mut args = args_of(&call.cmd);
+                    // Asked at the batch's explicit time, as the decisions are.
+                    args[1 + n] = at.to_string().into_bytes();
+                    members.insert(members.len() / 2, (Some("u"), args));
+                }
+                let args = batch_args(&members);
+                let reply: Vec<String> = match prefix {
+                    "lua" => redis::cmd("EVALSHA")
+                        .arg(&batch_sha)
+                        .arg(args)
+                        .query(&mut conn),
+                    _ => redis::cmd("TURNSTILE.BATCH").arg(args).query(&mut conn),
+                }
+                .unwrap();
+                members_sent += members.len();
+                replies.push(reply);
+            }
+            assert_eq!(
+                replies[1], replies[0],
+                "seed {seed}, group {group}, policies {policies:?}"
+            );
+            questions += usize::from(question);
+        }
+    }
+    assert!(
+        members_sent > 2000 && questions > 50,
+        "{members_sent} {questions}"
+    );
 }
