@@ -140,7 +140,7 @@ bench: deps
 FUZZ_SECONDS ?= 60
 fuzz:
 	@command -v cargo-fuzz >/dev/null || { echo "install cargo-fuzz first: cargo install cargo-fuzz"; exit 1; }
-	cd fuzz && for t in config client_ip api_key headers request_path body_fields one_reading; do \
+	cd fuzz && for t in config client_ip api_key headers request_path body_fields one_reading module_args; do \
 		mkdir -p work/$$t && RUSTC_BOOTSTRAP=1 cargo fuzz run -O $$t work/$$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -max_len=4096 || exit 1; \
 	done
 

@@ -165,6 +165,7 @@ fn main() {
                 batch_max,
                 batch_in_flight: 2,
                 startup_grace: std::time::Duration::from_secs(5),
+                decide_with: Default::default(),
             })
             .unwrap(),
         )

@@ -20,6 +20,10 @@
 #   NATIVE=1: also the native probe's rows (benches/native_probe, a Redis module command: NOT
 #   the product, what a decision would cost outside Lua) beside batch.lua's of the same plans.
 #
+#   MODULE=1: also the same plans decided by turnstile's Redis module (module/, built here
+#   with `cargo build --release -p turnstile-module`): TURNSTILE.DECIDE, .BATCH and .USAGE
+#   rows (labels starting with M) beside the Lua rows of the same plans, in the same rounds.
+#
 # Rows alternate within each round, in the opposite order every other round (a row run just
 # after another was seen to read faster: the same script 4-13 % apart as b and b0); the
 # medians are printed as a Markdown table.
@@ -35,6 +39,10 @@ trap 'redis-cli -p "$rport" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$wo
 
 module=()
 if [[ -n ${NATIVE:-} ]]; then module=(--loadmodule "$(benches/load/native_probe.sh)"); fi
+if [[ -n ${MODULE:-} ]]; then
+  cargo build --quiet --release --locked -p turnstile-module >&2
+  module+=(--loadmodule "$PWD/${CARGO_TARGET_DIR:-target}/release/libturnstile_module.so")
+fi
 taskset -c 0 redis-server --port "$rport" --save "" --appendonly no --logfile "$work/redis.log" \
   --daemonize yes --pidfile "$work/redis.pid" ${module[@]+"${module[@]}"}
 wait_port "$rport"
@@ -93,7 +101,7 @@ batch_row() { # label B keys-per-member kind member-arguments...
     for i in $(seq "$n"); do keys+=" t:{c__rand_int__}:ROW:$j:$i"; done
     args+=" $kind$n $# $*"
   done
-  rows[$label]="EVALSHA ${BATCH_SHA:-$batch} $((b * n))$keys $b$args"
+  rows[$label]="${BATCH_CMD:-EVALSHA ${BATCH_SHA:-$batch}} $((b * n))$keys $b$args"
   per_call[$label]=$b
 }
 # The floor of any batched decision in Lua: per key one read and one write with a TTL.
@@ -128,6 +136,23 @@ if [[ -n ${NATIVE:-} ]]; then
   native_row "u. native probe: 1 limit: token bucket, batches of 64" 64 1
   native_row "v. native probe: 4 limits (4 × tb), batches of 16" 16 4
   native_row "w. native probe, Lua's text form: 1 limit: token bucket, batches of 64" 64 1 TSPROBE.BATCHTEXT
+fi
+if [[ -n ${MODULE:-} ]]; then
+  # The rows b, g, h, k, l, m, n and o, decided by the module (the same arguments).
+  for row in b g h n o; do
+    for label in "${!rows[@]}"; do
+      [[ $label == "$row. "* ]] || continue
+      command=${rows[$label]#EVALSHA * }
+      case $row in n|o) verb=TURNSTILE.USAGE ;; *) verb=TURNSTILE.DECIDE ;; esac
+      name="M$row. module: ${label#*. }"
+      name=${name/: usage.lua/: TURNSTILE.USAGE}
+      rows[$name]="$verb $command"
+      if [[ -n ${prefill[$label]:-} ]]; then prefill[$name]=${prefill[$label]}; fi
+    done
+  done
+  BATCH_CMD=TURNSTILE.BATCH batch_row "Mk. module: 1 limit: token bucket, batches of 64" 64 1 - @ 1 @ a tb $BIG 1000 $BIG 0
+  BATCH_CMD=TURNSTILE.BATCH batch_row "Ml. module: 4 limits (tb, sw, sw, fw), batches of 16" 16 4 - @ 1 @ a tb $BIG 1000 $BIG 0 b sw $BIG 60000 0 0 c sw $BIG 3600000 0 0 d fw $BIG 86400000 0 0
+  BATCH_CMD=TURNSTILE.BATCH batch_row "Mm. module: plan + keyed (sw + sw), batches of 32" 32 2 - @ 1 @ a sw $BIG 60000 0 0 b sw $BIG 900000 0 0
 fi
 if [[ -n ${BEFORE_LUA:-} ]]; then
   old_check=$(cli SCRIPT LOAD "$(source_of CHECK_FILES "$BEFORE_LUA")")

@@ -58,7 +58,8 @@ pub fn usage(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// `TURNSTILE.BATCH`: batch.lua's decisions and quota questions, on one clock reading, in
 /// arrival order; a member that cannot run answers "E <message>" alone and writes nothing.
-/// Charges, refunds and releases stay Lua's (batch.lua): such a member answers "E".
+/// Charges, refunds and releases stay Lua's: such a member answers "M" (not run here), and
+/// the gateway sends it alone, as its own script.
 pub fn batch(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let most = args::MAX_LIMITS * args::MAX_MEMBERS;
     let Some(n) = keys_of(ctx, &args, most)? else {
@@ -71,10 +72,15 @@ pub fn batch(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .iter()
         .map(|m| {
             let run = match m.kind {
-                Kind::Other(kind) => Err(error(format!(
-                    "a member of kind {} is batch.lua's",
-                    char::from(kind)
-                ))),
+                // "M": not run here, nothing written — the gateway sends it alone, as its
+                // own script (as it does a Cluster member whose slot moved).
+                Kind::Other(kind) => {
+                    let lua = format!(
+                        "M turnstile module: a member of kind {} is Lua's",
+                        char::from(kind)
+                    );
+                    return RedisValue::StringBuffer(lua.into_bytes());
+                }
                 kind => member(
                     ctx,
                     &keys[m.keys.clone()],

@@ -182,6 +182,7 @@ impl Admin {
         m.set_breaker_state(snapshot.store.breaker_state());
         m.set_store_nodes(&snapshot.store.nodes(), snapshot.store.redirects());
         m.set_store_batches(snapshot.store.batches());
+        m.set_decide_path(snapshot.store.decides_with());
         m.set_store_settlements(snapshot.store.settlements());
     }
 
@@ -262,6 +263,9 @@ impl Admin {
             "store": {
                 "kind": snapshot.store.kind(),
                 "warming": warming,
+                // Redis: what decides now — "module" (turnstile's Redis module, asked at
+                // every connect) or "lua" (store.decide_with).
+                "decides_with": snapshot.store.decides_with(),
                 "circuit_breaker": breaker.as_str(),
                 // From the latest call (decisions and the heartbeat every interval).
                 "status": health.as_str(),

@@ -34,6 +34,7 @@ pub struct Metrics {
     /// Redis Cluster: each node's own breaker, and the slots it serves (set at scrape).
     node_breaker_state: IntGaugeVec,
     node_slots: IntGaugeVec,
+    decide_path: IntGaugeVec,
     /// Redis Cluster: `MOVED` and `ASK` redirects followed.
     redirects: IntCounterVec,
     /// Batches (`batch.lua`): calls, decisions in them, the other members in them (charges,
@@ -255,6 +256,7 @@ impl Metrics {
             reload_success: gauge(r, "turnstile_config_last_reload_success", "1 when the last load or reload of the configuration succeeded (or found it unchanged), 0 when it failed"),
             breaker_transitions: counter_vec(r, "turnstile_circuit_breaker_transitions_total", "Circuit breaker state changes, by the state entered", &["to"]),
             node_breaker_state: gauge_vec(r, "turnstile_store_node_breaker_state", "Redis Cluster: each node's own circuit breaker, 1 for the state it is in (closed, open, half_open)", &["node", "state"]),
+            decide_path: gauge_vec(r, "turnstile_store_decide_path", "Redis: 1 for what decides now (module: turnstile's Redis module; lua: the scripts), 0 for the other (store.decide_with)", &["path"]),
             node_slots: gauge_vec(r, "turnstile_store_node_slots", "Redis Cluster: hash slots each node serves in this instance's slot map (0: a replica)", &["node"]),
             redirects: counter_vec(r, "turnstile_store_redirects_total", "Redis Cluster: calls sent again where a MOVED or ASK reply said", &["kind"]),
             batches: [
@@ -352,6 +354,15 @@ impl Metrics {
         for (kind, total) in [("moved", moved), ("ask", ask)] {
             let counter = self.redirects.with_label_values(&[kind]);
             counter.inc_by(total.saturating_sub(counter.get()));
+        }
+    }
+
+    /// What decides on Redis now (`None`: the memory store).
+    pub fn set_decide_path(&self, path: Option<&str>) {
+        for each in ["module", "lua"] {
+            self.decide_path
+                .with_label_values(&[each])
+                .set(i64::from(path == Some(each)));
         }
     }
 

@@ -11,6 +11,8 @@ pub struct RedisServer {
     pub proc: Proc,
     dir: tempfile::TempDir,
     extra: Vec<String>,
+    /// Never given the module by `TURNSTILE_TEST_MODULE` (a test's own choice of modules).
+    plain: bool,
 }
 
 impl RedisServer {
@@ -20,15 +22,29 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments (e.g. `["--maxmemory", "1mb"]`).
     pub fn start_with(extra: &[&str]) -> RedisServer {
+        RedisServer::started(extra, false)
+    }
+
+    /// A server that never has the module, whatever the suite's run.
+    pub fn start_plain() -> RedisServer {
+        RedisServer::started(&[], true)
+    }
+
+    fn started(extra: &[&str], plain: bool) -> RedisServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port();
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let proc = spawn(port, dir.path(), &extra);
+        let args = match plain {
+            true => extra.clone(),
+            false => with_suite_module(&extra),
+        };
+        let proc = spawn(port, dir.path(), &args);
         let server = RedisServer {
             port,
             proc,
             dir,
             extra,
+            plain,
         };
         server.wait_ready();
         server
@@ -82,8 +98,20 @@ impl RedisServer {
     /// Starts a new, empty server on the same port after [`kill`](Self::kill).
     pub fn restart(&mut self) {
         self.proc.kill();
-        self.proc = spawn(self.port, self.dir.path(), &self.extra);
+        let extra = match self.plain {
+            true => self.extra.clone(),
+            false => with_suite_module(&self.extra),
+        };
+        self.proc = spawn(self.port, self.dir.path(), &extra);
         self.wait_ready();
+    }
+
+    /// Kills the server and starts it again on the same port with other extra arguments
+    /// (e.g. without the module it had loaded).
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.extra = extra.iter().map(|s| s.to_string()).collect();
+        self.plain = true;
+        self.restart();
     }
 
     /// SIGSTOP: the server hangs without refusing connections.
@@ -94,6 +122,18 @@ impl RedisServer {
     pub fn thaw(&self) {
         self.proc.signal("CONT");
     }
+}
+
+/// The limits suite's second run (`make test`) decides with the module: with
+/// `TURNSTILE_TEST_MODULE` set, every Redis a test starts loads it (unless the test chose
+/// its modules itself).
+fn with_suite_module(extra: &[String]) -> Vec<String> {
+    let mut extra = extra.to_vec();
+    let chosen = extra.iter().any(|a| a == "--loadmodule");
+    if !chosen && std::env::var_os("TURNSTILE_TEST_MODULE").is_some_and(|v| !v.is_empty()) {
+        extra.extend(["--loadmodule".to_string(), module_path()]);
+    }
+    extra
 }
 
 fn spawn(port: u16, dir: &std::path::Path, extra: &[String]) -> Proc {
@@ -260,13 +300,14 @@ impl RedisCluster {
 
 /// A `redis-server` on loopback, logging to `dir`/`name`.log, without persistence.
 pub fn redis(dir: &Path, name: &str, args: &[&str]) -> Proc {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     Proc::spawn(
         &format!("redis-server {name}"),
         Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(dir)
-            .args(args),
+            .args(with_suite_module(&args)),
         dir.join(format!("{name}.log")),
     )
 }

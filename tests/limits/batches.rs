@@ -37,6 +37,7 @@ fn store_with(
         batch_max,
         batch_in_flight: in_flight,
         startup_grace: std::time::Duration::from_secs(5),
+        decide_with: Default::default(),
     })
     .unwrap()
 }

@@ -75,6 +75,7 @@ async fn lua_and_rust_decide_identically_on_random_sequences() {
         batch_max: 64,
         batch_in_flight: 2,
         startup_grace: std::time::Duration::from_secs(5),
+        decide_with: Default::default(),
     })
     .unwrap();
     let mut compared = 0;
@@ -151,6 +152,7 @@ async fn a_sliding_log_counts_every_unit_after_a_refund_in_the_same_millisecond(
         batch_max: 64,
         batch_in_flight: 2,
         startup_grace: std::time::Duration::from_secs(5),
+        decide_with: Default::default(),
     })
     .unwrap();
     let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
@@ -206,6 +208,7 @@ async fn calendar_windows_agree_across_a_month_boundary_and_a_dst_change() {
         batch_max: 64,
         batch_in_flight: 2,
         startup_grace: std::time::Duration::from_secs(5),
+        decide_with: Default::default(),
     })
     .unwrap();
     let memory = MemoryStore::new(Arc::new(ManualClock::new(0)));
@@ -297,6 +300,7 @@ async fn lua_and_rust_charge_identically() {
         batch_max: 64,
         batch_in_flight: 2,
         startup_grace: std::time::Duration::from_secs(5),
+        decide_with: Default::default(),
     })
     .unwrap();
     let mut compared = 0;

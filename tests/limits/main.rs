@@ -22,6 +22,7 @@ mod leaky;
 mod leasing;
 mod lua_agrees;
 mod module_agrees;
+mod module_store;
 mod plan_limits;
 mod redis_store;
 mod redis_transport;

@@ -45,6 +45,7 @@ fn store(server: &RedisServer, prefix: &str) -> RedisStore {
         batch_max: 64,
         batch_in_flight: 2,
         startup_grace: std::time::Duration::from_secs(5),
+        decide_with: Default::default(),
     })
     .unwrap()
 }
@@ -327,6 +328,7 @@ async fn cluster_keys_of_one_client_share_a_slot_and_the_limit_is_exact() {
             batch_max: 64,
             batch_in_flight: 2,
             startup_grace: std::time::Duration::from_secs(5),
+            decide_with: Default::default(),
         })
         .unwrap(),
     );
@@ -572,6 +574,7 @@ async fn the_slots_of_many_requests_are_renewed_in_one_call_per_redis_or_per_clu
         batch_max: 64,
         batch_in_flight: 2,
         startup_grace: std::time::Duration::from_secs(5),
+        decide_with: Default::default(),
     })
     .unwrap();
     let mut due = Vec::new();

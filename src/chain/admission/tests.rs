@@ -197,6 +197,7 @@ fn failing_store() -> Arc<Store> {
         batch_max: 64,
         batch_in_flight: 2,
         startup_grace: std::time::Duration::from_secs(5),
+        decide_with: Default::default(),
     };
     let failure = FailureSettings {
         breaker_failures: 1000,

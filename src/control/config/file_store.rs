@@ -40,6 +40,8 @@ pub struct StoreFile {
     pub batch_in_flight: Option<usize>,
     /// How long a new store may take to warm before its routes take requests anyway.
     pub startup_grace: Option<HumanDuration>,
+    /// What decides on Redis: "auto" (the module where loaded), "lua" or "module".
+    pub decide_with: Option<crate::limit::store::redis::config::DecideWith>,
     /// Deprecated name of `concurrency_slot_ttl`.
     pub concurrency_lease: Option<HumanDuration>,
 }

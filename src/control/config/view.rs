@@ -295,6 +295,7 @@ fn store(store: &StoreConfig) -> Value {
                 "batch_max": r.batch_max,
                 "batch_in_flight": r.batch_in_flight,
                 "startup_grace": format_duration(r.startup_grace),
+                "decide_with": r.decide_with.as_str(),
             })
         }
     }

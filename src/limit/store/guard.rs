@@ -126,6 +126,14 @@ impl<C: Clock + Clone> Store<C> {
         }
     }
 
+    /// Redis: what decides now, "module" or "lua" (`None`: the memory store).
+    pub fn decides_with(&self) -> Option<&'static str> {
+        match &self.backend {
+            Backend::Redis(r) => Some(r.decides_with()),
+            Backend::Memory(_) => None,
+        }
+    }
+
     /// Redis: what the batch calls carried, and the members sent alone after a refused batch.
     pub fn batches(&self) -> super::redis::BatchTotals {
         match &self.backend {

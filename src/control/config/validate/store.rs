@@ -36,6 +36,7 @@ pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> 
         batch_max,
         batch_in_flight,
         startup_grace,
+        decide_with,
         ..
     } = file;
     debug_assert_ne!(kind, StoreKindFile::Memory);
@@ -86,6 +87,7 @@ pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> 
             batch_max: batch_size(batch_max, problems),
             batch_in_flight: in_flight(batch_in_flight, problems),
             startup_grace: grace(startup_grace, problems),
+            decide_with: decide_with.unwrap_or_default(),
         },
         FailureSettings {
             breaker_failures,
@@ -149,6 +151,7 @@ fn topology(file: &StoreFile, problems: &mut Problems) -> Option<Topology> {
             ("batch_max", file.batch_max.is_some()),
             ("batch_in_flight", file.batch_in_flight.is_some()),
             ("startup_grace", file.startup_grace.is_some()),
+            ("decide_with", file.decide_with.is_some()),
         ];
         for (field, set) in redis_only {
             if set {

@@ -17,6 +17,30 @@ pub enum Topology {
     },
 }
 
+/// What decides on Redis (`store.decide_with`): the Lua scripts (`lua/`), or turnstile's
+/// Redis module (`module/`) where a node has it loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecideWith {
+    /// The module where a node has it (asked at every connect), else Lua.
+    #[default]
+    Auto,
+    /// Always the Lua scripts.
+    Lua,
+    /// Always the module: a connection to a Redis without it fails, naming why.
+    Module,
+}
+
+impl DecideWith {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecideWith::Auto => "auto",
+            DecideWith::Lua => "lua",
+            DecideWith::Module => "module",
+        }
+    }
+}
+
 /// Credentials that override those of the URLs (ACL user, password). Never printed.
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct RedisAuth {
@@ -61,4 +85,6 @@ pub struct RedisConfig {
     /// connection made, authenticated, every script loaded (every primary's, on a Cluster) —
     /// before requests on its routes stop waiting for it (`warmth.rs`).
     pub startup_grace: Duration,
+    /// Lua or the module (`DecideWith`).
+    pub decide_with: DecideWith,
 }

@@ -13,13 +13,14 @@ use crate::limit::store::redis::cluster::ClusterLink;
 use crate::limit::store::redis::config::{RedisConfig, Topology};
 use crate::limit::store::redis::landing::Landing;
 use crate::limit::store::redis::making::{connect_bound, connection_timeout, Making};
+use crate::limit::store::redis::native::Native;
 use crate::limit::store::redis::repair::{repair_loop, LaneWatch, OnDisconnect};
 use crate::limit::store::redis::scripts::{Call, Scripts};
 use crate::limit::store::redis::sentinel::{self, SentinelLanes, Sentinels};
 use crate::limit::store::redis::timeouts::{TimeoutRun, Verdict};
 use crate::limit::store::redis::warmth::{warm_up, WarmUp, Warmth};
 use crate::limit::store::redis::wire::{
-    load, lost_connection, names_protocol, run, tls_certificates, with_auth, Lane, LATE_REPLY,
+    load, lost_connection, names_protocol, run_on, tls_certificates, with_auth, Lane, LATE_REPLY,
 };
 use crate::limit::store::shared_breaker::StoreBreaker;
 use redis::aio::MultiplexedConnection;
@@ -81,6 +82,8 @@ pub struct Link {
     /// Each lane's connection being made in a task of its own (single node, Sentinel).
     making: [Making; 2],
     pub(super) scripts: Arc<Scripts>,
+    /// Whether this Redis decides with the module (single node, Sentinel: `native.rs`).
+    pub(super) native: Native,
     /// Whether the request lane's connection is known lost (and being repaired).
     pub(super) watch: Arc<LaneWatch>,
     /// RESP3: the connections report a drop (single node, Sentinel).
@@ -172,6 +175,7 @@ impl Link {
             nodes,
             store_timeout,
             scripts,
+            native: Native::new(config.decide_with),
             watch: Arc::new(LaneWatch::default()),
             resp3,
             making: Default::default(),
@@ -364,7 +368,7 @@ impl Link {
         Ok(match &self.nodes {
             Nodes::Single { lanes, .. } => {
                 let conn = self.single(lanes, lane).await?;
-                run(call, &mut conn.clone()).await?
+                run_on(call, &mut conn.clone(), (&self.native, &self.scripts)).await?
             }
             // Sent by `invoke`, node by node.
             Nodes::Cluster(_) => {
@@ -376,7 +380,8 @@ impl Link {
             Nodes::Sentinel { lanes, .. } => {
                 let slot = lanes.pick(lane);
                 let conn = self.sentinel(lanes, lane).await?;
-                let result = run(call, &mut (*conn).clone()).await;
+                let result =
+                    run_on(call, &mut (*conn).clone(), (&self.native, &self.scripts)).await;
                 if let Err(e) = &result {
                     if lost_the_primary(e) {
                         // The next call asks the sentinels where the primary is now.
@@ -473,7 +478,7 @@ impl Link {
                         config = config.set_push_sender(OnDisconnect(self.me.clone()));
                     }
                     let mut conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
-                    load(&self.scripts, &mut conn).await?;
+                    load(&self.scripts, &mut conn, Some(&self.native)).await?;
                     Ok::<_, RedisError>(conn)
                 };
                 lanes.pick(lane).get_or_try_init(make).await.map(drop)
@@ -486,7 +491,7 @@ impl Link {
                     config = config.set_push_sender(OnDisconnect(self.me.clone()));
                 }
                 lanes
-                    .connect(client, (lane, config), &self.scripts)
+                    .connect(client, (lane, config), (&self.scripts, &self.native))
                     .await
                     .map(drop)
             }

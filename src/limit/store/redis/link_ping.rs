@@ -38,7 +38,7 @@ impl Ping for Link {
                     // The manager connected again by itself: a Redis that restarted knows
                     // none of the scripts. Loaded before requests use the connection again,
                     // so a release queued meanwhile still runs in the order it was sent.
-                    load(&self.scripts, &mut conn.clone()).await
+                    load(&self.scripts, &mut conn.clone(), Some(&self.native)).await
                 }
                 Nodes::Cluster(cluster) => match cluster.ping().await {
                     true => Ok(()),

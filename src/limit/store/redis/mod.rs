@@ -35,6 +35,7 @@ mod landing;
 mod link_ping;
 mod link_sender;
 mod making;
+pub mod native;
 mod patient;
 mod repair;
 mod reply;
@@ -144,6 +145,12 @@ impl RedisStore {
     /// quota questions), and the members sent alone after a refused batch.
     pub fn batches(&self) -> BatchTotals {
         self.link.batches()
+    }
+
+    /// What decides now: "module" (turnstile's Redis module, found at the last connect) or
+    /// "lua" (always on a Cluster: `native.rs`).
+    pub fn decides_with(&self) -> &'static str {
+        self.link.native.path()
     }
 
     pub fn config(&self) -> &RedisConfig {

@@ -11,6 +11,7 @@
 //! things as they are; a connection that stays silent for a second is left anyway
 //! (`timeouts.rs`).
 
+use crate::limit::store::redis::native::Native;
 use crate::limit::store::redis::scripts::Scripts;
 use crate::limit::store::redis::wire::{load, Lane};
 use redis::aio::MultiplexedConnection;
@@ -47,7 +48,7 @@ impl SentinelLanes {
         &self,
         client: &tokio::sync::Mutex<SentinelClient>,
         (lane, config): (Lane, AsyncConnectionConfig),
-        scripts: &Scripts,
+        (scripts, native): (&Scripts, &Native),
     ) -> Result<Arc<MultiplexedConnection>, RedisError> {
         let slot = self.pick(lane);
         let mut client = client.lock().await;
@@ -59,7 +60,7 @@ impl SentinelLanes {
         let mut conn = primary
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        load(scripts, &mut conn).await?;
+        load(scripts, &mut conn, Some(native)).await?;
         let conn = Arc::new(conn);
         if matches!(lane, Lane::Requests) {
             *self.requests_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(at);

@@ -4,6 +4,7 @@
 
 use crate::limit::store::error::StoreError;
 use crate::limit::store::redis::config::{RedisAuth, RedisTls};
+use crate::limit::store::redis::native::{native_cmd, unknown_command, verb, Native};
 use crate::limit::store::redis::scripts::{Call, Scripts};
 use redis::{ErrorKind, RedisConnectionInfo, RedisError, ServerErrorKind, TlsCertificates};
 use std::time::Duration;
@@ -23,6 +24,25 @@ pub enum Lane {
 /// that timeout still reaches a caller that kept waiting for it (a lease renewal, whose grant
 /// is then kept instead of lost).
 pub const LATE_REPLY: Duration = Duration::from_secs(30);
+
+/// Sends `call` to the module (`native`: where the connection's Redis has it and the call
+/// has a command there), else by SHA (`run`); a module gone since the connect turns it off
+/// and the call goes by SHA.
+pub async fn run_on<T: redis::FromRedisValue, C: redis::aio::ConnectionLike>(
+    call: &Call<'_>,
+    conn: &mut C,
+    (native, scripts): (&Native, &Scripts),
+) -> Result<T, RedisError> {
+    if native.on() {
+        if let Some(verb) = verb(scripts, call.script) {
+            match native_cmd(&call.cmd, verb).query_async(conn).await {
+                Err(e) if unknown_command(&e) => native.lost(),
+                result => return result,
+            }
+        }
+    }
+    run(call, conn).await
+}
 
 /// Sends `call` by SHA; if Redis does not know the script (it restarted, or its scripts were
 /// flushed, since the connection loaded them), loads it and sends the call again.
@@ -51,9 +71,13 @@ pub async fn run<T: redis::FromRedisValue, C: redis::aio::ConnectionLike>(
 /// All in one round trip (a pipeline): a new connection's first decisions wait for this, and
 /// on a busy machine each round trip is a wake-up or two — ten of them in a row could outlast
 /// `store.timeout` and leave a freshly started gateway's first decisions to the failure mode.
+///
+/// `native` (single node, Sentinel): the same round trip asks whether this Redis has the
+/// module (`native.rs`).
 pub async fn load<C: redis::aio::ConnectionLike>(
     scripts: &Scripts,
     conn: &mut C,
+    native: Option<&Native>,
 ) -> Result<(), RedisError> {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
@@ -63,7 +87,13 @@ pub async fn load<C: redis::aio::ConnectionLike>(
     pipe.cmd("SCRIPT")
         .arg("LOAD")
         .arg(super::scripts::BATCH_SOURCE);
+    if native.is_some() {
+        pipe.cmd("TURNSTILE.VERSION");
+    }
     let mut loaded: Vec<redis::RedisResult<String>> = pipe.query_async(conn).await?;
+    if let (Some(native), Some(answer)) = (native, native.and(loaded.pop())) {
+        native.found(answer)?;
+    }
     // Batching only: where Redis refuses it (older than 7), every decision is its own call.
     if let Some(Err(e)) = loaded.pop() {
         log::debug!("Redis did not load the batch script: {e}");

@@ -295,7 +295,7 @@ impl Node {
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        load(&self.scripts, &mut conn).await?;
+        load(&self.scripts, &mut conn, None).await?;
         Ok(conn)
     }
 }
