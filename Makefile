@@ -38,9 +38,12 @@ deps-module:
 	@scripts/install-deps.sh module
 
 # --no-fail-fast: one run lists every failing test, not only those of the first failing file.
+# Then the module's own tests, and the limits suite once more with the module loaded into
+# every Redis the tests start (TURNSTILE_TEST_MODULE): both paths pass the same tests.
 test: deps module
 	$(CARGO) test --all-targets --no-fail-fast
 	$(CARGO) test --locked -p turnstile-module
+	TURNSTILE_TEST_MODULE=1 $(CARGO) test --test limits --no-fail-fast
 
 # The suite RUNS times, every other run with all CPUs kept busy by stress-ng; lists each
 # failing test with the runs it failed in (flakiness hunting: CONTENTION=none|cpu|alternate).

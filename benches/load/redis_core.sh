@@ -22,7 +22,8 @@
 #
 #   MODULE=1: also the same plans decided by turnstile's Redis module (module/, built here
 #   with `cargo build --release -p turnstile-module`): TURNSTILE.DECIDE, .BATCH and .USAGE
-#   rows (labels starting with M) beside the Lua rows of the same plans, in the same rounds.
+#   rows (labels starting with M) beside the Lua rows of the same plans, in the same rounds
+#   (MODULE_SO=<library>: that build instead).
 #
 # Rows alternate within each round, in the opposite order every other round (a row run just
 # after another was seen to read faster: the same script 4-13 % apart as b and b0); the
@@ -40,8 +41,12 @@ trap 'redis-cli -p "$rport" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$wo
 module=()
 if [[ -n ${NATIVE:-} ]]; then module=(--loadmodule "$(benches/load/native_probe.sh)"); fi
 if [[ -n ${MODULE:-} ]]; then
-  cargo build --quiet --release --locked -p turnstile-module >&2
-  module+=(--loadmodule "$PWD/${CARGO_TARGET_DIR:-target}/release/libturnstile_module.so")
+  # MODULE_SO: a library built elsewhere (another commit's, to compare).
+  if [[ -z ${MODULE_SO:-} ]]; then
+    cargo build --quiet --release --locked -p turnstile-module >&2
+    MODULE_SO="$PWD/${CARGO_TARGET_DIR:-target}/release/libturnstile_module.so"
+  fi
+  module+=(--loadmodule "$MODULE_SO")
 fi
 taskset -c 0 redis-server --port "$rport" --save "" --appendonly no --logfile "$work/redis.log" \
   --daemonize yes --pidfile "$work/redis.pid" ${module[@]+"${module[@]}"}

@@ -14,8 +14,9 @@
 //! - `TURNSTILE.BATCH numkeys key… m member…`: `lua/batch.lua`'s layout with its keys
 //!   declared — many decisions and quota questions in one call, on one clock reading, each
 //!   member answering alone ("E <message>" when it cannot run). Charges, refunds and
-//!   releases stay the Lua scripts' (a member of their kinds answers "M": not run here, the
-//!   gateway sends it alone, as it does a Cluster member whose slot moved), and so does a
+//!   releases stay the Lua scripts' — the gateway sends a batch carrying one to `batch.lua`
+//!   whole (a member of their kinds sent here answers "M": not run, nothing written, and
+//!   is sent alone, as a Cluster member whose slot moved is) — and so does a
 //!   Cluster's batch of many slots (its keys after its arguments: refused whole).
 //! - `TURNSTILE.VERSION`: the module's version and what it decides.
 //!

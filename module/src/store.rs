@@ -36,22 +36,22 @@ pub fn read(
             ))
         }
         (KeyType::Hash, Form::Window) => {
-            let field = |f: &str| -> Result<Option<i64>, RedisError> {
-                match key.hash_get(f)? {
-                    None => Ok(None),
-                    Some(v) => crate::args::number(v.as_slice(), "a window's field")
-                        .map(Some)
-                        .map_err(|_| {
-                            RedisError::Str("ERR turnstile module: a key holds no window")
-                        }),
-                }
-            };
-            Ok(match field("s")? {
-                None => State::Missing,
-                Some(start) => State::Window {
+            // One HashGet for the three fields (`s`, `c`, `p`), each a decimal integer.
+            let mut fields = [None; 3];
+            for (name, value) in key.hash_get_multi::<_, RedisString>(&["s", "c", "p"])? {
+                let at = ["s", "c", "p"].iter().position(|f| *f == name).unwrap_or(0);
+                fields[at] = Some(
+                    crate::args::number(value.as_slice(), "a window's field").map_err(|_| {
+                        RedisError::Str("ERR turnstile module: a key holds no window")
+                    })?,
+                );
+            }
+            Ok(match fields {
+                [None, ..] => State::Missing,
+                [Some(start), count, previous] => State::Window {
                     start,
-                    count: field("c")?.unwrap_or(0),
-                    previous: field("p")?.unwrap_or(0),
+                    count: count.unwrap_or(0),
+                    previous: previous.unwrap_or(0),
                 },
             })
         }
@@ -119,6 +119,40 @@ impl Handle {
             name.inner,
             raw::KeyMode::READ | raw::KeyMode::WRITE,
         ))
+    }
+
+    /// A window's fields `s`, `c` (and `p`) in one `RedisModule_HashSet` call (its answer
+    /// counts fields replaced: nothing to fail on, the key a HASH or missing, open to write).
+    fn set_window(&self, s: &RedisString, c: &RedisString, p: Option<&RedisString>) {
+        let flags = raw::REDISMODULE_HASH_CFIELDS as i32;
+        let end = std::ptr::null::<std::ffi::c_char>();
+        // SAFETY: a function Redis fills in before any command runs; C-string field names
+        // (REDISMODULE_HASH_CFIELDS), each followed by its value, the list ended by NULL.
+        unsafe {
+            let set = raw::RedisModule_HashSet.unwrap();
+            match p {
+                Some(p) => set(
+                    self.0,
+                    flags,
+                    c"s".as_ptr(),
+                    s.inner,
+                    c"c".as_ptr(),
+                    c.inner,
+                    c"p".as_ptr(),
+                    p.inner,
+                    end,
+                ),
+                None => set(
+                    self.0,
+                    flags,
+                    c"s".as_ptr(),
+                    s.inner,
+                    c"c".as_ptr(),
+                    c.inner,
+                    end,
+                ),
+            };
+        }
     }
 
     fn expire_at(&self, at_ms: i64) -> Result<(), RedisError> {
@@ -198,8 +232,10 @@ pub fn apply(
                 itoa::Buffer::new(),
             );
             let (start, count) = (b2.format(start), b3.format(count));
-            hash_set(raw::hash_set(key.0, "s", ctx.create_string(start).inner));
-            hash_set(raw::hash_set(key.0, "c", ctx.create_string(count).inner));
+            let previous = previous.map(|p| b4.format(p));
+            let (s, c) = (ctx.create_string(start), ctx.create_string(count));
+            let p = previous.map(|p| ctx.create_string(p));
+            key.set_window(&s, &c, p.as_ref());
             let mut args: Vec<&[u8]> = vec![
                 name.as_slice(),
                 b"s",
@@ -208,8 +244,6 @@ pub fn apply(
                 count.as_bytes(),
             ];
             if let Some(previous) = previous {
-                let previous = b4.format(previous);
-                hash_set(raw::hash_set(key.0, "p", ctx.create_string(previous).inner));
                 args.extend([b"p".as_slice(), previous.as_bytes()]);
             }
             ctx.replicate("HSET", &args[..]);

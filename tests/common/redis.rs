@@ -90,6 +90,15 @@ impl RedisServer {
             .unwrap_or(0)
     }
 
+    /// Calls that decided requests, whichever decided them: `check.lua` and `batch.lua`
+    /// (`EVALSHA`), or the module's commands (the suite's run with `TURNSTILE_TEST_MODULE`).
+    pub fn decision_calls(&self) -> u64 {
+        ["evalsha", "eval", "turnstile.decide", "turnstile.batch"]
+            .iter()
+            .map(|c| self.command_calls(c))
+            .sum()
+    }
+
     /// Kills the server (SIGKILL) — a crash.
     pub fn kill(&mut self) {
         self.proc.kill();
@@ -136,8 +145,14 @@ fn with_suite_module(extra: &[String]) -> Vec<String> {
     extra
 }
 
+/// The server binary: `redis-server`, or `TURNSTILE_TEST_REDIS_SERVER` (e.g. a
+/// `valkey-server`, to run the suite against Valkey).
+pub fn server_binary() -> String {
+    std::env::var("TURNSTILE_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
 fn spawn(port: u16, dir: &std::path::Path, extra: &[String]) -> Proc {
-    let mut cmd = Command::new("redis-server");
+    let mut cmd = Command::new(server_binary());
     cmd.args([
         "--port",
         &port.to_string(),
@@ -303,7 +318,7 @@ pub fn redis(dir: &Path, name: &str, args: &[&str]) -> Proc {
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     Proc::spawn(
         &format!("redis-server {name}"),
-        Command::new("redis-server")
+        Command::new(server_binary())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(dir)

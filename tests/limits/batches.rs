@@ -590,7 +590,7 @@ async fn batch_max_one_sends_every_decision_alone() {
     let requests: Vec<CheckRequest<'_>> = (0..12)
         .map(|_| CheckRequest::new(&client, &route, &policies, 1))
         .collect();
-    let before = server.command_calls("evalsha");
+    let before = server.decision_calls();
     let verdicts = futures::future::join_all(requests.iter().map(|r| redis.check(r))).await;
     let admitted = verdicts
         .iter()
@@ -599,7 +599,7 @@ async fn batch_max_one_sends_every_decision_alone() {
     assert_eq!(admitted, 5);
     assert_eq!(redis.batches(), Default::default());
     assert_eq!(
-        server.command_calls("evalsha") - before,
+        server.decision_calls() - before,
         12,
         "one call per decision"
     );

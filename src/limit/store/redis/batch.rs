@@ -218,8 +218,19 @@ pub fn turn_bound(bound: Duration) -> Duration {
 /// flushed) loads that script, not the decisions'.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sending {
-    Batch,
+    /// `native`: only decisions and quota questions, which the Redis module may run
+    /// (`native.rs`); a batch with charges, refunds or releases is `batch.lua`'s, so that
+    /// its members run in arrival order.
+    Batch {
+        native: bool,
+    },
     Alone(Kind),
+}
+
+impl Sending {
+    pub fn is_batch(self) -> bool {
+        matches!(self, Sending::Batch { .. })
+    }
 }
 
 /// How a batch is sent: `(cmd, what it is)` → what Redis said. Cloned into the driver.
@@ -354,6 +365,7 @@ impl Batcher {
         });
         let cmd = batch_cmd(&self.sha, parts, self.keys_in_args);
         let decisions = members.iter().filter(|m| m.kind == Kind::Decide).count();
+        let questions = members.iter().filter(|m| m.kind == Kind::Usage).count();
         let counts = &self.counts;
         counts.batches.fetch_add(1, Ordering::Relaxed);
         counts
@@ -362,7 +374,8 @@ impl Batcher {
         counts
             .settlements
             .fetch_add((members.len() - decisions) as u64, Ordering::Relaxed);
-        match sender.send(&cmd, Sending::Batch).await {
+        let native = decisions + questions == members.len();
+        match sender.send(&cmd, Sending::Batch { native }).await {
             Sent::Replied(Value::Array(replies)) if replies.len() == members.len() => {
                 for (m, value) in members.into_iter().zip(replies) {
                     let answer = match member_reply(value) {

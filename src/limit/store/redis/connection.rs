@@ -289,6 +289,17 @@ impl Link {
         call: &Call<'_>,
         lane: Lane,
     ) -> Result<T, StoreError> {
+        self.invoke_as(call, lane, true).await
+    }
+
+    /// As `invoke`; `native`: whether the Redis module may run the call where the node has
+    /// it (`native.rs`), or only its script.
+    pub async fn invoke_as<T: redis::FromRedisValue>(
+        &self,
+        call: &Call<'_>,
+        lane: Lane,
+        native: bool,
+    ) -> Result<T, StoreError> {
         if let Nodes::Cluster(cluster) = &self.nodes {
             // Each node's connections, breaker and repair are its own.
             return cluster.invoke(call, lane).await;
@@ -305,7 +316,7 @@ impl Link {
                 ));
             }
         }
-        let result = self.invoke_now(call, lane).await;
+        let result = self.invoke_now(call, lane, native).await;
         if let (Err(e), Lane::Requests) = (&result, lane) {
             if lost_connection(e) {
                 self.watch.lost();
@@ -364,11 +375,13 @@ impl Link {
         &self,
         call: &Call<'_>,
         lane: Lane,
+        native: bool,
     ) -> Result<T, RedisError> {
+        let native = (native, &self.native, &*self.scripts);
         Ok(match &self.nodes {
             Nodes::Single { lanes, .. } => {
                 let conn = self.single(lanes, lane).await?;
-                run_on(call, &mut conn.clone(), (&self.native, &self.scripts)).await?
+                run_on(call, &mut conn.clone(), native).await?
             }
             // Sent by `invoke`, node by node.
             Nodes::Cluster(_) => {
@@ -380,8 +393,7 @@ impl Link {
             Nodes::Sentinel { lanes, .. } => {
                 let slot = lanes.pick(lane);
                 let conn = self.sentinel(lanes, lane).await?;
-                let result =
-                    run_on(call, &mut (*conn).clone(), (&self.native, &self.scripts)).await;
+                let result = run_on(call, &mut (*conn).clone(), native).await;
                 if let Err(e) = &result {
                     if lost_the_primary(e) {
                         // The next call asks the sentinels where the primary is now.

@@ -64,7 +64,7 @@ mod tests {
         async fn send(&self, cmd: &Cmd, what: Sending) -> Sent {
             *self.calls.lock().unwrap() += 1;
             let _ = self.open.acquire().await.map(|p| p.forget());
-            if what != Sending::Batch {
+            if !what.is_batch() {
                 return Sent::Replied(Value::BulkString(b"1".to_vec()));
             }
             let members = number(cmd, 3 + number(cmd, 2));

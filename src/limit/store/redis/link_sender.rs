@@ -46,7 +46,12 @@ impl SendBatch for LinkSender {
                 script: link.scripts.sending(what),
                 cmd: Cow::Borrowed(cmd),
             };
-            let sent = patient(timeout, link.invoke::<redis::Value>(&call, Lane::Requests));
+            // A batch with charges, refunds or releases is batch.lua's (arrival order).
+            let native = !matches!(what, Sending::Batch { native: false });
+            let sent = patient(
+                timeout,
+                link.invoke_as::<redis::Value>(&call, Lane::Requests, native),
+            );
             let result = match sent.await {
                 Ok(result) => result,
                 Err(_) => {
@@ -66,7 +71,7 @@ impl SendBatch for LinkSender {
                     link.answered();
                     Sent::Replied(value)
                 }
-                Err(StoreError::Refused(message)) if what == Sending::Batch => {
+                Err(StoreError::Refused(message)) if what.is_batch() => {
                     Sent::NotDecided(crate::limit::store::redis::batch::unsupported(&message))
                 }
                 Err(e) => Sent::Failed(e),

@@ -34,7 +34,7 @@ impl Scripts {
     /// The script a call made for a batch queue runs: `batch.lua`, or a lone member's own.
     pub fn sending(&self, what: Sending) -> &Script {
         match what {
-            Sending::Batch => &self.batch,
+            Sending::Batch { .. } => &self.batch,
             Sending::Alone(Kind::Decide) => &self.check,
             Sending::Alone(Kind::Charge) => &self.charge,
             Sending::Alone(Kind::Refund) => &self.refund,

@@ -25,15 +25,15 @@ pub enum Lane {
 /// is then kept instead of lost).
 pub const LATE_REPLY: Duration = Duration::from_secs(30);
 
-/// Sends `call` to the module (`native`: where the connection's Redis has it and the call
+/// Sends `call` to the module (where `allowed`, the connection's Redis has it and the call
 /// has a command there), else by SHA (`run`); a module gone since the connect turns it off
 /// and the call goes by SHA.
 pub async fn run_on<T: redis::FromRedisValue, C: redis::aio::ConnectionLike>(
     call: &Call<'_>,
     conn: &mut C,
-    (native, scripts): (&Native, &Scripts),
+    (allowed, native, scripts): (bool, &Native, &Scripts),
 ) -> Result<T, RedisError> {
-    if native.on() {
+    if allowed && native.on() {
         if let Some(verb) = verb(scripts, call.script) {
             match native_cmd(&call.cmd, verb).query_async(conn).await {
                 Err(e) if unknown_command(&e) => native.lost(),

@@ -386,7 +386,7 @@ impl SendBatch for NodeSender {
                 Ok(Ok(value)) => Sent::Replied(value),
                 // A slot on the move: nothing was decided, the ordinary path follows it.
                 Ok(Err(Failure::Redirect { .. } | Failure::TryAgain)) => Sent::NotDecided(false),
-                Ok(Err(Failure::Store(StoreError::Refused(message)))) if what == Sending::Batch => {
+                Ok(Err(Failure::Store(StoreError::Refused(message)))) if what.is_batch() => {
                     Sent::NotDecided(unsupported(&message))
                 }
                 Ok(Err(Failure::Store(e))) => Sent::Failed(e),
