@@ -15,6 +15,9 @@
 #   LAT_RATES="200 5000"  also latency at those fixed rates (oha -q RATE --latency-correction,
 #                         $LAT_DURATION s, -c $CONNS) for the targets in $LAT_TARGETS (default:
 #                         redis1 redis1-alone), alternated over $ROUNDS rounds: median p50 / p99
+#   MODULE=1  also m-redis1, m-redis4, m-keyed: the same against a second Redis with
+#             turnstile's module loaded (module/: store.decide_with = "auto" finds it), each
+#             mode's Redis CPU read off its own Redis (MODULE_SO=<library>: that build).
 # Every round runs the targets in the opposite order to the round before.
 # Limits are far above the offered load: nothing is rejected. Prints one markdown table; for
 # the Redis modes also Redis's CPU per request (the redis-server process, same rounds) and the
@@ -48,7 +51,19 @@ TOKEN="$h.$payload.$(printf '%s.%s' "$h" "$payload" | openssl dgst -sha256 -sign
 ORIGIN=$(port); REDIS=$(port)
 nginx -c "$(origin_conf "$WORK" "$ORIGIN")" & pids+=($!)
 redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" > "$WORK/redis.log" 2>&1 & pids+=($!)
+REDIS_PID=$!
 wait_port "$ORIGIN"; wait_port "$REDIS"
+if [ -n "${MODULE:-}" ]; then
+  if [ -z "${MODULE_SO:-}" ]; then
+    cargo build --quiet --release --locked -p turnstile-module
+    MODULE_SO="$PWD/${CARGO_TARGET_DIR:-target}/release/libturnstile_module.so"
+  fi
+  MREDIS=$(port)
+  redis-server --port "$MREDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
+    --loadmodule "$MODULE_SO" > "$WORK/mredis.log" 2>&1 & pids+=($!)
+  MREDIS_PID=$!
+  wait_port "$MREDIS"
+fi
 
 BIG=10000000
 limit() { echo "{ name = \"$1\", algorithm = \"sliding_window\", limit = $BIG, window = \"$2\" }"; }
@@ -107,14 +122,23 @@ start redis1-alone "$REDIS_STORE
 batch_max = 1" api_key "$ONE" ""
 start redis1-one "$REDIS_STORE
 batch_in_flight = 1" api_key "$ONE" ""
+declare -A RPID
+for t in redis1 redis4 keyed redis1-alone redis1-one; do RPID[$t]=$REDIS_PID; done
+if [ -n "${MODULE:-}" ]; then
+  MSTORE=$(printf '[store]\nkind = "redis"\nurl = "redis://127.0.0.1:%s"\ntimeout = "1s"' "$MREDIS")
+  start m-redis1 "$MSTORE" api_key "$ONE" ""
+  start m-redis4 "$MSTORE" api_key "$FOUR" ""
+  start m-keyed "$MSTORE" api_key "$ONE" "$KEYED"
+  for t in m-redis1 m-redis4 m-keyed; do RPID[$t]=$MREDIS_PID; done
+fi
 KEY="X-Api-Key: bench-api-key-0123456789"
 declare -A HEADER=(
   [pass]="Accept: */*" [ip]="Accept: */*" [key]="$KEY" [token]="Authorization: Bearer $TOKEN"
   [redis1]="$KEY" [redis4]="$KEY" [keyed]="$KEY" [redis1-alone]="$KEY" [redis1-one]="$KEY"
+  [m-redis1]="$KEY" [m-redis4]="$KEY" [m-keyed]="$KEY"
 )
 # TARGETS="pass redis1 ...": only those modes (each still started).
 read -r -a targets <<<"${TARGETS:-pass ip key token redis1 redis4 keyed redis1-alone}"
-REDIS_PID=${pids[1]}
 for t in "${targets[@]}"; do
   code=$(curl -s -o /dev/null -w '%{http_code}' -H "${HEADER[$t]}" -H "X-Tenant: t1" "http://127.0.0.1:${PORTS[$t]}/")
   [ "$code" = 200 ] || { echo "$t answers $code" >&2; cat "$WORK/$t.log" >&2; exit 1; }
@@ -131,10 +155,11 @@ round_order() { # round targets...
 declare -A RPS CPU RCPU
 for round in $(seq "$ROUNDS"); do
   for t in $(round_order "$round" "${targets[@]}"); do
-    rbefore=$(cpu_ticks "$REDIS_PID")
+    rpid=${RPID[$t]:-$REDIS_PID}
+    rbefore=$(cpu_ticks "$rpid")
     read -r rps us < <(cpu_round "${PIDS[$t]}" "${PORTS[$t]}" "$t" "${HEADER[$t]}" "X-Tenant: t1")
     [ -n "${us:-}" ] || exit 1
-    rus=$(awk -v t=$(($(cpu_ticks "$REDIS_PID") - rbefore)) -v n="$rps" -v d="$DURATION" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", t / hz * 1e6 / (n * d)}')
+    rus=$(awk -v t=$(($(cpu_ticks "$rpid") - rbefore)) -v n="$rps" -v d="$DURATION" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", t / hz * 1e6 / (n * d)}')
     RPS[$t]="${RPS[$t]:-} $rps"; CPU[$t]="${CPU[$t]:-} $us"; RCPU[$t]="${RCPU[$t]:-} $rus"
     echo "round $round $t $rps req/s, $us µs CPU/request, Redis $rus µs/request" >&2
   done
@@ -150,7 +175,7 @@ for t in "${targets[@]}"; do
   cpu=$(echo "${CPU[$t]}" | median)
   redis="" batch=""
   case $t in
-    redis*|keyed)
+    redis*|keyed|m-*)
       redis=$(echo "${RCPU[$t]}" | median)
       batch=$(awk -v d="$(counter "$t" turnstile_store_batched_decisions_total)" -v b="$(counter "$t" turnstile_store_batches_total)" 'BEGIN {if (b > 0) printf "%.1f", d / b; else print "—"}') ;;
   esac
