@@ -180,7 +180,12 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
-        RedisCluster::start_nodes(3, 0, "5000")
+        RedisCluster::start_nodes(3, 0, "5000", &[])
+    }
+
+    /// Three masters, each with turnstile's Redis module loaded.
+    pub fn with_module() -> RedisCluster {
+        RedisCluster::start_nodes(3, 0, "5000", &["--loadmodule", &module_path()])
     }
 
     /// Three masters and a replica of each (`cluster-node-timeout` 1 s: a frozen master's
@@ -189,7 +194,7 @@ impl RedisCluster {
     /// replica, the other masters keep answering for theirs (with the default, every node
     /// refuses every command with `CLUSTERDOWN` until the promotion).
     pub fn with_replicas() -> RedisCluster {
-        let cluster = RedisCluster::start_nodes(6, 1, "1000");
+        let cluster = RedisCluster::start_nodes(6, 1, "1000", &[]);
         for node in &cluster.nodes {
             let _: () = node.cmd(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
         }
@@ -202,13 +207,18 @@ impl RedisCluster {
         cluster
     }
 
-    fn start_nodes(count: usize, replicas: usize, node_timeout: &str) -> RedisCluster {
+    fn start_nodes(
+        count: usize,
+        replicas: usize,
+        node_timeout: &str,
+        extra: &[&str],
+    ) -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..count)
             .map(|_| {
                 // The bus port named, so that it too is a port handed out by `free_port`
                 // (by default it is the port + 10 000, which nothing reserved).
                 let bus = free_port().to_string();
-                RedisServer::start_with(&[
+                let mut args = vec![
                     "--cluster-port",
                     &bus,
                     "--cluster-enabled",
@@ -217,7 +227,9 @@ impl RedisCluster {
                     "nodes.conf",
                     "--cluster-node-timeout",
                     node_timeout,
-                ])
+                ];
+                args.extend_from_slice(extra);
+                RedisServer::start_with(&args)
             })
             .collect();
         let addrs: Vec<String> = nodes

@@ -9,7 +9,7 @@
 use crate::common;
 use crate::lua_agrees::{random_policy, Rng};
 
-use common::redis::{module_path, RedisServer};
+use common::redis::{module_path, RedisCluster, RedisServer};
 use std::sync::Arc;
 use turnstile::limit::calendar::{Calendar, Unit};
 use turnstile::limit::store::redis::scripts::{Scripts, BATCH_SOURCE, CHECK_SOURCE, REFUND_SOURCE};
@@ -447,4 +447,48 @@ fn the_modules_batches_and_quota_questions_agree_with_batch_lua() {
         members_sent > 2000 && questions > 50,
         "{members_sent} {questions}"
     );
+}
+
+/// Key positions: on a Redis Cluster, the module's commands are routed, redirected and
+/// refused as the scripts are — the node serving the keys' slot decides, another answers
+/// MOVED, keys of two slots are refused (CROSSSLOT), the same answer as EVALSHA's each time.
+#[test]
+fn a_cluster_treats_the_modules_keys_as_it_treats_the_scripts() {
+    let cluster = RedisCluster::with_module();
+    let sha: String = cluster.nodes[0].cmd(&["SCRIPT", "LOAD", CHECK_SOURCE]);
+    for node in &cluster.nodes[1..] {
+        let _: String = node.cmd(&["SCRIPT", "LOAD", CHECK_SOURCE]);
+    }
+    let (a, b) = ("t:{alpha}:r:p", "t:{bravo}:r:p");
+    assert_ne!(cluster.slot_of(a), cluster.slot_of(b));
+    let owner = cluster.primary_of(cluster.slot_of(a), 0);
+    let other = (owner + 1) % cluster.nodes.len();
+    let limit = ["a", "tb", "5", "1000", "5", "0"];
+    let answer = |node: usize, head: &[&str], keys: &[&str]| -> String {
+        let mut cmd = redis::cmd(head[0]);
+        cmd.arg(&head[1..])
+            .arg(keys.len())
+            .arg(keys)
+            .arg(&["", "1", ""]);
+        for _ in keys {
+            cmd.arg(&limit);
+        }
+        match cmd.query::<String>(&mut cluster.nodes[node].conn()) {
+            Ok(reply) => format!("ok {}", &reply[..1]),
+            Err(e) => e.code().unwrap_or("other").to_string(),
+        }
+    };
+    for (node, keys, want) in [
+        (owner, vec![a], "ok 1"),
+        (other, vec![a], "MOVED"),
+        (owner, vec![a, b], "CROSSSLOT"),
+    ] {
+        let native = answer(node, &["TURNSTILE.DECIDE"], &keys);
+        let script = answer(node, &["EVALSHA", &sha], &keys);
+        assert_eq!(
+            (native.as_str(), script.as_str()),
+            (want, want),
+            "{keys:?} on node {node}"
+        );
+    }
 }
