@@ -261,11 +261,7 @@ pub fn apply(
             ttl,
         } => {
             drop(key);
-            effect(
-                ctx,
-                "ZREMRANGEBYSCORE",
-                &[name.as_slice(), b"-inf", buf.format(trim).as_bytes()],
-            )?;
+            trim_to(ctx, name, trim)?;
             let score = itoa::Buffer::new().format(at).to_owned();
             for _ in 0..units {
                 // The first ordinal free at this time (the script's `ZADD NX` loop).
@@ -291,11 +287,7 @@ pub fn apply(
             ttl,
         } => {
             drop(key);
-            effect(
-                ctx,
-                "ZREMRANGEBYSCORE",
-                &[name.as_slice(), b"-inf", buf.format(trim).as_bytes()],
-            )?;
+            trim_to(ctx, name, trim)?;
             if take {
                 let expires = itoa::Buffer::new().format(expires).to_owned();
                 effect(ctx, "ZADD", &[name.as_slice(), expires.as_bytes(), slot_id])?;
@@ -304,6 +296,16 @@ pub fn apply(
         }
     }
     Ok(())
+}
+
+/// A ZSET's members scored up to `trim` removed (expired entries, lapsed slots).
+fn trim_to(ctx: &Context, name: &RedisString, trim: i64) -> Result<(), RedisError> {
+    let trim = itoa::Buffer::new().format(trim).to_owned();
+    effect(
+        ctx,
+        "ZREMRANGEBYSCORE",
+        &[name.as_slice(), b"-inf", trim.as_bytes()],
+    )
 }
 
 /// A write command run here and replicated as it is (deterministic: no clock of its own).

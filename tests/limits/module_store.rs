@@ -60,6 +60,27 @@ async fn burst(store: &RedisStore, round: usize) -> usize {
     admitted
 }
 
+/// Waits until `store` decides again after its Redis restarted (the first calls may fail
+/// while the connection is made again).
+fn decides_again(store: &RedisStore, when: &str) {
+    common::wait_until(&format!("decisions {when}"), || {
+        futures::executor::block_on(async {
+            let (route, client): (Arc<str>, Arc<str>) = ("route".into(), when.into());
+            let policies = [Policy::new(
+                "p",
+                Algorithm::FixedWindow,
+                1 << 20,
+                60_000,
+                1 << 20,
+            )];
+            store
+                .check(&CheckRequest::new(&client, &route, &policies, 1))
+                .await
+                .is_ok()
+        })
+    });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_decides_with_the_module_where_redis_has_it_exactly() {
     let server = RedisServer::start_with(&["--loadmodule", &module_path()]);
@@ -115,45 +136,14 @@ async fn a_redis_restarted_without_the_module_is_decided_by_lua_and_with_it_by_t
     assert_eq!(store.decides_with(), "module");
 
     server.restart_with(&[]);
-    // The first calls after the restart may fail (the connection is made again); then every
-    // decision is Lua's, as exact.
-    common::wait_until("decisions after the restart", || {
-        futures::executor::block_on(async {
-            let (route, client): (Arc<str>, Arc<str>) = ("route".into(), "probe".into());
-            let policies = [Policy::new(
-                "p",
-                Algorithm::FixedWindow,
-                1_000_000,
-                60_000,
-                1_000_000,
-            )];
-            store
-                .check(&CheckRequest::new(&client, &route, &policies, 1))
-                .await
-                .is_ok()
-        })
-    });
+    // Then every decision is Lua's, as exact.
+    decides_again(&store, "after the restart");
     burst(&store, 1).await;
     assert_eq!(store.decides_with(), "lua");
     assert!(server.command_calls("evalsha") > 0);
 
     server.restart_with(&["--loadmodule", &module]);
-    common::wait_until("decisions after the second restart", || {
-        futures::executor::block_on(async {
-            let (route, client): (Arc<str>, Arc<str>) = ("route".into(), "probe2".into());
-            let policies = [Policy::new(
-                "p",
-                Algorithm::FixedWindow,
-                1_000_000,
-                60_000,
-                1_000_000,
-            )];
-            store
-                .check(&CheckRequest::new(&client, &route, &policies, 1))
-                .await
-                .is_ok()
-        })
-    });
+    decides_again(&store, "after the second restart");
     burst(&store, 2).await;
     assert_eq!(store.decides_with(), "module");
     assert_eq!(
