@@ -17,6 +17,9 @@ ENV TURNSTILE_COMMIT=$TURNSTILE_COMMIT
 # every source file Cargo.toml names is stubbed (scripts/stub-sources.sh reads the manifest).
 # tests/operations/container.rs runs these two lines as they are, in a temporary directory.
 COPY Cargo.toml Cargo.lock build.rs ./
+# The workspace's other member (the optional Redis module, not in the image): cargo reads its
+# manifest to resolve the workspace; its library is stubbed too.
+COPY module/Cargo.toml module/Cargo.toml
 COPY scripts/stub-sources.sh scripts/stub-sources.sh
 RUN sh scripts/stub-sources.sh && cargo build --release --locked --bins
 COPY src src

@@ -17,3 +17,10 @@ awk '
   mkdir -p "$(dirname "$path")"
   echo 'fn main() {}' > "$path"
 done
+# The workspace's other members ([workspace] members: module/, the Redis module): cargo reads
+# their manifests to resolve the workspace; each gets an empty library.
+awk '/^members *=/ { gsub(/.*\[|\].*|"| /, ""); n = split($0, m, ","); for (i = 1; i <= n; i++) print m[i] }' Cargo.toml |
+  while read -r member; do
+    mkdir -p "$member/src"
+    : > "$member/src/lib.rs"
+  done
