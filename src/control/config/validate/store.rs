@@ -7,6 +7,7 @@ use crate::control::config::file::{FailureModeFile, StoreFile, StoreKindFile};
 use crate::control::config::model::StoreConfig;
 use crate::control::config::units::HumanDuration;
 use crate::control::config::units::SecretSource;
+use crate::limit::store::redis::config::DecideWith;
 use crate::limit::store::redis::{RedisAuth, RedisConfig, RedisTls, Topology};
 use crate::limit::store::{FailureMode, FailureSettings};
 use std::time::Duration;
@@ -87,7 +88,7 @@ pub(super) fn store_config(file: Option<StoreFile>, problems: &mut Problems) -> 
             batch_max: batch_size(batch_max, problems),
             batch_in_flight: in_flight(batch_in_flight, problems),
             startup_grace: grace(startup_grace, problems),
-            decide_with: decide_with.unwrap_or_default(),
+            decide_with: decide_with_of(decide_with, &kind, problems),
         },
         FailureSettings {
             breaker_failures,
@@ -316,6 +317,24 @@ fn slot_ttl(
         defaults::CONCURRENCY_SLOT_TTL,
         problems,
     )
+}
+
+/// `store.decide_with`: "module" is refused on a Redis Cluster, which always decides with
+/// the scripts (its batches span slots: `native.rs`) — it would be silently ignored.
+fn decide_with_of(
+    value: Option<DecideWith>,
+    kind: &StoreKindFile,
+    problems: &mut Problems,
+) -> DecideWith {
+    let value = value.unwrap_or_default();
+    if value == DecideWith::Module && matches!(kind, StoreKindFile::RedisCluster) {
+        problems.push(
+            "store.decide_with",
+            "\"module\" is not available on kind = \"redis_cluster\": a Redis Cluster decides with the Lua scripts (use \"auto\" or \"lua\")",
+        );
+        return DecideWith::Auto;
+    }
+    value
 }
 
 /// `store.batch_in_flight`: 1 to `STORE_BATCH_IN_FLIGHT_LIMIT`.
