@@ -36,6 +36,7 @@ mod link_ping;
 mod link_sender;
 mod making;
 pub mod native;
+mod oversubscribed;
 mod patient;
 mod repair;
 mod reply;
