@@ -38,21 +38,21 @@ fn clock() -> i64 {
 
 /// `TURNSTILE.DECIDE`: check.lua.
 pub fn decide(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let Some(n) = keys_of(ctx, &args, args::MAX_LIMITS)? else {
-        return Ok(RedisValue::NoReply);
-    };
-    let argv: Vec<&[u8]> = args[2 + n..].iter().map(RedisString::as_slice).collect();
-    let reply = member(ctx, &args[2..2 + n], &argv, clock(), Kind::Decide)?;
-    Ok(RedisValue::StringBuffer(reply))
+    single(ctx, &args, Kind::Decide)
 }
 
 /// `TURNSTILE.USAGE`: usage.lua (what a client has left, read without writing).
 pub fn usage(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let Some(n) = keys_of(ctx, &args, args::MAX_LIMITS)? else {
+    single(ctx, &args, Kind::Usage)
+}
+
+/// One request's call, of `kind`, laid out as EVAL's.
+fn single(ctx: &Context, args: &[RedisString], kind: Kind) -> RedisResult {
+    let Some(n) = keys_of(ctx, args, args::MAX_LIMITS)? else {
         return Ok(RedisValue::NoReply);
     };
     let argv: Vec<&[u8]> = args[2 + n..].iter().map(RedisString::as_slice).collect();
-    let reply = member(ctx, &args[2..2 + n], &argv, clock(), Kind::Usage)?;
+    let reply = member(ctx, &args[2..2 + n], &argv, clock(), kind)?;
     Ok(RedisValue::StringBuffer(reply))
 }
 
