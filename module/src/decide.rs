@@ -121,46 +121,68 @@ fn member(
         Time::ClockPlus(ms) => clock + ms,
         Time::At(ms) => ms,
     };
-    let n = keys.len();
-    let mut states = Vec::with_capacity(n);
-    let mut reports: Vec<Report> = Vec::with_capacity(n);
-    let mut writes = Vec::with_capacity(n);
+    // Each bucket's and window's key opened once, read and then written through its handle
+    // — unless a key repeats in the call: a write through one handle would leave the other's
+    // view stale, so such a call's writes reopen their keys (as Lua reads, then writes, each).
+    let mut limits: Vec<Decided> = Vec::with_capacity(keys.len());
     let mut rejected: Option<&[u8]> = None;
     for (limit, key) in decision.limits.iter().zip(keys) {
-        let state = store::read(ctx, key, limit, now)?;
+        let handle = store::Handle::open(ctx, key, limit, !usage);
+        let state = store::read(ctx, key, handle.as_ref(), limit, now)?;
         let cost = if usage { 0 } else { limit.cost };
         let (report, write) = algorithm::decide(limit, &state, now, cost);
         if report[0] == 0 && rejected.is_none() && !limit.shadow && !usage {
             rejected = Some(limit.name);
         }
-        states.push(state);
-        reports.push(report);
-        writes.push(write);
+        limits.push(Decided {
+            handle,
+            state,
+            report,
+            write,
+        });
     }
     match rejected {
         None if usage => {}
         None => {
-            for (key, write) in keys.iter().zip(writes) {
-                if let Some(write) = write {
-                    store::apply(ctx, key, write, (clock, decision.slot_id))?;
+            let repeats = keys
+                .iter()
+                .enumerate()
+                .any(|(i, a)| keys[..i].iter().any(|b| a.as_slice() == b.as_slice()));
+            for (key, decided) in keys.iter().zip(&mut limits) {
+                let handle = decided.handle.take().filter(|_| !repeats);
+                if let Some(write) = decided.write.take() {
+                    store::apply(ctx, key, handle, write, (clock, decision.slot_id))?;
                 }
             }
         }
         Some(_) => {
             // Nothing is written: limits that would have admitted report their state as it stays.
-            for (i, limit) in decision.limits.iter().enumerate() {
-                if reports[i][0] == 1 {
-                    reports[i] = algorithm::decide(limit, &states[i], now, 0).0;
+            for (limit, decided) in decision.limits.iter().zip(&mut limits) {
+                if decided.report[0] == 1 {
+                    decided.report = algorithm::decide(limit, &decided.state, now, 0).0;
                 }
             }
         }
     }
-    Ok(reply(now, &reports, rejected))
+    Ok(reply(now, limits.iter().map(|d| &d.report), rejected))
+}
+
+/// One limit of a request's decision: its key's handle, its state, what it reports and what
+/// it writes when the request is admitted.
+struct Decided {
+    handle: Option<store::Handle>,
+    state: algorithm::State,
+    report: Report,
+    write: Option<algorithm::Write>,
 }
 
 /// check.lua's reply: "<admitted> <now>", four integers per limit, then the rejecting limit's
 /// name (after one more space; empty when admitted).
-pub fn reply(now: i64, reports: &[Report], rejected: Option<&[u8]>) -> Vec<u8> {
+pub fn reply<'a>(
+    now: i64,
+    reports: impl ExactSizeIterator<Item = &'a Report>,
+    rejected: Option<&[u8]>,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(16 + 24 * reports.len());
     let mut buf = itoa::Buffer::new();
     out.push(if rejected.is_none() { b'1' } else { b'0' });

@@ -4,57 +4,247 @@
 
 use crate::algorithm::{State, Write};
 use crate::args::{Algorithm, Limit};
-use redis_module::{raw, Context, KeyType, RedisError, RedisString, RedisValue};
+use redis_module::{raw, Context, RedisError, RedisString, RedisValue};
+use std::ffi::{c_char, c_longlong};
+use std::ptr::null_mut;
 
 /// How an algorithm stores its state.
-#[derive(PartialEq)]
+#[derive(Clone, Copy, PartialEq)]
 enum Form {
+    /// A STRING "<level> <updated>[ <turn> …]" (token and leaky buckets).
     Bucket,
+    /// A HASH `s`, `c`, `p` (fixed, calendar and sliding windows).
     Window,
+    /// A ZSET of entries (sliding log) or slots (concurrency), read and written by commands.
+    Zset,
 }
 
-/// `limit`'s state in the key `name` at `now`, as its algorithm keeps it.
+fn form(limit: &Limit) -> Form {
+    match limit.algorithm {
+        Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => Form::Bucket,
+        Algorithm::SlidingLog | Algorithm::Concurrency => Form::Zset,
+        _ => Form::Window,
+    }
+}
+
+/// A bucket's or a window's key opened for writing: Redis's own handle, opened once for a
+/// decision's read and its write (one lookup of the key, its value rewritten in place).
+pub struct Handle(*mut raw::RedisModuleKey);
+
+impl Handle {
+    /// `limit`'s key opened for its decision (`write`), or for a quota question (read only:
+    /// a missing key's handle is NULL, which reads as empty); None for a ZSET algorithm,
+    /// whose reads and writes are commands (`RedisModule_Call`) that must not meet an open
+    /// handle.
+    pub fn open(ctx: &Context, name: &RedisString, limit: &Limit, write: bool) -> Option<Handle> {
+        if form(limit) == Form::Zset {
+            return None;
+        }
+        let mode = match write {
+            true => raw::KeyMode::READ | raw::KeyMode::WRITE,
+            false => raw::KeyMode::READ,
+        };
+        Some(Handle(raw::open_key(ctx.get_raw(), name.inner, mode)))
+    }
+
+    fn writable(ctx: &Context, name: &RedisString) -> Handle {
+        Handle(raw::open_key(
+            ctx.get_raw(),
+            name.inner,
+            raw::KeyMode::READ | raw::KeyMode::WRITE,
+        ))
+    }
+
+    fn kind(&self) -> isize {
+        // SAFETY: a function Redis fills in before any command runs; an open handle.
+        unsafe { raw::RedisModule_KeyType.unwrap()(self.0) as isize }
+    }
+
+    /// A STRING key's bytes, read in place.
+    fn text(&self) -> &[u8] {
+        let mut len = 0;
+        let at = raw::string_dma(self.0, &mut len, raw::KeyMode::READ);
+        if at.is_null() {
+            return &[];
+        }
+        // SAFETY: Redis's buffer of `len` bytes, unchanged while the handle is only read.
+        unsafe { std::slice::from_raw_parts(at.cast::<u8>(), len) }
+    }
+
+    /// A STRING key's value set in place to `len` bytes that `fill` writes (created when
+    /// missing; no delete and re-add of the key, whose expiry is set next): the bytes written.
+    fn set_text(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<&[u8], RedisError> {
+        ok(raw::string_truncate(self.0, len))?;
+        let mut got = 0;
+        let at = raw::string_dma(self.0, &mut got, raw::KeyMode::WRITE);
+        if at.is_null() || got != len {
+            return Err(RedisError::Str("ERR turnstile module: a write failed"));
+        }
+        // SAFETY: Redis's writable buffer of exactly `len` bytes, just sized, not touched by
+        // Redis while this handle is borrowed.
+        let text = unsafe { std::slice::from_raw_parts_mut(at.cast::<u8>(), len) };
+        fill(text);
+        Ok(text)
+    }
+
+    /// A window's fields `s`, `c` and `p` in one `RedisModule_HashGet` call, each a decimal
+    /// integer (a missing `s`: no window).
+    fn window(&self) -> Result<State, RedisError> {
+        let mut found: [*mut raw::RedisModuleString; 3] = [null_mut(); 3];
+        let [s, c, p] = &mut found;
+        // SAFETY: C-string field names (REDISMODULE_HASH_CFIELDS), each followed by where its
+        // value goes (left NULL when the field is missing), the list ended by NULL.
+        unsafe {
+            raw::RedisModule_HashGet.unwrap()(
+                self.0,
+                raw::REDISMODULE_HASH_CFIELDS as i32,
+                c"s".as_ptr(),
+                s as *mut _,
+                c"c".as_ptr(),
+                c as *mut _,
+                c"p".as_ptr(),
+                p as *mut _,
+                std::ptr::null::<c_char>(),
+            )
+        };
+        let mut fields = [None; 3];
+        for (field, value) in fields.iter_mut().zip(found.map(Owned)) {
+            if let Some(text) = value.bytes() {
+                *field =
+                    Some(crate::args::number(text, "a window's field").map_err(|_| {
+                        RedisError::Str("ERR turnstile module: a key holds no window")
+                    })?);
+            }
+        }
+        Ok(match fields {
+            [None, ..] => State::Missing,
+            [Some(start), count, previous] => State::Window {
+                start,
+                count: count.unwrap_or(0),
+                previous: previous.unwrap_or(0),
+            },
+        })
+    }
+
+    /// A window's fields `s`, `c` (and `p`) in one `RedisModule_HashSet` call (its answer
+    /// counts fields replaced: nothing to fail on, the key a HASH or missing, open to write).
+    fn set_window(&self, s: &Owned, c: &Owned, p: Option<&Owned>) {
+        let flags = raw::REDISMODULE_HASH_CFIELDS as i32;
+        let end = std::ptr::null::<c_char>();
+        // SAFETY: a function Redis fills in before any command runs; C-string field names
+        // (REDISMODULE_HASH_CFIELDS), each followed by its value, the list ended by NULL.
+        unsafe {
+            let set = raw::RedisModule_HashSet.unwrap();
+            match p {
+                Some(p) => set(
+                    self.0,
+                    flags,
+                    c"s".as_ptr(),
+                    s.0,
+                    c"c".as_ptr(),
+                    c.0,
+                    c"p".as_ptr(),
+                    p.0,
+                    end,
+                ),
+                None => set(self.0, flags, c"s".as_ptr(), s.0, c"c".as_ptr(), c.0, end),
+            };
+        }
+    }
+
+    fn set_count(&self, c: &Owned) {
+        let flags = raw::REDISMODULE_HASH_CFIELDS as i32;
+        // SAFETY: as set_window's, one field.
+        unsafe {
+            raw::RedisModule_HashSet.unwrap()(
+                self.0,
+                flags,
+                c"c".as_ptr(),
+                c.0,
+                std::ptr::null::<c_char>(),
+            )
+        };
+    }
+
+    fn expire_at(&self, at_ms: i64) -> Result<(), RedisError> {
+        // SAFETY: checked present at load (lib.rs); the handle is open for writing.
+        let status = unsafe { raw::RedisModule_SetAbsExpire.unwrap()(self.0, at_ms) };
+        if status != raw::REDISMODULE_OK as i32 {
+            return Err(RedisError::Str(
+                "ERR turnstile module: could not set a key's expiry",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        raw::close_key(self.0);
+    }
+}
+
+/// A Redis string this module made (or was handed by `RedisModule_HashGet`), freed on drop.
+struct Owned(*mut raw::RedisModuleString);
+
+impl Owned {
+    fn number(n: i64) -> Owned {
+        // SAFETY: a function Redis fills in before any command runs; no context (freed here,
+        // not by automatic memory).
+        Owned(unsafe { raw::RedisModule_CreateStringFromLongLong.unwrap()(null_mut(), n) })
+    }
+
+    fn bytes(&self) -> Option<&[u8]> {
+        if self.0.is_null() {
+            return None;
+        }
+        let mut len = 0;
+        let at = raw::string_ptr_len(self.0, &mut len);
+        // SAFETY: the string's own buffer of `len` bytes, alive while self is.
+        Some(unsafe { std::slice::from_raw_parts(at.cast::<u8>(), len) })
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: a string this value owns one reference to.
+            unsafe { raw::RedisModule_FreeString.unwrap()(null_mut(), self.0) };
+        }
+    }
+}
+
+/// `limit`'s state in the key `name` at `now`, as its algorithm keeps it (read through
+/// `key`, the handle Handle::open gave — or one opened here when the decision has none).
 pub fn read(
     ctx: &Context,
     name: &RedisString,
+    key: Option<&Handle>,
     limit: &Limit,
     now: i64,
 ) -> Result<State, RedisError> {
-    let form = match limit.algorithm {
-        Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => Form::Bucket,
-        Algorithm::SlidingLog => return live(ctx, name, now - limit.window),
-        Algorithm::Concurrency => return live(ctx, name, now),
-        _ => Form::Window,
+    let form = form(limit);
+    if form == Form::Zset {
+        let after = match limit.algorithm {
+            Algorithm::SlidingLog => now - limit.window,
+            _ => now,
+        };
+        return live(ctx, name, after);
+    }
+    let opened;
+    let key = match key {
+        Some(key) => key,
+        None => {
+            opened = Handle::writable(ctx, name);
+            &opened
+        }
     };
-    let key = ctx.open_key_writable(name);
-    match (key.key_type(), form) {
-        (KeyType::Empty, _) => Ok(State::Missing),
-        (KeyType::String, Form::Bucket) => {
-            let dma = key.as_string_dma()?;
-            bucket_of(&dma).ok_or(RedisError::Str(
-                "ERR turnstile module: a key holds no bucket",
-            ))
-        }
-        (KeyType::Hash, Form::Window) => {
-            // One HashGet for the three fields (`s`, `c`, `p`), each a decimal integer.
-            let mut fields = [None; 3];
-            for (name, value) in key.hash_get_multi::<_, RedisString>(&["s", "c", "p"])? {
-                let at = ["s", "c", "p"].iter().position(|f| *f == name).unwrap_or(0);
-                fields[at] = Some(
-                    crate::args::number(value.as_slice(), "a window's field").map_err(|_| {
-                        RedisError::Str("ERR turnstile module: a key holds no window")
-                    })?,
-                );
-            }
-            Ok(match fields {
-                [None, ..] => State::Missing,
-                [Some(start), count, previous] => State::Window {
-                    start,
-                    count: count.unwrap_or(0),
-                    previous: previous.unwrap_or(0),
-                },
-            })
-        }
+    match (key.kind(), form) {
+        (raw::REDISMODULE_KEYTYPE_EMPTY, _) => Ok(State::Missing),
+        (raw::REDISMODULE_KEYTYPE_STRING, Form::Bucket) => bucket_of(key.text()).ok_or(
+            RedisError::Str("ERR turnstile module: a key holds no bucket"),
+        ),
+        (raw::REDISMODULE_KEYTYPE_HASH, Form::Window) => key.window(),
         _ => Err(RedisError::Str(
             "WRONGTYPE Operation against a key holding the wrong kind of value",
         )),
@@ -109,74 +299,6 @@ fn bucket_of(text: &[u8]) -> Option<State> {
     })
 }
 
-/// A writable key by Redis's own handle: the module API's absolute expiry needs it.
-struct Handle(*mut raw::RedisModuleKey);
-
-impl Handle {
-    fn open(ctx: &Context, name: &RedisString) -> Handle {
-        Handle(raw::open_key(
-            ctx.get_raw(),
-            name.inner,
-            raw::KeyMode::READ | raw::KeyMode::WRITE,
-        ))
-    }
-
-    /// A window's fields `s`, `c` (and `p`) in one `RedisModule_HashSet` call (its answer
-    /// counts fields replaced: nothing to fail on, the key a HASH or missing, open to write).
-    fn set_window(&self, s: &RedisString, c: &RedisString, p: Option<&RedisString>) {
-        let flags = raw::REDISMODULE_HASH_CFIELDS as i32;
-        let end = std::ptr::null::<std::ffi::c_char>();
-        // SAFETY: a function Redis fills in before any command runs; C-string field names
-        // (REDISMODULE_HASH_CFIELDS), each followed by its value, the list ended by NULL.
-        unsafe {
-            let set = raw::RedisModule_HashSet.unwrap();
-            match p {
-                Some(p) => set(
-                    self.0,
-                    flags,
-                    c"s".as_ptr(),
-                    s.inner,
-                    c"c".as_ptr(),
-                    c.inner,
-                    c"p".as_ptr(),
-                    p.inner,
-                    end,
-                ),
-                None => set(
-                    self.0,
-                    flags,
-                    c"s".as_ptr(),
-                    s.inner,
-                    c"c".as_ptr(),
-                    c.inner,
-                    end,
-                ),
-            };
-        }
-    }
-
-    fn expire_at(&self, at_ms: i64) -> Result<(), RedisError> {
-        // SAFETY: checked present at load (lib.rs); the handle is open for writing.
-        let status = unsafe { raw::RedisModule_SetAbsExpire.unwrap()(self.0, at_ms) };
-        if status != raw::REDISMODULE_OK as i32 {
-            return Err(RedisError::Str(
-                "ERR turnstile module: could not set a key's expiry",
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        raw::close_key(self.0);
-    }
-}
-
-/// RedisModule_HashSet answers how many fields it replaced, not a status: the key was checked
-/// to be a HASH (or missing) and opened for writing before, so there is nothing to fail on.
-fn hash_set(_replaced: raw::Status) {}
-
 fn ok(status: raw::Status) -> Result<(), RedisError> {
     match status {
         raw::Status::Ok => Ok(()),
@@ -184,16 +306,35 @@ fn ok(status: raw::Status) -> Result<(), RedisError> {
     }
 }
 
-/// Applies `write` to the key `name` (`clock`: Redis's clock now, ms, which TTLs count from),
-/// and replicates it as its effect.
+/// `RedisModule_Replicate` of `command` with `format`'s arguments (`s` a Redis string, `b` a
+/// buffer and its length, `c` a C string, `l` an integer): the write's effect, for replicas
+/// and the AOF, built from what the write itself used — no copy of a value.
+macro_rules! replicate {
+    ($ctx:expr, $command:expr, $format:expr, $($arg:expr),+) => {
+        // SAFETY: a function Redis fills in before any command runs; each argument of the
+        // kind its format letter names, alive for the call.
+        unsafe {
+            raw::RedisModule_Replicate.unwrap()(
+                $ctx.get_raw(),
+                $command.as_ptr(),
+                $format.as_ptr(),
+                $($arg),+
+            )
+        }
+    };
+}
+
+/// Applies `write` to the key `name` — through `key`, the handle its read used, or one
+/// opened here — (`clock`: Redis's clock now, ms, which TTLs count from), and replicates it
+/// as its effect.
 pub fn apply(
     ctx: &Context,
     name: &RedisString,
+    key: Option<Handle>,
     write: Write,
     (clock, slot_id): (i64, &[u8]),
 ) -> Result<(), RedisError> {
-    let key = Handle::open(ctx, name);
-    let mut buf = itoa::Buffer::new();
+    let open = |key: Option<Handle>| key.unwrap_or_else(|| Handle::writable(ctx, name));
     match write {
         Write::Bucket {
             level,
@@ -201,24 +342,42 @@ pub fn apply(
             turns,
             ttl,
         } => {
-            let mut text = itoa::Buffer::new().format(level).to_owned();
-            for n in std::iter::once(time).chain(turns) {
-                text.push(' ');
-                text.push_str(buf.format(n));
-            }
-            let value = ctx.create_string(text.as_bytes());
-            ok(raw::string_set(key.0, value.inner))?;
+            let key = open(key);
+            // "<level> <time>[ <turn> …]", written straight into the key's value.
+            let numbers = || [level, time].into_iter().chain(turns.iter().copied());
+            let mut buf = itoa::Buffer::new();
+            let len = numbers().map(|n| buf.format(n).len() + 1).sum::<usize>() - 1;
+            let text = key.set_text(len, |out| {
+                let mut at = 0;
+                for n in numbers() {
+                    if at > 0 {
+                        out[at] = b' ';
+                        at += 1;
+                    }
+                    let digits = buf.format(n).as_bytes();
+                    out[at..at + digits.len()].copy_from_slice(digits);
+                    at += digits.len();
+                }
+            })?;
             let at = clock + ttl;
             key.expire_at(at)?;
-            let at = buf.format(at);
-            let args: [&[u8]; 4] = [name.as_slice(), text.as_bytes(), b"PXAT", at.as_bytes()];
-            ctx.replicate("SET", &args[..]);
+            let (value, len) = (text.as_ptr().cast::<c_char>(), text.len());
+            replicate!(
+                ctx,
+                c"SET",
+                c"sbcl",
+                name.inner,
+                value,
+                len,
+                c"PXAT".as_ptr(),
+                at as c_longlong
+            );
         }
         Write::Count { count } => {
-            let count = buf.format(count);
-            hash_set(raw::hash_set(key.0, "c", ctx.create_string(count).inner));
-            let args: [&[u8]; 3] = [name.as_slice(), b"c", count.as_bytes()];
-            ctx.replicate("HSET", &args[..]);
+            let key = open(key);
+            let c = Owned::number(count);
+            key.set_count(&c);
+            replicate!(ctx, c"HSET", c"scs", name.inner, c"c".as_ptr(), c.0);
         }
         Write::Window {
             start,
@@ -226,32 +385,29 @@ pub fn apply(
             previous,
             ttl,
         } => {
-            let (mut b2, mut b3, mut b4) = (
-                itoa::Buffer::new(),
-                itoa::Buffer::new(),
-                itoa::Buffer::new(),
-            );
-            let (start, count) = (b2.format(start), b3.format(count));
-            let previous = previous.map(|p| b4.format(p));
-            let (s, c) = (ctx.create_string(start), ctx.create_string(count));
-            let p = previous.map(|p| ctx.create_string(p));
+            let key = open(key);
+            let (s, c) = (Owned::number(start), Owned::number(count));
+            let p = previous.map(Owned::number);
             key.set_window(&s, &c, p.as_ref());
-            let mut args: Vec<&[u8]> = vec![
-                name.as_slice(),
-                b"s",
-                start.as_bytes(),
-                b"c",
-                count.as_bytes(),
-            ];
-            if let Some(previous) = previous {
-                args.extend([b"p".as_slice(), previous.as_bytes()]);
-            }
-            ctx.replicate("HSET", &args[..]);
+            let (fs, fc) = (c"s".as_ptr(), c"c".as_ptr());
+            match &p {
+                Some(p) => replicate!(
+                    ctx,
+                    c"HSET",
+                    c"scscscs",
+                    name.inner,
+                    fs,
+                    s.0,
+                    fc,
+                    c.0,
+                    c"p".as_ptr(),
+                    p.0
+                ),
+                None => replicate!(ctx, c"HSET", c"scscs", name.inner, fs, s.0, fc, c.0),
+            };
             let at = clock + ttl;
             key.expire_at(at)?;
-            let at = buf.format(at);
-            let args: [&[u8]; 2] = [name.as_slice(), at.as_bytes()];
-            ctx.replicate("PEXPIREAT", &args[..]);
+            replicate!(ctx, c"PEXPIREAT", c"sl", name.inner, at as c_longlong);
         }
         Write::Log {
             trim,
@@ -317,10 +473,7 @@ fn effect(ctx: &Context, command: &str, args: &[&[u8]]) -> Result<(), RedisError
 
 /// The key's expiry at `at` (Unix ms), here and on replicas.
 fn expire_at(ctx: &Context, name: &RedisString, at: i64) -> Result<(), RedisError> {
-    let key = Handle::open(ctx, name);
-    key.expire_at(at)?;
-    let at = itoa::Buffer::new().format(at).to_owned();
-    let args: [&[u8]; 2] = [name.as_slice(), at.as_bytes()];
-    ctx.replicate("PEXPIREAT", &args[..]);
+    Handle::writable(ctx, name).expire_at(at)?;
+    replicate!(ctx, c"PEXPIREAT", c"sl", name.inner, at as c_longlong);
     Ok(())
 }

@@ -254,6 +254,60 @@ fn the_module_refuses_bad_arguments_and_what_it_does_not_decide() {
     assert_eq!(keys, vec!["set".to_string()]);
 }
 
+/// A call naming one key for two of its limits: the module opens each key once for its read
+/// and its write, so a key named twice must not be written through a stale view of it. Lua
+/// reads both, then writes both, the second write last; the module must store and answer the
+/// same, on a bucket, a window and a sliding window, and on a call that refuses.
+#[test]
+fn a_call_naming_one_key_twice_is_decided_as_lua_decides_it() {
+    let server = RedisServer::start_with(&["--loadmodule", &module_path()]);
+    let mut conn = server.conn();
+    let check_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(CHECK_SOURCE)
+        .query(&mut conn)
+        .unwrap();
+    let time: Vec<String> = redis::cmd("TIME").query(&mut conn).unwrap();
+    let base: u64 = time[0].parse::<u64>().unwrap() * 1000;
+    let mut refused = 0;
+    for (algorithm, limits) in [("tb", ["4", "3"]), ("fw", ["5", "3"]), ("sw", ["5", "3"])] {
+        let extra = if algorithm == "tb" { "2" } else { "0" };
+        for step in 0..12u64 {
+            let at = (base + 90 * step).to_string();
+            let call = |prefix: &str| {
+                let key = format!("{prefix}:{{twice}}:{algorithm}");
+                let mut args = vec!["2".to_string(), key.clone(), key, at.clone()];
+                args.extend(["1", ""].map(String::from));
+                for (name, limit) in ["a", "b"].iter().zip(limits) {
+                    args.extend([*name, algorithm, limit, "1000", extra, "0"].map(String::from));
+                }
+                args
+            };
+            let lua: String = redis::cmd("EVALSHA")
+                .arg(&check_sha)
+                .arg(call("lua"))
+                .query(&mut conn)
+                .unwrap();
+            let native: String = redis::cmd("TURNSTILE.DECIDE")
+                .arg(call("mod"))
+                .query(&mut conn)
+                .unwrap();
+            assert_eq!(native, lua, "{algorithm}, step {step}");
+            refused += usize::from(lua.starts_with('0'));
+            let stored = |prefix: &str, conn: &mut redis::Connection| {
+                keyspace(conn, &format!("{prefix}:{{twice}}:{algorithm}"))
+                    .into_iter()
+                    .map(|(_, v, at)| (v, at))
+                    .collect::<Vec<_>>()
+            };
+            let lua = stored("lua", &mut conn);
+            assert_eq!(lua.len(), 1, "{algorithm}, step {step}: {lua:?}");
+            assert_eq!(stored("mod", &mut conn), lua, "{algorithm}, step {step}");
+        }
+    }
+    assert!(refused > 3, "the sequences never refused: {refused}");
+}
+
 #[test]
 fn what_the_module_writes_reaches_a_replica_as_its_effects() {
     let primary = RedisServer::start_with(&["--loadmodule", &module_path()]);
