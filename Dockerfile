@@ -28,6 +28,30 @@ COPY benches benches
 RUN touch src/main.rs src/lib.rs src/bin/orders-api.rs build.rs \
  && cargo build --release --locked --bins
 
+# The optional Redis module (module/; docs/operations.md): built in a stage of its own (the
+# redis-module crate's bindgen needs libclang) and shipped in a Redis image that loads it —
+# docker-compose.yml's Redis and deploy/kubernetes/redis.yaml use it:
+#   docker build --target redis-module -t turnstile-redis .
+# tests/image runs this stage's COPYs and cargo commands in a temporary directory, and
+# starts redis-server with the image's command on what they built.
+FROM rust:1-bookworm AS module
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libclang-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Cargo.toml Cargo.lock build.rs ./
+COPY module/Cargo.toml module/Cargo.toml
+COPY scripts/stub-sources.sh scripts/stub-sources.sh
+RUN sh scripts/stub-sources.sh
+COPY module/src module/src
+RUN cargo build --release --locked -p turnstile-module
+
+# A Redis that decides natively (the official image's user, data directory and entrypoint).
+FROM redis:7-bookworm AS redis-module
+COPY --from=module /src/target/release/libturnstile_module.so /usr/local/lib/redis/modules/libturnstile_module.so
+CMD ["redis-server", "--loadmodule", "/usr/local/lib/redis/modules/libturnstile_module.so"]
+
+# The gateway's image (the default target: the last stage).
 FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends curl \
