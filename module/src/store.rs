@@ -27,6 +27,36 @@ fn form(limit: &Limit) -> Form {
     }
 }
 
+/// A window's field names as Redis strings, made once: `RedisModule_HashGet` and `_HashSet`
+/// make a new string of every C-string field name on every call, and `RedisModule_Replicate`
+/// another; these are passed by reference instead (Redis copies a field name it stores).
+struct Fields {
+    s: *mut raw::RedisModuleString,
+    c: *mut raw::RedisModuleString,
+    p: *mut raw::RedisModuleString,
+}
+
+// SAFETY: made once and never freed or changed; Redis runs module commands on its main
+// thread, the only one that passes them to Redis.
+unsafe impl Sync for Fields {}
+unsafe impl Send for Fields {}
+
+fn fields() -> &'static Fields {
+    static FIELDS: std::sync::OnceLock<Fields> = std::sync::OnceLock::new();
+    FIELDS.get_or_init(|| {
+        // SAFETY: a function Redis fills in before any command runs; no context: a string
+        // of no command's, kept for the module's life.
+        let make = |name: &str| unsafe {
+            raw::RedisModule_CreateString.unwrap()(null_mut(), name.as_ptr().cast(), name.len())
+        };
+        Fields {
+            s: make("s"),
+            c: make("c"),
+            p: make("p"),
+        }
+    })
+}
+
 /// A bucket's or a window's key opened for writing: Redis's own handle, opened once for a
 /// decision's read and its write (one lookup of the key, its value rewritten in place).
 pub struct Handle(*mut raw::RedisModuleKey);
@@ -92,17 +122,18 @@ impl Handle {
     fn window(&self) -> Result<State, RedisError> {
         let mut found: [*mut raw::RedisModuleString; 3] = [null_mut(); 3];
         let [s, c, p] = &mut found;
-        // SAFETY: C-string field names (REDISMODULE_HASH_CFIELDS), each followed by where its
-        // value goes (left NULL when the field is missing), the list ended by NULL.
+        let f = fields();
+        // SAFETY: field names, each followed by where its value goes (left NULL when the
+        // field is missing), the list ended by NULL.
         unsafe {
             raw::RedisModule_HashGet.unwrap()(
                 self.0,
-                raw::REDISMODULE_HASH_CFIELDS as i32,
-                c"s".as_ptr(),
+                raw::REDISMODULE_HASH_NONE as i32,
+                f.s,
                 s as *mut _,
-                c"c".as_ptr(),
+                f.c,
                 c as *mut _,
-                c"p".as_ptr(),
+                f.p,
                 p as *mut _,
                 std::ptr::null::<c_char>(),
             )
@@ -129,41 +160,24 @@ impl Handle {
     /// A window's fields `s`, `c` (and `p`) in one `RedisModule_HashSet` call (its answer
     /// counts fields replaced: nothing to fail on, the key a HASH or missing, open to write).
     fn set_window(&self, s: &Owned, c: &Owned, p: Option<&Owned>) {
-        let flags = raw::REDISMODULE_HASH_CFIELDS as i32;
-        let end = std::ptr::null::<c_char>();
-        // SAFETY: a function Redis fills in before any command runs; C-string field names
-        // (REDISMODULE_HASH_CFIELDS), each followed by its value, the list ended by NULL.
+        let (f, end) = (fields(), std::ptr::null::<c_char>());
+        let flags = raw::REDISMODULE_HASH_NONE as i32;
+        // SAFETY: a function Redis fills in before any command runs; field names, each
+        // followed by its value, the list ended by NULL.
         unsafe {
             let set = raw::RedisModule_HashSet.unwrap();
             match p {
-                Some(p) => set(
-                    self.0,
-                    flags,
-                    c"s".as_ptr(),
-                    s.0,
-                    c"c".as_ptr(),
-                    c.0,
-                    c"p".as_ptr(),
-                    p.0,
-                    end,
-                ),
-                None => set(self.0, flags, c"s".as_ptr(), s.0, c"c".as_ptr(), c.0, end),
+                Some(p) => set(self.0, flags, f.s, s.0, f.c, c.0, f.p, p.0, end),
+                None => set(self.0, flags, f.s, s.0, f.c, c.0, end),
             };
         }
     }
 
     fn set_count(&self, c: &Owned) {
-        let flags = raw::REDISMODULE_HASH_CFIELDS as i32;
+        let flags = raw::REDISMODULE_HASH_NONE as i32;
+        let end = std::ptr::null::<c_char>();
         // SAFETY: as set_window's, one field.
-        unsafe {
-            raw::RedisModule_HashSet.unwrap()(
-                self.0,
-                flags,
-                c"c".as_ptr(),
-                c.0,
-                std::ptr::null::<c_char>(),
-            )
-        };
+        unsafe { raw::RedisModule_HashSet.unwrap()(self.0, flags, fields().c, c.0, end) };
     }
 
     fn expire_at(&self, at_ms: i64) -> Result<(), RedisError> {
@@ -377,7 +391,7 @@ pub fn apply(
             let key = open(key);
             let c = Owned::number(count);
             key.set_count(&c);
-            replicate!(ctx, c"HSET", c"scs", name.inner, c"c".as_ptr(), c.0);
+            replicate!(ctx, c"HSET", c"sss", name.inner, fields().c, c.0);
         }
         Write::Window {
             start,
@@ -389,21 +403,12 @@ pub fn apply(
             let (s, c) = (Owned::number(start), Owned::number(count));
             let p = previous.map(Owned::number);
             key.set_window(&s, &c, p.as_ref());
-            let (fs, fc) = (c"s".as_ptr(), c"c".as_ptr());
+            let f = fields();
             match &p {
-                Some(p) => replicate!(
-                    ctx,
-                    c"HSET",
-                    c"scscscs",
-                    name.inner,
-                    fs,
-                    s.0,
-                    fc,
-                    c.0,
-                    c"p".as_ptr(),
-                    p.0
-                ),
-                None => replicate!(ctx, c"HSET", c"scscs", name.inner, fs, s.0, fc, c.0),
+                Some(p) => {
+                    replicate!(ctx, c"HSET", c"sssssss", name.inner, f.s, s.0, f.c, c.0, f.p, p.0)
+                }
+                None => replicate!(ctx, c"HSET", c"sssss", name.inner, f.s, s.0, f.c, c.0),
             };
             let at = clock + ttl;
             key.expire_at(at)?;
