@@ -91,12 +91,19 @@ pub fn verb(scripts: &Scripts, script: &Script) -> Option<&'static str> {
 /// `EVALSHA <sha> <numkeys> …` as `<verb> <numkeys> …`: the module takes the scripts'
 /// arguments as they are.
 pub fn native_cmd(cmd: &Cmd, verb: &'static str) -> Cmd {
-    let mut native = Cmd::with_capacity(cmd.args_iter().count(), 512);
+    let args = || {
+        cmd.args_iter().skip(2).filter_map(|arg| match arg {
+            redis::Arg::Simple(bytes) => Some(bytes),
+            _ => None,
+        })
+    };
+    // Sized once: a batch's arguments run to kilobytes, grown step by step they were copied
+    // again at each step.
+    let bytes = verb.len() + args().map(<[u8]>::len).sum::<usize>();
+    let mut native = Cmd::with_capacity(cmd.args_iter().len() - 1, bytes);
     native.arg(verb);
-    for arg in cmd.args_iter().skip(2) {
-        if let redis::Arg::Simple(bytes) = arg {
-            native.arg(bytes);
-        }
+    for arg in args() {
+        native.arg(arg);
     }
     native
 }
