@@ -166,7 +166,8 @@ for round in $(seq "$ROUNDS"); do
 done
 # A gateway's counter (0 when absent).
 counter() { curl -s "http://127.0.0.1:${ADMINS[$1]}/metrics" | awk -v m="$2" '$1 == m {print $2; f=1} END {if (!f) print 0}'; }
-PASS=$(echo "${CPU[pass]}" | median)
+# The "/ pass-through" column needs pass among TARGETS ("—" without it).
+PASS=$(echo "${CPU[pass]:-0}" | median)
 echo "$THREADS worker thread(s); $ROUNDS rounds x ${DURATION}s, wrk -t1 -c$CONNS; the gateway process's CPU only"
 echo
 echo "| mode | req/s (median) | CPU µs / request (median) | / pass-through | rounds (µs) | Redis CPU µs / request | mean batch |"
@@ -179,7 +180,7 @@ for t in "${targets[@]}"; do
       redis=$(echo "${RCPU[$t]}" | median)
       batch=$(awk -v d="$(counter "$t" turnstile_store_batched_decisions_total)" -v b="$(counter "$t" turnstile_store_batches_total)" 'BEGIN {if (b > 0) printf "%.1f", d / b; else print "—"}') ;;
   esac
-  echo "| $t | $(echo "${RPS[$t]}" | median) | $cpu | $(awk -v a="$cpu" -v b="$PASS" 'BEGIN {printf "%.2f", a/b}') | ${CPU[$t]} | $redis | $batch |"
+  echo "| $t | $(echo "${RPS[$t]}" | median) | $cpu | $(awk -v a="$cpu" -v b="$PASS" 'BEGIN {if (b > 0) printf "%.2f", a/b; else print "—"}') | ${CPU[$t]} | $redis | $batch |"
 done
 
 [ -n "${LAT_RATES:-}" ] || exit 0

@@ -20,6 +20,10 @@
 #   NATIVE=1: also the native probe's rows (benches/native_probe, a Redis module command: NOT
 #   the product, what a decision would cost outside Lua) beside batch.lua's of the same plans.
 #
+#   MODULE=1 NATIVE=1: also the floor under the module's batched rows (N…: the probe's
+#   TSPROBE.FLOOR on the same calls — per key a lookup, an in-place write, its expiry and its
+#   replication, no decision).
+#
 #   MODULE=1: also the same plans decided by turnstile's Redis module (module/, built here
 #   with `cargo build --release -p turnstile-module`): TURNSTILE.DECIDE, .BATCH and .USAGE
 #   rows (labels starting with M) beside the Lua rows of the same plans, in the same rounds
@@ -159,6 +163,17 @@ if [[ -n ${MODULE:-} ]]; then
   BATCH_CMD=TURNSTILE.BATCH batch_row "Ml. module: 4 limits (tb, sw, sw, fw), batches of 16" 16 4 - @ 1 @ a tb $BIG 1000 $BIG 0 b sw $BIG 60000 0 0 c sw $BIG 3600000 0 0 d fw $BIG 86400000 0 0
   BATCH_CMD=TURNSTILE.BATCH batch_row "Mm. module: plan + keyed (sw + sw), batches of 32" 32 2 - @ 1 @ a sw $BIG 60000 0 0 b sw $BIG 900000 0 0
 fi
+if [[ -n ${MODULE:-} && -n ${NATIVE:-} ]]; then
+  # The floor under the module's batched rows: the probe's TSPROBE.FLOOR takes the same call
+  # and does per key only the lookup, an in-place write of Lua's bucket text, its expiry and
+  # its replication (no decision) — what any native decision keeping Lua's stored form costs.
+  for row in k l m; do
+    label=$(printf '%s\n' "${!rows[@]}" | grep "^M$row\. ")
+    name="N$row. floor under M$row: ${label#*: }"
+    rows[$name]="TSPROBE.FLOOR ${rows[$label]#TURNSTILE.BATCH }"
+    per_call[$name]=${per_call[$label]}
+  done
+fi
 if [[ -n ${BEFORE_LUA:-} ]]; then
   old_check=$(cli SCRIPT LOAD "$(source_of CHECK_FILES "$BEFORE_LUA")")
   rows["b0. before: 1 limit: token bucket"]="EVALSHA $old_check 1 $(k a) @ 1 @ a tb $BIG 1000 $BIG 0"
@@ -178,7 +193,7 @@ row_args() { # label command
 
 if [[ -n ${ROWS:-} ]]; then
   for label in "${!rows[@]}"; do
-    if ! [[ $label =~ $ROWS ]]; then unset "rows[$label]"; fi
+    if ! [[ $label =~ $ROWS ]]; then unset -v 'rows[$label]'; fi
   done
 fi
 declare -A usec per_core

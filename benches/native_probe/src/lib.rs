@@ -12,6 +12,10 @@
 //! fails the whole call (the members before it stay written): unlike `batch.lua`, whose
 //! members fail alone.
 //!
+//! `TSPROBE.FLOOR numkeys key… m arg…` takes turnstile's module's `TURNSTILE.BATCH` calls and
+//! does per key only the lookup, an in-place write, the expiry and its replication: the floor
+//! under that module's batched rows (`floor` below).
+//!
 //! What it does differently, because native code can: a bucket is read and rewritten in place
 //! (Redis's string DMA), where Lua reads and writes it with `GET` and `SET … PX`; as 16 bytes
 //! (`TSPROBE.BATCH`) or as Lua's own text (`TSPROBE.BATCHTEXT`, the same arguments: the form
@@ -153,6 +157,56 @@ fn batch_text(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     batch(ctx, args, Form::Text)
 }
 
+/// `TSPROBE.FLOOR numkeys key… m arg…`: `TURNSTILE.BATCH`'s call (the same keys and
+/// arguments, so Redis reads and parses the same), doing per key only what any native decision
+/// keeping Lua's stored form must: the key looked up, its value rewritten in place
+/// ("<level> <time>", Lua's bucket text), its absolute expiry set, and the write replicated as
+/// its effect (`SET … PXAT`). No arithmetic, no argument read past the keys: the floor under
+/// the module's rows of the same plans (`MODULE=1 NATIVE=1 make bench-redis-core`).
+fn floor(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let numkeys = arg(&args, 1)? as usize;
+    let m = arg(&args, 2 + numkeys)?;
+    // SAFETY: functions the module API sets before any command runs.
+    let now = unsafe { raw::RedisModule_Milliseconds.ok_or(RedisError::Str("ERR no clock"))?() };
+    let at = now + 61_000;
+    let text = format!("{} {now}", 1_000_000_000_000i64);
+    for name in args.get(2..2 + numkeys).ok_or(RedisError::WrongArity)? {
+        let key = raw::open_key(
+            ctx.get_raw(),
+            name.inner,
+            raw::KeyMode::READ | raw::KeyMode::WRITE,
+        );
+        let mut len = 0;
+        if raw::string_truncate(key, text.len()) == raw::Status::Err {
+            raw::close_key(key);
+            return Err(RedisError::Str("WRONGTYPE not a string"));
+        }
+        let buf = raw::string_dma(key, &mut len, raw::KeyMode::WRITE);
+        // SAFETY: Redis's buffer of `len` bytes, just sized to the text.
+        unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), len) };
+        // SAFETY: as above; the handle is open for writing.
+        unsafe {
+            raw::RedisModule_SetAbsExpire.unwrap()(key, at);
+            raw::RedisModule_Replicate.unwrap()(
+                ctx.get_raw(),
+                c"SET".as_ptr(),
+                c"sbcl".as_ptr(),
+                name.inner,
+                text.as_ptr(),
+                text.len(),
+                c"PXAT".as_ptr(),
+                at as std::ffi::c_longlong,
+            );
+        }
+        raw::close_key(key);
+    }
+    Ok(RedisValue::Array(
+        (0..m)
+            .map(|_| RedisValue::SimpleStringStatic("1"))
+            .collect(),
+    ))
+}
+
 redis_module! {
     name: "tsprobe",
     version: 1,
@@ -161,5 +215,6 @@ redis_module! {
     commands: [
         ["tsprobe.batch", batch_bytes, "write deny-oom", 0, 0, 0, ""],
         ["tsprobe.batchtext", batch_text, "write deny-oom", 0, 0, 0, ""],
+        ["tsprobe.floor", floor, "write deny-oom", 0, 0, 0, ""],
     ],
 }
