@@ -127,7 +127,14 @@ impl Redis {
             .port();
         let child = Command::new("redis-server")
             .args(args)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("redis-server (make test installs it)");
@@ -141,7 +148,12 @@ impl Redis {
             if let Some(status) = self.0.try_wait().unwrap() {
                 let mut log = String::new();
                 use std::io::Read;
-                self.0.stdout.take().unwrap().read_to_string(&mut log).unwrap();
+                self.0
+                    .stdout
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut log)
+                    .unwrap();
                 panic!("redis-server exited ({status}):\n{log}");
             }
             if let Ok(mut conn) = client.get_connection() {
@@ -178,7 +190,10 @@ fn the_dockerfiles_module_stage_builds_what_the_redis_images_load() {
                 assert!(args.contains("libclang-dev"), "{args}");
             }
             "RUN" => {
-                assert!(!args.contains("|| true"), "a stage must not hide its failure");
+                assert!(
+                    !args.contains("|| true"),
+                    "a stage must not hide its failure"
+                );
                 let out = Command::new("sh")
                     .arg("-c")
                     .arg(&args)
@@ -219,7 +234,11 @@ fn the_dockerfiles_module_stage_builds_what_the_redis_images_load() {
         panic!("COPY --from=module <built> <path>: {copied}")
     };
     assert_eq!(from, "--from=module");
-    let built = target.join(built.strip_prefix("/src/target/").expect("the stage's target"));
+    let built = target.join(
+        built
+            .strip_prefix("/src/target/")
+            .expect("the stage's target"),
+    );
     assert!(built.exists(), "{} was not built", built.display());
     // Each command, with the image's path standing for the library the stage built.
     let here = |args: Vec<String>| -> Vec<String> {
@@ -266,6 +285,9 @@ fn the_dockerfiles_module_stage_builds_what_the_redis_images_load() {
         let mut args = here(args);
         args.extend(["--dir".to_owned(), dir.path().to_str().unwrap().to_owned()]);
         let version = Redis::start(&args).module_version();
-        assert!(version.starts_with("turnstile-module 1 "), "{what}: {version}");
+        assert!(
+            version.starts_with("turnstile-module 1 "),
+            "{what}: {version}"
+        );
     }
 }
