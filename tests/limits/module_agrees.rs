@@ -81,23 +81,29 @@ fn keyspace(conn: &mut redis::Connection, pattern: &str) -> Vec<(String, String,
         .collect()
 }
 
+/// `source` loaded as a script: its SHA.
+fn load(conn: &mut redis::Connection, source: &str) -> String {
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(source)
+        .query(conn)
+        .unwrap()
+}
+
+/// Redis's clock now, whole seconds, in ms: where a sequence at explicit times starts.
+fn whole_second_ms(conn: &mut redis::Connection) -> u64 {
+    let time: Vec<String> = redis::cmd("TIME").query(conn).unwrap();
+    time[0].parse::<u64>().unwrap() * 1000
+}
+
 #[test]
 fn the_module_and_lua_decide_and_store_identically_on_random_sequences() {
     let server = RedisServer::start_with(&["--loadmodule", &module_path()]);
     let mut conn = server.conn();
     let scripts = Scripts::new();
-    let check_sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(CHECK_SOURCE)
-        .query(&mut conn)
-        .unwrap();
-    let refund_sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(REFUND_SOURCE)
-        .query(&mut conn)
-        .unwrap();
-    let time: Vec<String> = redis::cmd("TIME").query(&mut conn).unwrap();
-    let base: u64 = time[0].parse::<u64>().unwrap() * 1000;
+    let check_sha = load(&mut conn, CHECK_SOURCE);
+    let refund_sha = load(&mut conn, REFUND_SOURCE);
+    let base = whole_second_ms(&mut conn);
     let (mut compared, mut rejected, mut refunds) = (0, 0, 0);
     for seed in 1..=40u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
@@ -262,13 +268,8 @@ fn the_module_refuses_bad_arguments_and_what_it_does_not_decide() {
 fn a_call_naming_one_key_twice_is_decided_as_lua_decides_it() {
     let server = RedisServer::start_with(&["--loadmodule", &module_path()]);
     let mut conn = server.conn();
-    let check_sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(CHECK_SOURCE)
-        .query(&mut conn)
-        .unwrap();
-    let time: Vec<String> = redis::cmd("TIME").query(&mut conn).unwrap();
-    let base: u64 = time[0].parse::<u64>().unwrap() * 1000;
+    let check_sha = load(&mut conn, CHECK_SOURCE);
+    let base = whole_second_ms(&mut conn);
     let mut refused = 0;
     for (algorithm, limits) in [("tb", ["4", "3"]), ("fw", ["5", "3"]), ("sw", ["5", "3"])] {
         let extra = if algorithm == "tb" { "2" } else { "0" };
@@ -416,13 +417,8 @@ fn the_modules_batches_and_quota_questions_agree_with_batch_lua() {
     let server = RedisServer::start_with(&["--loadmodule", &module_path()]);
     let mut conn = server.conn();
     let scripts = Scripts::new();
-    let batch_sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(BATCH_SOURCE)
-        .query(&mut conn)
-        .unwrap();
-    let time: Vec<String> = redis::cmd("TIME").query(&mut conn).unwrap();
-    let base: u64 = time[0].parse::<u64>().unwrap() * 1000;
+    let batch_sha = load(&mut conn, BATCH_SOURCE);
+    let base = whole_second_ms(&mut conn);
     let (mut members_sent, mut questions) = (0, 0);
     for seed in 1..=25u64 {
         let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1);
