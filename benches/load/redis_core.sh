@@ -21,8 +21,8 @@
 #   the product, what a decision would cost outside Lua) beside batch.lua's of the same plans.
 #
 #   MODULE=1 NATIVE=1: also the floor under the module's batched rows (N…: the probe's
-#   TSPROBE.FLOOR on the same calls — per key a lookup, an in-place write, its expiry and its
-#   replication, no decision).
+#   TSPROBE.FLOOR on the same calls — per key a lookup, its algorithm's stored form written,
+#   its expiry, their replication; no decision).
 #
 #   MODULE=1: also the same plans decided by turnstile's Redis module (module/, built here
 #   with `cargo build --release -p turnstile-module`): TURNSTILE.DECIDE, .BATCH and .USAGE
@@ -165,8 +165,9 @@ if [[ -n ${MODULE:-} ]]; then
 fi
 if [[ -n ${MODULE:-} && -n ${NATIVE:-} ]]; then
   # The floor under the module's batched rows: the probe's TSPROBE.FLOOR takes the same call
-  # and does per key only the lookup, an in-place write of Lua's bucket text, its expiry and
-  # its replication (no decision) — what any native decision keeping Lua's stored form costs.
+  # and does per key only the lookup, the write of its algorithm's stored form (a bucket's
+  # text in place, a window's HASH), its expiry and their replication (no decision) — what
+  # any native decision keeping Lua's stored form costs.
   for row in k l m; do
     label=$(printf '%s\n' "${!rows[@]}" | grep "^M$row\. ")
     name="N$row. floor under M$row: ${label#*: }"

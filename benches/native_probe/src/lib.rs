@@ -12,9 +12,9 @@
 //! fails the whole call (the members before it stay written): unlike `batch.lua`, whose
 //! members fail alone.
 //!
-//! `TSPROBE.FLOOR numkeys key… m arg…` takes turnstile's module's `TURNSTILE.BATCH` calls and
-//! does per key only the lookup, an in-place write, the expiry and its replication: the floor
-//! under that module's batched rows (`floor` below).
+//! `TSPROBE.FLOOR numkeys key… m member…` takes turnstile's module's `TURNSTILE.BATCH` calls
+//! and does per key only the lookup, the write of its algorithm's stored form, the expiry and
+//! their replication: the floor under that module's batched rows (`floor` below).
 //!
 //! What it does differently, because native code can: a bucket is read and rewritten in place
 //! (Redis's string DMA), where Lua reads and writes it with `GET` and `SET … PX`; as 16 bytes
@@ -157,12 +157,29 @@ fn batch_text(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     batch(ctx, args, Form::Text)
 }
 
-/// `TSPROBE.FLOOR numkeys key… m arg…`: `TURNSTILE.BATCH`'s call (the same keys and
+/// A window's field names as Redis strings, made once (as turnstile's module makes them).
+struct Fields([usize; 3]);
+
+fn fields() -> [*mut raw::RedisModuleString; 3] {
+    static FIELDS: std::sync::OnceLock<Fields> = std::sync::OnceLock::new();
+    let made = FIELDS.get_or_init(|| {
+        // SAFETY: a function the module API sets before any command runs; no context: kept.
+        Fields(["s", "c", "p"].map(|f| unsafe {
+            raw::RedisModule_CreateString.unwrap()(std::ptr::null_mut(), f.as_ptr().cast(), 1)
+                as usize
+        }))
+    });
+    made.0.map(|f| f as *mut raw::RedisModuleString)
+}
+
+/// `TSPROBE.FLOOR numkeys key… m member…`: `TURNSTILE.BATCH`'s call (the same keys and
 /// arguments, so Redis reads and parses the same), doing per key only what any native decision
-/// keeping Lua's stored form must: the key looked up, its value rewritten in place
-/// ("<level> <time>", Lua's bucket text), its absolute expiry set, and the write replicated as
-/// its effect (`SET … PXAT`). No arithmetic, no argument read past the keys: the floor under
-/// the module's rows of the same plans (`MODULE=1 NATIVE=1 make bench-redis-core`).
+/// keeping Lua's stored form must, as turnstile's module does it: the key looked up, then a
+/// bucket's text ("<level> <time>") rewritten in place with its absolute expiry and the write
+/// replicated as `SET … PXAT`, or a window's HASH fields `s`, `c`, `p` set with its expiry,
+/// replicated as `HSET` and `PEXPIREAT`. No arithmetic, no argument read but each limit's
+/// algorithm: the floor under the module's rows of the same plans
+/// (`MODULE=1 NATIVE=1 make bench-redis-core`).
 fn floor(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let numkeys = arg(&args, 1)? as usize;
     let m = arg(&args, 2 + numkeys)?;
@@ -170,41 +187,118 @@ fn floor(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let now = unsafe { raw::RedisModule_Milliseconds.ok_or(RedisError::Str("ERR no clock"))?() };
     let at = now + 61_000;
     let text = format!("{} {now}", 1_000_000_000_000i64);
-    for name in args.get(2..2 + numkeys).ok_or(RedisError::WrongArity)? {
-        let key = raw::open_key(
-            ctx.get_raw(),
-            name.inner,
-            raw::KeyMode::READ | raw::KeyMode::WRITE,
-        );
-        let mut len = 0;
-        if raw::string_truncate(key, text.len()) == raw::Status::Err {
-            raw::close_key(key);
-            return Err(RedisError::Str("WRONGTYPE not a string"));
-        }
-        let buf = raw::string_dma(key, &mut len, raw::KeyMode::WRITE);
-        // SAFETY: Redis's buffer of `len` bytes, just sized to the text.
-        unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), len) };
-        // SAFETY: as above; the handle is open for writing.
-        unsafe {
-            raw::RedisModule_SetAbsExpire.unwrap()(key, at);
-            raw::RedisModule_Replicate.unwrap()(
+    let keys = args.get(2..2 + numkeys).ok_or(RedisError::WrongArity)?;
+    let (mut key_at, mut p) = (0, 3 + numkeys);
+    for _ in 0..m {
+        // A decision member: n, a, then "time cost slot" and six arguments per limit.
+        let (n, a) = (arg(&args, p)? as usize, arg(&args, p + 1)? as usize);
+        for i in 0..n {
+            let algorithm = args
+                .get(p + 2 + 3 + 6 * i + 1)
+                .ok_or(RedisError::WrongArity)?;
+            let name = keys.get(key_at).ok_or(RedisError::WrongArity)?;
+            key_at += 1;
+            let key = raw::open_key(
                 ctx.get_raw(),
-                c"SET".as_ptr(),
-                c"sbcl".as_ptr(),
                 name.inner,
-                text.as_ptr(),
-                text.len(),
-                c"PXAT".as_ptr(),
-                at as std::ffi::c_longlong,
+                raw::KeyMode::READ | raw::KeyMode::WRITE,
             );
+            let wrote = match algorithm.as_slice() {
+                b"tb" | b"lb" => bucket_floor(ctx, key, name, &text, at),
+                _ => window_floor(ctx, key, name, now, at),
+            };
+            raw::close_key(key);
+            wrote?;
         }
-        raw::close_key(key);
+        p += 2 + a;
     }
     Ok(RedisValue::Array(
         (0..m)
             .map(|_| RedisValue::SimpleStringStatic("1"))
             .collect(),
     ))
+}
+
+fn bucket_floor(
+    ctx: &Context,
+    key: *mut raw::RedisModuleKey,
+    name: &RedisString,
+    text: &str,
+    at: i64,
+) -> Result<(), RedisError> {
+    let mut len = 0;
+    if raw::string_truncate(key, text.len()) == raw::Status::Err {
+        return Err(RedisError::Str("WRONGTYPE not a string"));
+    }
+    let buf = raw::string_dma(key, &mut len, raw::KeyMode::WRITE);
+    // SAFETY: Redis's buffer of `len` bytes, just sized to the text; the handle is open for
+    // writing; each replicated argument of its format letter's kind.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), len);
+        raw::RedisModule_SetAbsExpire.unwrap()(key, at);
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.get_raw(),
+            c"SET".as_ptr(),
+            c"sbcl".as_ptr(),
+            name.inner,
+            text.as_ptr(),
+            text.len(),
+            c"PXAT".as_ptr(),
+            at as std::ffi::c_longlong,
+        );
+    }
+    Ok(())
+}
+
+fn window_floor(
+    ctx: &Context,
+    key: *mut raw::RedisModuleKey,
+    name: &RedisString,
+    now: i64,
+    at: i64,
+) -> Result<(), RedisError> {
+    let [s, c, p] = fields();
+    // SAFETY: functions the module API sets before any command runs; field names each
+    // followed by its value, the list ended by NULL; each replicated argument of its format
+    // letter's kind; the values freed once used.
+    unsafe {
+        let number = raw::RedisModule_CreateStringFromLongLong.unwrap();
+        let (vs, vc, vp) = (
+            number(std::ptr::null_mut(), now),
+            number(std::ptr::null_mut(), 1),
+            number(std::ptr::null_mut(), 0),
+        );
+        let end = std::ptr::null::<std::ffi::c_char>();
+        raw::RedisModule_HashSet.unwrap()(key, 0, s, vs, c, vc, p, vp, end);
+        let status = raw::RedisModule_SetAbsExpire.unwrap()(key, at);
+        let r = raw::RedisModule_Replicate.unwrap();
+        r(
+            ctx.get_raw(),
+            c"HSET".as_ptr(),
+            c"sssssss".as_ptr(),
+            name.inner,
+            s,
+            vs,
+            c,
+            vc,
+            p,
+            vp,
+        );
+        r(
+            ctx.get_raw(),
+            c"PEXPIREAT".as_ptr(),
+            c"sl".as_ptr(),
+            name.inner,
+            at,
+        );
+        for v in [vs, vc, vp] {
+            raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), v);
+        }
+        if status != raw::REDISMODULE_OK as i32 {
+            return Err(RedisError::Str("WRONGTYPE not a hash"));
+        }
+    }
+    Ok(())
 }
 
 redis_module! {
