@@ -32,7 +32,7 @@
 use super::batch_call::{batch_cmd, member_reply, Part, Reply};
 use super::landing::Landing;
 use super::making::connect_bound;
-use super::patient::patient;
+use super::patient::{longest, patient};
 use crate::limit::store::error::StoreError;
 use redis::{Cmd, Value};
 use std::future::Future;
@@ -191,7 +191,9 @@ impl<S: SendBatch> Enter<S> {
         };
         queued.store(true, Ordering::Relaxed);
         // Dropped at its bound, the answer's channel closes: a member not yet sent is not.
-        match patient(turn_bound(bound) + bound, answer).await {
+        // The call ahead of it may be given its bound again (a starved machine): the turn
+        // outlasts that, or the member would give up just as its batch is sent.
+        match patient(turn_bound(bound) + longest(bound), answer).await {
             Ok(Ok(Answer::Decided(value))) => Ok(value),
             Ok(Ok(Answer::Alone(cmd))) => {
                 queued.store(false, Ordering::Relaxed);

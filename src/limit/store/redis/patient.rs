@@ -74,6 +74,13 @@ fn patient_on<F: Future>(bound: Duration, call: F, busy: fn(u64) -> bool) -> Pat
 /// How many more bounds a starved call may be given.
 const MORE_AT_MOST: u8 = 1;
 
+/// The longest a call bounded by `bound` may run when its timer fires on time: its bound,
+/// given again as many times as a starved call may be (what a decision queued behind it
+/// must outlast).
+pub fn longest(bound: Duration) -> Duration {
+    bound * (1 + u32::from(MORE_AT_MOST))
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Stage {
     /// Within the bound (`more`: the bounds given again so far).
